@@ -1,0 +1,1 @@
+"""The ``theseus`` command line."""

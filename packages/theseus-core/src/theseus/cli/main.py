@@ -1,0 +1,168 @@
+"""``theseus``: list, configure and run jobs. Plugins add commands through a hook.
+
+Nothing on the paths of ``theseus jobs``, ``plugins``, ``config`` or ``--help`` imports JAX.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+from typing import Annotated
+
+import typer
+
+from theseus.core.errors import TheseusError
+
+app = typer.Typer(
+    name="theseus",
+    help="Train language models with JAX: jobs by key, strict typed configs, plugins.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides, key=value")]
+RootOption = Annotated[
+    str | None, typer.Option("--root", help="root directory (default $THESEUS_ROOT, else ./runs)")
+]
+
+
+def _registries():
+    from theseus.core.plugins import registries
+
+    return registries()
+
+
+@app.command()
+def jobs(prefix: Annotated[str, typer.Argument(help="only keys starting with this")] = "") -> None:
+    """List registered jobs with one-line descriptions."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("job", "description", "plugin", box=None, pad_edge=False)
+    regs = _registries()
+    for key, spec in regs.jobs.items():
+        if key.startswith(prefix):
+            table.add_row(key, spec.description, regs.jobs.owner(key).name)
+    Console(width=200).print(table)
+
+
+@app.command()
+def plugins() -> None:
+    """List plugins: distribution, version and what each registers."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("plugin", "distribution", "version", "registers", box=None, pad_edge=False)
+    for info in _registries().plugins:
+        if info.error:
+            what = f"[red]failed: {info.error}[/red]"
+        else:
+            what = "; ".join(
+                f"{kind}: {', '.join(sorted(names))}" for kind, names in info.registered.items()
+            )
+        table.add_row(info.name, info.distribution, info.version, what or "-")
+    Console(width=240).print(table)
+
+
+@app.command()
+def config(
+    job: Annotated[str, typer.Argument(help="job key, e.g. gpt/train/pretrain")],
+    overrides: Overrides = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of YAML")] = False,
+) -> None:
+    """Print a job's resolved config with each key's type and help."""
+    from theseus.core.runner import config_for, job_spec
+
+    regs = _registries()
+    tree = config_for(job_spec(job, regs), regs, overrides or [])
+    if as_json:
+        rows = tree.describe()
+        for row in rows:
+            if row["value"] == "???":
+                row["value"] = None
+                row["required"] = True
+        typer.echo(json.dumps(rows, indent=2, default=str))
+    else:
+        typer.echo(tree.annotated_yaml(), nl=False)
+
+
+@app.command()
+def run(
+    job: Annotated[str, typer.Argument(help="job key, e.g. gpt/train/pretrain")],
+    overrides: Overrides = None,
+    root: RootOption = None,
+    name: Annotated[str | None, typer.Option("--name", help="run name (default: from the key)")] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="start over instead of resuming")] = False,
+    branch: Annotated[
+        str | None, typer.Option("--branch", help="start a new run from RUN[@STEP]")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="resolve, plan and report memory; run nothing")
+    ] = False,
+) -> None:
+    """Run a job (its missing prerequisites first) in a run directory under the root."""
+    from theseus.core.runner import prepare
+
+    prepared = prepare(
+        job, overrides or [], root=root, name=name, fresh=fresh, branch=branch
+    )
+    if dry_run:
+        prepared.tree.validate()
+        job_class = prepared.spec.load()
+        report = getattr(job_class, "dry_run", None)
+        if report is None:
+            typer.echo(prepared.tree.to_yaml(), nl=False)
+        else:
+            report(prepared.tree.node, prepared.root)
+        return
+    prepared()
+    typer.echo(f"run {prepared.name}: {prepared.run_dir.path}")
+
+
+def _add_plugin_commands() -> None:
+    try:
+        regs = _registries()
+    except TheseusError:
+        return
+    for name, command in regs.commands.items():
+        if isinstance(command, typer.Typer):
+            app.add_typer(command, name=name)
+        else:
+            app.command(name=name)(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one-line errors with exit code 2; ``-v`` shows the traceback."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    verbose = any(a in ("-v", "--verbose") for a in args)
+    args = [a for a in args if a not in ("-v", "--verbose")]
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s" if verbose else "%(message)s",
+    )
+    try:
+        _add_plugin_commands()
+        app(args=args, prog_name="theseus", standalone_mode=False)
+    except TheseusError as error:
+        if verbose:
+            traceback.print_exc()
+        typer.echo(f"error: {error}", err=True)
+        sys.exit(error.exit_code)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except Exception as error:  # click usage errors and the like
+        import click
+
+        if isinstance(error, click.exceptions.ClickException):
+            error.show()
+            sys.exit(error.exit_code)
+        if isinstance(error, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

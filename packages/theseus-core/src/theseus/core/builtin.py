@@ -1,0 +1,55 @@
+"""Core's own plugin: optimizers, schedules and the core jobs.
+
+Registered through the entry point ``core = "theseus.core.builtin"`` exactly like any
+third-party plugin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import Component, JobSpec
+from theseus.core.hookspecs import hookimpl
+from theseus.core.optim import configs as oc
+
+OPTIM = "theseus.core.optim.optimizers"
+SCHED = "theseus.core.optim.schedules"
+
+
+@hookimpl
+def theseus_register_optimizers(register):
+    register(Component("adamw", oc.AdamWConfig, f"{OPTIM}:adamw", "AdamW with decoupled weight decay"))
+    register(Component("lion", oc.LionConfig, f"{OPTIM}:lion", "Lion (sign momentum)"))
+    register(Component("sgd", oc.SGDConfig, f"{OPTIM}:sgd", "SGD with (Nesterov) momentum"))
+    register(Component("adafactor", oc.AdafactorConfig, f"{OPTIM}:adafactor", "Adafactor"))
+    register(Component("muon", oc.MuonConfig, f"{OPTIM}:muon", "Muon for matrices, AdamW for the rest"))
+
+
+@hookimpl
+def theseus_register_schedules(register):
+    register(Component("constant", oc.ConstantConfig, f"{SCHED}:constant", "warmup, then constant"))
+    register(Component("cosine", oc.CosineConfig, f"{SCHED}:cosine", "warmup, then cosine decay"))
+    register(Component("wsd", oc.WSDConfig, f"{SCHED}:wsd", "warmup-stable-decay"))
+    register(
+        Component("linear-warmup", oc.LinearWarmupConfig, f"{SCHED}:linear_warmup", "linear warmup")
+    )
+
+
+@dataclass
+class InfoConfig:
+    pass
+
+
+@hookimpl
+def theseus_register_jobs(register, registries):
+    register(
+        JobSpec(
+            key="core/info",
+            target="theseus.core.info:InfoJob",
+            description="print versions, plugins and the devices JAX sees",
+            groups={},
+        )
+    )
+    from theseus.core.train.jobs import register_training_jobs
+
+    register_training_jobs(register, registries)

@@ -1,0 +1,84 @@
+"""What plugins register: descriptions of components and jobs, cheap to import."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from theseus.core.errors import PluginError
+
+
+def option(default: Any = MISSING, help: str = "", *, factory: Any = None) -> Any:
+    """A config field with a default (or required when no default) and a one-line help."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def load_target(target: str) -> Any:
+    """Import ``"package.module:attribute"`` and return the attribute."""
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise PluginError(
+            f"cannot import {module_name!r} ({error}): install the package that provides it"
+        ) from error
+    try:
+        return getattr(module, attribute) if attribute else module
+    except AttributeError as error:
+        raise PluginError(f"{module_name!r} has no attribute {attribute!r}") from error
+
+
+@dataclass(frozen=True)
+class Component:
+    """A registered model, dataset, tokenizer, optimizer, schedule, evaluation or logger.
+
+    ``config`` is a dataclass schema (every field typed, with a default or required, and a
+    help string); ``target`` is an import path loaded only when the component is used.
+    """
+
+    name: str
+    config: type
+    target: str
+    description: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def load(self) -> Any:
+        return load_target(self.target)
+
+    def __post_init__(self) -> None:
+        if not dataclasses.is_dataclass(self.config):
+            raise PluginError(f"component {self.name!r}: config must be a dataclass type")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A config group whose schema is that of a component picked by ``<group>.name``."""
+
+    registry: str
+    default: str
+    locked: bool = False  # the job key fixes the component (e.g. gpt/train/pretrain)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job under a slash key.
+
+    ``groups`` maps top-level config keys to either a dataclass schema (fixed) or a
+    :class:`Choice` (the component chosen by name brings its own schema).
+    ``target`` names the job class, imported only when the job runs.
+    """
+
+    key: str
+    target: str
+    description: str
+    groups: Mapping[str, type | Choice] = field(default_factory=dict)
+
+    def load(self) -> Any:
+        return load_target(self.target)

@@ -1,0 +1,338 @@
+"""Strict typed configs: the schemas of a job's components in, one OmegaConf tree out.
+
+A job's tree has one node per group (``training``, ``optimizer``, ``model`` ...). A fixed
+group is the structured config of its dataclass. A :class:`Choice` group is the schema of
+the component named by ``<group>.name``; setting that name swaps in the new component's
+schema. Every node is in struct mode: unknown keys and wrongly typed values are errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Iterable, Iterator
+from difflib import get_close_matches
+from typing import Any
+
+import yaml
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import errors as oc_errors
+
+from theseus.core.components import Choice, JobSpec, option
+from theseus.core.errors import ConfigError, ConfigKeyError, ConfigTypeError, MissingConfigError
+
+NAME_HELP = "which registered component to use; choosing one swaps in its own options"
+
+
+def component_schema(group: str, component_name: str, config_type: type) -> type:
+    """The group schema of a chosen component: a ``name`` field plus the component's fields."""
+    fields = [
+        ("name", str, option(component_name, NAME_HELP)),
+    ]
+    for f in dataclasses.fields(config_type):
+        if f.name == "name":
+            continue
+        fields.append((f.name, f.type, f))
+    return dataclasses.make_dataclass(
+        f"{group.title()}{config_type.__name__}", fields, bases=(), namespace={}
+    )
+
+
+def parse_overrides(overrides: Iterable[str]) -> list[tuple[str, Any]]:
+    """``["a.b=1", ...]`` -> ``[("a.b", 1), ...]``; a key given twice is an error."""
+    parsed: list[tuple[str, Any]] = []
+    seen: dict[str, str] = {}
+    for text in overrides:
+        key, sep, raw = text.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {text!r} is not of the form key=value")
+        if key in seen:
+            raise ConfigError(
+                f"config key {key!r} is given twice on the command line "
+                f"({seen[key]!r} and {text!r}); give it once"
+            )
+        seen[key] = text
+        parsed.append((key, _parse_value(raw)))
+    return parsed
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, (dict, list, int, float, bool)) or value is None:
+        return value
+    return raw
+
+
+def _type_name(tp: Any) -> str:
+    if tp is Any:
+        return "any"
+    origin = typing.get_origin(tp)
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(tp))
+        name = getattr(origin, "__name__", str(origin))
+        if name in ("Union", "UnionType"):
+            return " | ".join(_type_name(a) for a in typing.get_args(tp))
+        return f"{name}[{args}]"
+    if tp is type(None):
+        return "None"
+    return getattr(tp, "__name__", str(tp))
+
+
+class ConfigTree:
+    """A job's config: a struct-mode OmegaConf tree plus the schemas that typed it."""
+
+    def __init__(self, spec: JobSpec, registries: Any) -> None:
+        self.spec = spec
+        self.registries = registries
+        self.schemas: dict[str, type] = {}
+        self.node: DictConfig = OmegaConf.create({})
+        for group, kind in spec.groups.items():
+            if isinstance(kind, Choice):
+                self._choose(group, kind, kind.default)
+            else:
+                self._set_group(group, kind)
+        OmegaConf.set_struct(self.node, True)
+
+    # ------------------------------------------------------------------ building
+    def _set_group(self, group: str, schema: type) -> None:
+        self.schemas[group] = schema
+        with open_dict(self.node):
+            self.node[group] = OmegaConf.structured(schema)
+        OmegaConf.set_struct(self.node[group], True)
+
+    def _choose(self, group: str, choice: Choice, name: str) -> None:
+        registry = self.registries.component(choice.registry)
+        if name not in registry:
+            raise ConfigError(f"{group}.name: {registry.unknown_message(name)}")
+        component = registry.get(name)
+        self._set_group(group, component_schema(group, name, component.config))
+
+    def _apply_preset(self, group: str, choice: Choice, parent: DictConfig, value: Any) -> None:
+        """``<group>.preset=NAME`` sets the values of the component's preset NAME."""
+        component = self.registries.component(choice.registry).get(parent.name)
+        presets = component.extra.get("presets", {})
+        if value not in presets and value != "":
+            known = ", ".join(sorted(presets)) or "none"
+            raise ConfigError(
+                f"config key '{group}.preset': {component.name} has no preset {value!r} "
+                f"(known: {known})"
+            )
+        for key, preset_value in presets.get(value, {}).items():
+            self.set(f"{group}.{key}", preset_value)
+        parent.preset = value
+
+    # ------------------------------------------------------------------ access
+    def get(self, key: str) -> Any:
+        parent, leaf = self._resolve_parent(key)
+        return parent[leaf]
+
+    def set(self, key: str, value: Any) -> None:
+        """Set one dotted key, strictly: unknown keys and wrong types are errors."""
+        parent, leaf = self._resolve_parent(key)
+        group = key.split(".")[0]
+        choice = self.spec.groups.get(group)
+        if leaf == "name" and key == f"{group}.name" and isinstance(choice, Choice):
+            if not isinstance(value, str):
+                raise ConfigTypeError(f"config key {key!r} expects str, got {value!r}")
+            if value == parent.name:
+                return
+            if choice.locked:
+                raise ConfigError(
+                    f"config key {key!r} is fixed to {parent.name!r} by job {self.spec.key}"
+                )
+            self._choose(group, choice, value)
+            return
+        if leaf == "preset" and key == f"{group}.preset" and isinstance(choice, Choice):
+            self._apply_preset(group, choice, parent, value)
+            return
+        try:
+            parent[leaf] = value
+        except oc_errors.ValidationError as error:
+            raise ConfigTypeError(self._type_message(key, parent, leaf, value)) from error
+        except (oc_errors.ConfigAttributeError, oc_errors.ConfigKeyError) as error:
+            raise ConfigKeyError(self._unknown_message(key, parent, leaf)) from error
+
+    def apply(self, overrides: Iterable[tuple[str, Any]]) -> None:
+        """Apply parsed overrides; component choices (``group.name``) go first."""
+        items = list(overrides)
+        names = [(k, v) for k, v in items if k.count(".") == 1 and k.endswith(".name")]
+        presets = [(k, v) for k, v in items if k.count(".") == 1 and k.endswith(".preset")]
+        rest = [kv for kv in items if kv not in names and kv not in presets]
+        for key, value in names + presets + rest:
+            self.set(key, value)
+
+    def _resolve_parent(self, key: str) -> tuple[DictConfig, str]:
+        parts = key.split(".")
+        node: Any = self.node
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node, DictConfig) or part not in node:
+                prefix = ".".join(parts[:depth])
+                raise ConfigKeyError(self._unknown_message(key, node, part, prefix))
+            node = node[part]
+        if not isinstance(node, DictConfig):
+            raise ConfigKeyError(f"config key {key!r}: {'.'.join(parts[:-1])} is not a group")
+        if parts[-1] not in node:
+            raise ConfigKeyError(self._unknown_message(key, node, parts[-1]))
+        return node, parts[-1]
+
+    def _unknown_message(self, key: str, node: Any, part: str, prefix: str | None = None) -> str:
+        candidates = list(self.keys())
+        close = get_close_matches(key, candidates, n=1, cutoff=0.5)
+        if not close and isinstance(node, DictConfig):
+            local = get_close_matches(part, [str(k) for k in node.keys()], n=1)
+            if local:
+                base = key.rsplit(".", 1)[0] if prefix is None else prefix
+                close = [f"{base}.{local[0]}" if base else local[0]]
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown config key {key!r} for job {self.spec.key}{hint}"
+
+    def _type_message(self, key: str, parent: DictConfig, leaf: str, value: Any) -> str:
+        expected = _type_name(self._field_type(key))
+        return f"config key {key!r} expects {expected}, got {value!r} ({type(value).__name__})"
+
+    def _field_type(self, key: str) -> Any:
+        parts = key.split(".")
+        schema: Any = self.schemas.get(parts[0])
+        for part in parts[1:]:
+            fields = {f.name: f for f in dataclasses.fields(schema)} if schema else {}
+            if part not in fields:
+                return Any
+            hints = typing.get_type_hints(schema) if schema else {}
+            schema = hints.get(part, fields[part].type)
+        return schema
+
+    # ------------------------------------------------------------------ validation
+    def missing_keys(self) -> list[str]:
+        return sorted(OmegaConf.missing_keys(self.node))
+
+    def validate(self) -> None:
+        """All required values present; raise one error listing every missing key."""
+        missing = self.missing_keys()
+        if missing:
+            listing = ", ".join(missing)
+            raise MissingConfigError(
+                f"job {self.spec.key} needs values for: {listing} (set them as key=value)"
+            )
+
+    # ------------------------------------------------------------------ output
+    def keys(self) -> Iterator[str]:
+        for key, _ in _walk(self.node, ""):
+            yield key
+
+    def to_container(self) -> dict[str, Any]:
+        return OmegaConf.to_container(self.node, resolve=True, throw_on_missing=False)
+
+    def to_yaml(self) -> str:
+        return OmegaConf.to_yaml(self.node)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """One entry per leaf: key, value, type and help."""
+        rows = []
+        for key, value in _walk(self.node, ""):
+            rows.append(
+                {
+                    "key": key,
+                    "value": value,
+                    "type": _type_name(self._field_type(key)),
+                    "help": self._field_help(key),
+                }
+            )
+        return rows
+
+    def _field_help(self, key: str) -> str:
+        parts = key.split(".")
+        schema: Any = self.schemas.get(parts[0])
+        help_text = ""
+        for part in parts[1:]:
+            if schema is None or not dataclasses.is_dataclass(schema):
+                return help_text
+            fields = {f.name: f for f in dataclasses.fields(schema)}
+            if part not in fields:
+                return help_text
+            help_text = fields[part].metadata.get("help", "")
+            schema = typing.get_type_hints(schema).get(part)
+        return help_text
+
+    def annotated_yaml(self) -> str:
+        """YAML of the resolved config, each leaf followed by its type and help."""
+        lines: list[str] = []
+        last_path: list[str] = []
+        for row in self.describe():
+            parts = row["key"].split(".")
+            for depth, part in enumerate(parts[:-1]):
+                if last_path[: depth + 1] != parts[: depth + 1]:
+                    lines.append("  " * depth + f"{part}:")
+            last_path = parts[:-1]
+            value = row["value"]
+            shown = "???" if value is MISSING else yaml.safe_dump(value, default_flow_style=True)
+            shown = shown.strip().removesuffix("...").strip()
+            comment = f"# {row['type']}" + (f": {row['help']}" if row["help"] else "")
+            lines.append("  " * (len(parts) - 1) + f"{parts[-1]}: {shown}  {comment}")
+        return "\n".join(lines) + "\n"
+
+
+def _walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    for key in node.keys():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if OmegaConf.is_missing(node, key):
+            yield full, MISSING
+            continue
+        child = node[key]
+        if isinstance(child, DictConfig):
+            yield from _walk(child, full)
+        elif isinstance(child, ListConfig):
+            yield full, OmegaConf.to_container(child, resolve=True)
+        else:
+            yield full, child
+
+
+class ConfigView:
+    """Attribute access into a :class:`ConfigTree` with strict, one-line errors.
+
+    ``q.config.training.per_device_batch_size = 8`` goes through here: unknown keys,
+    wrong types and component swaps (``q.config.optimizer.name = "lion"``) are handled
+    by the tree. ``view.node`` is the underlying OmegaConf ``DictConfig``.
+    """
+
+    __slots__ = ("_tree", "_path")
+
+    def __init__(self, tree: ConfigTree, path: str = "") -> None:
+        object.__setattr__(self, "_tree", tree)
+        object.__setattr__(self, "_path", path)
+
+    def _key(self, name: str) -> str:
+        return f"{self._path}.{name}" if self._path else name
+
+    @property
+    def node(self) -> DictConfig:
+        return self._tree.get(self._path) if self._path else self._tree.node
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = self._tree.get(self._key(name))
+        if isinstance(value, DictConfig):
+            return ConfigView(self._tree, self._key(name))
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._tree.set(self._key(name), value)
+
+    __getitem__ = __getattr__
+    __setitem__ = __setattr__
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.node
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(str(k) for k in self.node.keys())
+
+    def __dir__(self) -> list[str]:
+        return list(self)
+
+    def __repr__(self) -> str:
+        return OmegaConf.to_yaml(self.node)

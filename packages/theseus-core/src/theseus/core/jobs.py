@@ -1,0 +1,76 @@
+"""Jobs, job keys and run names. A job is a class with a config schema and a ``__call__``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig
+
+from theseus.core.errors import JobError
+from theseus.core.rundir import RunDir
+
+KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+@-]*$")
+
+
+def check_job_key(key: str) -> str:
+    if not KEY_PATTERN.match(key):
+        raise JobError(f"job key {key!r} is not a slash path of lowercase words")
+    return key
+
+
+def check_run_name(name: str) -> str:
+    """Run names become directory names: no separators, no ``..``, nothing odd."""
+    if not name or "/" in name or "\\" in name or ".." in name or not NAME_PATTERN.match(name):
+        raise JobError(
+            f"run name {name!r} is invalid: use letters, digits and ._+@- "
+            "(no path separators, no '..', not starting with a dot)"
+        )
+    if len(name) > 200:
+        raise JobError(f"run name {name[:40]!r}... is longer than 200 characters")
+    return name
+
+
+def default_run_name(key: str) -> str:
+    return key.replace("/", "-")
+
+
+@dataclass(frozen=True)
+class Prerequisite:
+    """Another job that must have finished (in the same root) before this one runs."""
+
+    key: str
+    name: str
+    overrides: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass
+class JobContext:
+    """What a running job gets besides its config."""
+
+    root: str
+    run: RunDir
+    registries: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Job:
+    """Base class of jobs. Subclasses implement ``__call__`` and may declare prerequisites."""
+
+    def __init__(self, config: DictConfig, context: JobContext) -> None:
+        self.config = config
+        self.context = context
+
+    @property
+    def run(self) -> RunDir:
+        return self.context.run
+
+    @classmethod
+    def prerequisites(cls, config: DictConfig, root: str) -> list[Prerequisite]:
+        return []
+
+    def __call__(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError

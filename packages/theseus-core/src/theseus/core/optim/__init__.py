@@ -1,0 +1,1 @@
+"""Optimizers and learning-rate schedules (Optax), registered through core's plugin."""

@@ -1,0 +1,190 @@
+"""Resolve a job key and overrides into a run, run its prerequisites, then the job."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import traceback
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from theseus.core.components import Choice, JobSpec
+from theseus.core.config import ConfigTree, parse_overrides
+from theseus.core.errors import JobError, PreemptedError, TheseusError
+from theseus.core.jobs import JobContext, check_job_key, check_run_name, default_run_name
+from theseus.core.plugins import Registries, registries as default_registries
+from theseus.core.rundir import RunDir, now
+
+log = logging.getLogger(__name__)
+ROOT_ENV = "THESEUS_ROOT"
+
+
+def default_root() -> str:
+    return os.environ.get(ROOT_ENV) or "./runs"
+
+
+def job_spec(key: str, registries: Registries) -> JobSpec:
+    check_job_key(key)
+    if key not in registries.jobs:
+        raise JobError(registries.jobs.unknown_message(key))
+    return registries.jobs.get(key)
+
+
+def flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(data, dict):
+        items: list[tuple[str, Any]] = []
+        for key, value in data.items():
+            items.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return items
+    return [(prefix, data)]
+
+
+def config_for(
+    spec: JobSpec, registries: Registries, overrides: Iterable[str] = (), base: dict | None = None
+) -> ConfigTree:
+    """The job's config tree: schema defaults, then ``base`` (a saved config), then overrides."""
+    tree = ConfigTree(spec, registries)
+    if base:
+        saved = [(k, v) for k, v in flatten(base) if v != "???"]
+        choices = [(k, v) for k, v in saved if k.endswith(".name") and k.count(".") == 1]
+        choices = [(k, v) for k, v in choices if isinstance(spec.groups.get(k[:-5]), Choice)]
+        tree.apply(choices)
+        tree.apply([kv for kv in saved if kv not in choices])
+    tree.apply(parse_overrides(overrides))
+    return tree
+
+
+class PreparedRun:
+    """A job with its resolved config and run directory, ready to be called."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        tree: ConfigTree,
+        root: str,
+        name: str,
+        registries: Registries,
+        parent: str | None = None,
+    ) -> None:
+        self.spec = spec
+        self.tree = tree
+        self.root = root
+        self.name = name
+        self.registries = registries
+        self.parent = parent
+        self.run_dir = RunDir(root, name)
+
+    @property
+    def config(self) -> Any:
+        return self.tree.node
+
+    def __call__(self) -> Any:
+        self.tree.validate()
+        job_class = self.spec.load()
+        for prerequisite in job_class.prerequisites(self.tree.node, self.root):
+            run_prerequisite(prerequisite, self.root, self.registries)
+        record = self.run_dir.create(self.spec.key, self.tree.to_yaml(), self.parent)
+        self.run_dir.update_record(
+            status="running", started=now(), attempts=record["attempts"] + 1, error=None
+        )
+        context = JobContext(root=self.root, run=self.run_dir, registries=self.registries)
+        handler = _file_handler(self.run_dir.log_path)
+        try:
+            job = job_class(self.tree.node, context)
+            result = job()
+        except PreemptedError as error:
+            self.run_dir.update_record(status="preempted", stopped=now(), error=str(error))
+            raise
+        except BaseException as error:
+            if not isinstance(error, TheseusError):
+                log.error("job %s failed:\n%s", self.spec.key, traceback.format_exc())
+            self.run_dir.update_record(
+                status="failed", stopped=now(), error=f"{type(error).__name__}: {error}"
+            )
+            raise
+        finally:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+        self.run_dir.update_record(status="finished", finished=now())
+        return result
+
+
+def _file_handler(path: Path) -> logging.Handler:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    if logging.getLogger().level > logging.INFO or logging.getLogger().level == 0:
+        logging.getLogger().setLevel(logging.INFO)
+    return handler
+
+
+def prepare(
+    key: str,
+    overrides: Iterable[str] = (),
+    *,
+    root: str | os.PathLike | None = None,
+    name: str | None = None,
+    fresh: bool = False,
+    branch: str | None = None,
+    registries: Registries | None = None,
+) -> PreparedRun:
+    """Resolve a run: a new one, the same name again (resume), ``fresh`` or a ``branch``."""
+    registries = registries or default_registries()
+    spec = job_spec(key, registries)
+    root = str(root or default_root())
+    name = check_run_name(name or default_run_name(key))
+    run_dir = RunDir(root, name)
+    overrides = list(overrides)
+    if branch is not None:
+        if run_dir.exists():
+            raise JobError(f"run {name!r} already exists under {root}; branch into a new name")
+        parent_name = branch.split("@", 1)[0]
+        parent = RunDir(root, check_run_name(parent_name))
+        parent_record = parent.read_record()
+        if parent_record.get("key") != key:
+            raise JobError(
+                f"cannot branch job {key} from run {parent_name!r} of job {parent_record.get('key')}"
+            )
+        base = yaml.safe_load(parent.config_path.read_text())
+        tree = config_for(spec, registries, overrides, base)
+        return PreparedRun(spec, tree, root, name, registries, parent=branch)
+    if run_dir.exists() and fresh:
+        shutil.rmtree(run_dir.path)
+    if run_dir.exists():
+        record = run_dir.read_record()
+        if record.get("key") != key:
+            raise JobError(
+                f"run {name!r} under {root} belongs to job {record.get('key')}, not {key}; "
+                "choose another --name"
+            )
+        base = yaml.safe_load(run_dir.config_path.read_text()) if run_dir.config_path.exists() else None
+        tree = config_for(spec, registries, overrides, base)
+        log.info("resuming run %s (%s)", name, run_dir.path)
+        return PreparedRun(spec, tree, root, name, registries, parent=record.get("parent"))
+    tree = config_for(spec, registries, overrides)
+    return PreparedRun(spec, tree, root, name, registries)
+
+
+def run_prerequisite(prerequisite: Any, root: str, registries: Registries) -> None:
+    run_dir = RunDir(root, prerequisite.name)
+    if run_dir.exists() and run_dir.read_record().get("status") == "finished":
+        log.info("prerequisite %s (run %s) already finished", prerequisite.key, prerequisite.name)
+        return
+    log.info("running prerequisite %s as run %s", prerequisite.key, prerequisite.name)
+    prepare(
+        prerequisite.key,
+        prerequisite.overrides,
+        root=root,
+        name=prerequisite.name,
+        registries=registries,
+    )()
+
+
+def run(key: str, overrides: Iterable[str] = (), **kwargs: Any) -> Any:
+    """Prepare and run a job in one call."""
+    return prepare(key, overrides, **kwargs)()

@@ -1,0 +1,1 @@
+"""The trainer: loop, state, checkpoints, metrics. Imports JAX only in its submodules."""
