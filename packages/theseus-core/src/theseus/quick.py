@@ -1,11 +1,11 @@
 """The quick API: build a job by key, adjust its typed config, create it, call it.
 
-    from theseus.quick import quick
-    with quick("/runs") as q:
-        q.build("gpt/train/pretrain", "my-training-job")
-        q.config.training.per_device_batch_size = 8
-        job = q.create()
-        job()
+from theseus.quick import quick
+with quick("/runs") as q:
+    q.build("gpt/train/pretrain", "my-training-job")
+    q.config.training.per_device_batch_size = 8
+    job = q.create()
+    job()
 """
 
 from __future__ import annotations

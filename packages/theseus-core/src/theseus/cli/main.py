@@ -12,7 +12,6 @@ import traceback
 from typing import Annotated
 
 import typer
-
 from theseus.core.errors import TheseusError
 
 app = typer.Typer(
@@ -94,7 +93,9 @@ def run(
     job: Annotated[str, typer.Argument(help="job key, e.g. gpt/train/pretrain")],
     overrides: Overrides = None,
     root: RootOption = None,
-    name: Annotated[str | None, typer.Option("--name", help="run name (default: from the key)")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="run name (default: from the key)")
+    ] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="start over instead of resuming")] = False,
     branch: Annotated[
         str | None, typer.Option("--branch", help="start a new run from RUN[@STEP]")
@@ -106,9 +107,7 @@ def run(
     """Run a job (its missing prerequisites first) in a run directory under the root."""
     from theseus.core.runner import prepare
 
-    prepared = prepare(
-        job, overrides or [], root=root, name=name, fresh=fresh, branch=branch
-    )
+    prepared = prepare(job, overrides or [], root=root, name=name, fresh=fresh, branch=branch)
     if dry_run:
         prepared.tree.validate()
         job_class = prepared.spec.load()
@@ -143,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s" if verbose else "%(message)s",
     )
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
     try:
         _add_plugin_commands()
         app(args=args, prog_name="theseus", standalone_mode=False)
@@ -153,13 +153,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(error.exit_code)
     except typer.Exit as done:
         sys.exit(done.exit_code)
-    except Exception as error:  # click usage errors and the like
-        import click
-
-        if isinstance(error, click.exceptions.ClickException):
+    except Exception as error:  # usage errors of Typer's (vendored) click
+        if hasattr(error, "show") and hasattr(error, "exit_code"):
             error.show()
             sys.exit(error.exit_code)
-        if isinstance(error, click.exceptions.Abort):
+        if type(error).__name__ == "Abort":
             sys.exit(130)
         raise
 

@@ -18,11 +18,15 @@ SCHED = "theseus.core.optim.schedules"
 
 @hookimpl
 def theseus_register_optimizers(register):
-    register(Component("adamw", oc.AdamWConfig, f"{OPTIM}:adamw", "AdamW with decoupled weight decay"))
+    register(
+        Component("adamw", oc.AdamWConfig, f"{OPTIM}:adamw", "AdamW with decoupled weight decay")
+    )
     register(Component("lion", oc.LionConfig, f"{OPTIM}:lion", "Lion (sign momentum)"))
     register(Component("sgd", oc.SGDConfig, f"{OPTIM}:sgd", "SGD with (Nesterov) momentum"))
     register(Component("adafactor", oc.AdafactorConfig, f"{OPTIM}:adafactor", "Adafactor"))
-    register(Component("muon", oc.MuonConfig, f"{OPTIM}:muon", "Muon for matrices, AdamW for the rest"))
+    register(
+        Component("muon", oc.MuonConfig, f"{OPTIM}:muon", "Muon for matrices, AdamW for the rest")
+    )
 
 
 @hookimpl

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
-
 from theseus.core.errors import PluginError
 
 

@@ -17,7 +17,6 @@ from typing import Any
 import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf import errors as oc_errors
-
 from theseus.core.components import Choice, JobSpec, option
 from theseus.core.errors import ConfigError, ConfigKeyError, ConfigTypeError, MissingConfigError
 
@@ -80,6 +79,18 @@ def _type_name(tp: Any) -> str:
     if tp is type(None):
         return "None"
     return getattr(tp, "__name__", str(tp))
+
+
+def closest_name(typed: str, names: list[str]) -> str | None:
+    """The name the user most likely meant: an abbreviation (``lr``), a prefix, or a typo."""
+    for name in names:
+        if "".join(word[:1] for word in name.split("_")) == typed and "_" in name:
+            return name
+    prefixed = [n for n in names if n.startswith(typed)]
+    if typed and len(prefixed) == 1:
+        return prefixed[0]
+    matches = get_close_matches(typed, names, n=1, cutoff=0.6)
+    return matches[0] if matches else None
 
 
 class ConfigTree:
@@ -169,25 +180,30 @@ class ConfigTree:
         parts = key.split(".")
         node: Any = self.node
         for depth, part in enumerate(parts[:-1]):
-            if not isinstance(node, DictConfig) or part not in node:
+            if not isinstance(node, DictConfig) or not _has(node, part):
                 prefix = ".".join(parts[:depth])
-                raise ConfigKeyError(self._unknown_message(key, node, part, prefix))
+                rest = ".".join(parts[depth + 1 :])
+                raise ConfigKeyError(self._unknown_message(key, node, part, prefix, rest))
             node = node[part]
         if not isinstance(node, DictConfig):
             raise ConfigKeyError(f"config key {key!r}: {'.'.join(parts[:-1])} is not a group")
-        if parts[-1] not in node:
+        if not _has(node, parts[-1]):
             raise ConfigKeyError(self._unknown_message(key, node, parts[-1]))
         return node, parts[-1]
 
-    def _unknown_message(self, key: str, node: Any, part: str, prefix: str | None = None) -> str:
-        candidates = list(self.keys())
-        close = get_close_matches(key, candidates, n=1, cutoff=0.5)
-        if not close and isinstance(node, DictConfig):
-            local = get_close_matches(part, [str(k) for k in node.keys()], n=1)
-            if local:
-                base = key.rsplit(".", 1)[0] if prefix is None else prefix
-                close = [f"{base}.{local[0]}" if base else local[0]]
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+    def _unknown_message(
+        self, key: str, node: Any, part: str, prefix: str | None = None, rest: str = ""
+    ) -> str:
+        base = key.rsplit(".", 1)[0] if prefix is None else prefix
+        siblings = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+        close = closest_name(part, siblings)
+        if close is not None:
+            suggestion = f"{base}.{close}" if base else close
+            suggestion = f"{suggestion}.{rest}" if rest else suggestion
+        else:
+            matches = get_close_matches(key, list(self.keys()), n=1, cutoff=0.6)
+            suggestion = matches[0] if matches else None
+        hint = f"; did you mean {suggestion!r}?" if suggestion else ""
         return f"unknown config key {key!r} for job {self.spec.key}{hint}"
 
     def _type_message(self, key: str, parent: DictConfig, leaf: str, value: Any) -> str:
@@ -273,6 +289,11 @@ class ConfigTree:
             comment = f"# {row['type']}" + (f": {row['help']}" if row["help"] else "")
             lines.append("  " * (len(parts) - 1) + f"{parts[-1]}: {shown}  {comment}")
         return "\n".join(lines) + "\n"
+
+
+def _has(node: DictConfig, key: str) -> bool:
+    """Whether ``key`` exists in ``node``, also when its value is still missing (``???``)."""
+    return key in node.keys()
 
 
 def _walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig
-
 from theseus.core.errors import JobError
 from theseus.core.rundir import RunDir
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
-
 from theseus.core import hookspecs
 from theseus.core.components import Component, JobSpec
 from theseus.core.errors import PluginError, TheseusError
@@ -142,7 +141,10 @@ def _discover() -> list[tuple[PluginInfo, Any]]:
         except Exception as error:  # a broken plugin must not take the others down
             info.error = _last_line(error)
             log.warning(
-                "plugin %r (package %s) failed to load: %s", info.name, info.distribution, info.error
+                "plugin %r (package %s) failed to load: %s",
+                info.name,
+                info.distribution,
+                info.error,
             )
             found.append((info, None))
             continue

@@ -1,10 +1,10 @@
 """The run directory: one folder per run under ``<root>/runs/``, readable with ``ls``.
 
-    <root>/runs/<name>/config.yaml     the resolved config
-    <root>/runs/<name>/job.json        job key, status, package versions, revision, parent
-    <root>/runs/<name>/logs/run.log    the job's log
-    <root>/runs/<name>/metrics.jsonl   metrics, one JSON object per line
-    <root>/runs/<name>/checkpoints/    Orbax checkpoints
+<root>/runs/<name>/config.yaml     the resolved config
+<root>/runs/<name>/job.json        job key, status, package versions, revision, parent
+<root>/runs/<name>/logs/run.log    the job's log
+<root>/runs/<name>/metrics.jsonl   metrics, one JSON object per line
+<root>/runs/<name>/checkpoints/    Orbax checkpoints
 """
 
 from __future__ import annotations

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from theseus.core.components import Choice, JobSpec
 from theseus.core.config import ConfigTree, parse_overrides
 from theseus.core.errors import JobError, PreemptedError, TheseusError
 from theseus.core.jobs import JobContext, check_job_key, check_run_name, default_run_name
-from theseus.core.plugins import Registries, registries as default_registries
+from theseus.core.plugins import Registries
+from theseus.core.plugins import registries as default_registries
 from theseus.core.rundir import RunDir, now
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,9 @@ class PreparedRun:
         name: str,
         registries: Registries,
         parent: str | None = None,
+        fresh: bool = False,
     ) -> None:
+        self.fresh = fresh
         self.spec = spec
         self.tree = tree
         self.root = root
@@ -87,6 +89,9 @@ class PreparedRun:
         job_class = self.spec.load()
         for prerequisite in job_class.prerequisites(self.tree.node, self.root):
             run_prerequisite(prerequisite, self.root, self.registries)
+        if self.fresh and self.run_dir.path.exists():
+            shutil.rmtree(self.run_dir.path)
+            self.fresh = False
         record = self.run_dir.create(self.spec.key, self.tree.to_yaml(), self.parent)
         self.run_dir.update_record(
             status="running", started=now(), attempts=record["attempts"] + 1, error=None
@@ -153,21 +158,23 @@ def prepare(
         base = yaml.safe_load(parent.config_path.read_text())
         tree = config_for(spec, registries, overrides, base)
         return PreparedRun(spec, tree, root, name, registries, parent=branch)
-    if run_dir.exists() and fresh:
-        shutil.rmtree(run_dir.path)
-    if run_dir.exists():
+    if run_dir.exists() and not fresh:
         record = run_dir.read_record()
         if record.get("key") != key:
             raise JobError(
                 f"run {name!r} under {root} belongs to job {record.get('key')}, not {key}; "
                 "choose another --name"
             )
-        base = yaml.safe_load(run_dir.config_path.read_text()) if run_dir.config_path.exists() else None
+        base = (
+            yaml.safe_load(run_dir.config_path.read_text())
+            if run_dir.config_path.exists()
+            else None
+        )
         tree = config_for(spec, registries, overrides, base)
         log.info("resuming run %s (%s)", name, run_dir.path)
         return PreparedRun(spec, tree, root, name, registries, parent=record.get("parent"))
     tree = config_for(spec, registries, overrides)
-    return PreparedRun(spec, tree, root, name, registries)
+    return PreparedRun(spec, tree, root, name, registries, fresh=fresh)
 
 
 def run_prerequisite(prerequisite: Any, root: str, registries: Registries) -> None:

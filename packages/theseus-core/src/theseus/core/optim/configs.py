@@ -10,7 +10,9 @@ from theseus.core.components import option
 @dataclass
 class OptimizerBase:
     learning_rate: float = option(3e-4, "peak learning rate (the schedule scales it)")
-    weight_decay: float = option(0.0, "decoupled weight decay; norms, biases and embeddings' gains excluded")
+    weight_decay: float = option(
+        0.0, "decoupled weight decay; norms, biases and embeddings' gains excluded"
+    )
     grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables")
 
 
@@ -49,7 +51,9 @@ class MuonConfig(OptimizerBase):
     learning_rate: float = option(0.02, "peak learning rate for the orthogonalized updates")
     beta: float = option(0.95, "momentum decay")
     ns_steps: int = option(5, "Newton-Schulz iterations")
-    adam_learning_rate: float = option(3e-4, "learning rate of the AdamW used for non-matrix params")
+    adam_learning_rate: float = option(
+        3e-4, "learning rate of the AdamW used for non-matrix params"
+    )
 
 
 @dataclass

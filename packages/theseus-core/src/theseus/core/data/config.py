@@ -1,0 +1,37 @@
+"""The trainer's ``data`` config group (no JAX, no tokenizers: cheap to import)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from theseus.core.components import option
+
+DEFAULT_DATASET = "python-stdlib"
+
+
+@dataclass
+class DataConfig:
+    dataset: str = option(DEFAULT_DATASET, "registered dataset to train on (tokenized on demand)")
+    tokenizer: str = option("bpe", "registered tokenizer kind: bpe, byte, tiktoken, hf, ...")
+    vocab_size: int = option(8192, "vocabulary size of trained tokenizers (bpe)")
+    tokenizer_options: dict[str, Any] = option(
+        help="extra tokenizer options, e.g. {path: tok.json} for hf, {encoding: cl100k_base}",
+        factory=dict,
+    )
+    files: str = option("", "comma-separated globs of local files, for datasets that read files")
+    max_documents: int = option(0, "use at most this many documents (0: all)")
+    dataset_options: dict[str, Any] = option(
+        help="extra options of the dataset, passed as data.<key>=<value> to its tokenize job",
+        factory=dict,
+    )
+    suffix: str = option("", "output directory suffix: <root>/data/<dataset>-<suffix>")
+    mixture: dict[str, float] = option(
+        help="weighted mixture {dataset: weight}; empty means the single `dataset`",
+        factory=dict,
+    )
+    validation_fraction: float = option(0.01, "fraction of documents held out for validation")
+    num_workers: int = option(0, "tokenization worker processes (0: all cores)")
+    document_masking: bool = option(True, "restart positions and mask attention per document")
+    padding_side: str = option("right", "padded layout: pad on the 'left' or 'right'")
+    prefetch: int = option(4, "batches prepared ahead in background threads")

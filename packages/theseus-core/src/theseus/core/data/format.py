@@ -1,0 +1,68 @@
+"""The on-disk format of a tokenized dataset under ``<root>/data/<name>/``.
+
+    settings.json                 what was asked for (written first; marks the directory)
+    tokenizer/                    the tokenizer used (tokenizer_config.json + its files)
+    train-00000.bin               tokens, uint16 when the vocabulary fits, else uint32
+    train-00000.docs.npy          int64 start offset of each document in the shard
+    train-00000.mask.bin          uint8 loss mask per token (chat data only)
+    validation-00000.bin ...      the same for the fixed validation split
+    metadata.json                 written last: counts, per-file checksums, format version
+
+A directory without ``metadata.json`` is incomplete and is refused by readers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+METADATA = "metadata.json"
+SETTINGS = "settings.json"
+TOKENIZER_DIR = "tokenizer"
+SPLITS = ("train", "validation")
+
+
+def dataset_dir(root: str | os.PathLike, name: str, suffix: str = "") -> Path:
+    return Path(root) / "data" / (f"{name}-{suffix}" if suffix else name)
+
+
+def token_dtype(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= 2**16 else "uint32"
+
+
+def shard_name(split: str, index: int) -> str:
+    return f"{split}-{index:05d}"
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as handle:
+        handle.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def describe_settings(settings: dict[str, Any]) -> str:
+    """A short one-line rendering of settings for error messages."""
+    tok = settings.get("tokenizer", {})
+    tok_text = ",".join(f"{k}={v}" for k, v in sorted(tok.items()))
+    rest = {k: v for k, v in sorted(settings.items()) if k != "tokenizer"}
+    return f"tokenizer({tok_text}) " + " ".join(f"{k}={v}" for k, v in rest.items())

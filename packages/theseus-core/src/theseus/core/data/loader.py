@@ -1,0 +1,121 @@
+"""TrainingData: the batches a trainer consumes, a pure function of (seed, step)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import grain
+import numpy as np
+from theseus.core.data.errors import DataError
+from theseus.core.data.reader import TokenizedDataset
+from theseus.core.data.rows import PackedSource, PaddedSource, packed_batch, padded_batch
+from theseus.core.data.sampling import RowSampler, host_rows
+
+LAYOUTS = ("packed", "padded")
+_ENDLESS = 2**62
+
+
+class TrainingData:
+    """Batches of one or more tokenized datasets (a weighted mixture when several).
+
+    ``batch(step)`` is this process's contiguous slice of the global batch at ``step``;
+    the slices of all processes concatenate to the same global batch whatever their count.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[TokenizedDataset],
+        weights: Sequence[float],
+        *,
+        seq_len: int,
+        global_batch_size: int,
+        seed: int,
+        layout: str = "packed",
+        process_index: int = 0,
+        process_count: int = 1,
+        document_masking: bool = True,
+        padding_side: str = "right",
+        prefetch: int = 4,
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise DataError(f"data layout {layout!r} is unknown; expected one of {LAYOUTS}")
+        if padding_side not in ("left", "right"):
+            raise DataError(f"data.padding_side is {padding_side!r}; expected 'left' or 'right'")
+        if global_batch_size % process_count:
+            raise DataError(
+                f"global batch size {global_batch_size} is not divisible by the "
+                f"{process_count} processes"
+            )
+        if not 0 <= process_index < process_count:
+            raise DataError(f"process index {process_index} is not in [0, {process_count})")
+        self.datasets = list(datasets)
+        self.weights = list(weights)
+        self.seq_len = seq_len
+        self.global_batch_size = global_batch_size
+        self.seed = seed
+        self.layout = layout
+        self.process_index = process_index
+        self.process_count = process_count
+        self.document_masking = document_masking
+        self.padding_side = padding_side
+        self.prefetch = prefetch
+        first = self.datasets[0]
+        self.vocab_size = first.vocab_size
+        self.eos_id = first.eos_id
+        self.pad_id = first.pad_id
+        self.tokenizer_dir: Path = first.tokenizer_dir
+        self._train = self._sources("train")
+        self._validation = self._sources("validation")
+        self._train_sampler = RowSampler([len(s) for s in self._train], self.weights, seed)
+        self._validation_sampler = RowSampler(
+            [len(s) for s in self._validation], self.weights, seed, shuffle=False
+        )
+
+    def _sources(self, split: str) -> list[PackedSource | PaddedSource]:
+        kind = PackedSource if self.layout == "packed" else PaddedSource
+        sources = [kind(d.splits[split], self.seq_len) for d in self.datasets]
+        for dataset, source in zip(self.datasets, sources, strict=True):
+            if len(source) == 0:
+                tokens = sum(s.num_tokens for s in dataset.splits[split])
+                raise DataError(
+                    f"the {split} split of {dataset.path} has {tokens} tokens: not one row of "
+                    f"seq_len {self.seq_len} + 1 fits; use more documents or a shorter sequence"
+                )
+        return sources
+
+    @property
+    def local_batch_size(self) -> int:
+        return self.global_batch_size // self.process_count
+
+    # ------------------------------------------------------------------ batches
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """This process's slice of the global batch at ``step``."""
+        rows = host_rows(step, self.global_batch_size, self.process_index, self.process_count)
+        return self._build(self._train, self._train_sampler(rows))
+
+    def iterator(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """``batch(start_step), batch(start_step + 1), ...`` prepared in background threads."""
+        steps = grain.MapDataset.range(start_step, _ENDLESS).map(self.batch)
+        options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=max(1, self.prefetch))
+        return iter(steps.to_iter_dataset(options))
+
+    def validation_batches(self, num_batches: int) -> list[dict[str, np.ndarray]]:
+        """A fixed validation stream (unshuffled): the same batches on every call."""
+        out = []
+        for index in range(num_batches):
+            rows = host_rows(index, self.global_batch_size, self.process_index, self.process_count)
+            out.append(self._build(self._validation, self._validation_sampler(rows)))
+        return out
+
+    def _build(self, sources, picks: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+        if self.layout == "padded":
+            examples = [sources[s].document(i) for s, i in picks]
+            return padded_batch(examples, self.seq_len, self.pad_id, self.padding_side)
+        width = self.seq_len + 1
+        tokens = np.empty((len(picks), width), np.int32)
+        starts = np.empty((len(picks), width), np.bool_)
+        mask = np.empty((len(picks), width), np.uint8)
+        for row, (s, i) in enumerate(picks):
+            sources[s].fill(i, tokens[row], starts[row], mask[row])
+        return packed_batch(tokens, starts, mask, self.document_masking)

@@ -1,0 +1,62 @@
+"""The example plugin's hooks: what a third-party package registers, and nothing more.
+
+Everything heavy (JAX, Optax) lives in the modules named by the ``target`` strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import Choice, Component, JobSpec, option
+from theseus.core.hookspecs import hookimpl
+from theseus.core.optim.configs import OptimizerBase, ScheduleBase
+
+
+@dataclass
+class SignumConfig(OptimizerBase):
+    learning_rate: float = option(0.01, "step size of each signed update")
+    momentum: float = option(0.9, "momentum applied before taking the sign")
+
+
+@dataclass
+class StepDecayConfig(ScheduleBase):
+    every: int = option(100, "multiply the rate by `factor` every this many steps")
+    factor: float = option(0.5, "decay factor")
+
+
+@dataclass
+class FitLineConfig:
+    slope: float = option(3.0, "slope of the line the data is drawn from")
+    intercept: float = option(-1.0, "intercept of the line")
+    noise: float = option(0.1, "standard deviation of the noise")
+    points: int = option(256, "number of data points")
+    steps: int = option(300, "optimizer steps")
+    seed: int = option(0, "random seed for the data")
+
+
+@hookimpl
+def theseus_register_optimizers(register):
+    register(Component("signum", SignumConfig, "theseus_example.optim:signum", "sign of momentum"))
+
+
+@hookimpl
+def theseus_register_schedules(register):
+    register(
+        Component("step-decay", StepDecayConfig, "theseus_example.optim:step_decay", "staircase")
+    )
+
+
+@hookimpl
+def theseus_register_jobs(register, registries):
+    register(
+        JobSpec(
+            key="example/fit-line",
+            target="theseus_example.fit_line:FitLine",
+            description="fit a noisy line with any registered optimizer (plugin example)",
+            groups={
+                "task": FitLineConfig,
+                "optimizer": Choice("optimizers", "signum"),
+                "schedule": Choice("schedules", "step-decay"),
+            },
+        )
+    )
