@@ -45,27 +45,32 @@ def tokenize_overrides(data: Any, name: str, primary: str, root: str | os.PathLi
     if name != primary and tokenizer in TRAINED_TOKENIZERS:
         # A mixture shares one vocabulary: the one trained on the first dataset.
         shared = fmt.dataset_dir(root, primary, data.suffix) / fmt.TOKENIZER_DIR / "tokenizer.json"
-        out += ["tokenizer.name=hf", f"tokenizer.path={json.dumps(str(shared))}"]
+        out += ["tokenizer.name=hf", f"tokenizer.path={shared}"]
     else:
         out.append(f"tokenizer.name={tokenizer}")
         tokenizer_fields = _fields(regs.tokenizers, tokenizer)
         if "vocab_size" in tokenizer_fields:
             out.append(f"tokenizer.vocab_size={int(data.vocab_size)}")
         for key, value in dict(data.tokenizer_options or {}).items():
-            out.append(f"tokenizer.{key}={json.dumps(value)}")
+            out.append(f"tokenizer.{key}={_value(value)}")
     if name == primary:
         if data.files and "files" in dataset_fields:
-            out.append(f"data.files={json.dumps(str(data.files))}")
+            out.append(f"data.files={data.files}")
         if data.max_documents and "max_documents" in dataset_fields:
             out.append(f"data.max_documents={int(data.max_documents)}")
         for key, value in dict(data.dataset_options or {}).items():
-            out.append(f"data.{key}={json.dumps(value)}")
+            out.append(f"data.{key}={_value(value)}")
     out.append(f"data.validation_fraction={float(data.validation_fraction)}")
     if data.suffix:
-        out.append(f"data.suffix={json.dumps(str(data.suffix))}")
+        out.append(f"data.suffix={data.suffix}")
     if data.num_workers:
         out.append(f"data.num_workers={int(data.num_workers)}")
     return out
+
+
+def _value(value: Any) -> str:
+    """An override value as the CLI parses it (strings raw, the rest as YAML flow)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _run_name(name: str, suffix: str, overrides: list[str]) -> str:

@@ -66,11 +66,8 @@ class TrainingData:
         self.pad_id = first.pad_id
         self.tokenizer_dir: Path = first.tokenizer_dir
         self._train = self._sources("train")
-        self._validation = self._sources("validation")
         self._train_sampler = RowSampler([len(s) for s in self._train], self.weights, seed)
-        self._validation_sampler = RowSampler(
-            [len(s) for s in self._validation], self.weights, seed, shuffle=False
-        )
+        self._validation: list | None = None  # opened on first use
 
     def _sources(self, split: str) -> list[PackedSource | PaddedSource]:
         kind = PackedSource if self.layout == "packed" else PaddedSource
@@ -95,13 +92,21 @@ class TrainingData:
         return self._build(self._train, self._train_sampler(rows))
 
     def iterator(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        """``batch(start_step), batch(start_step + 1), ...`` prepared in background threads."""
+        """``batch(start_step), batch(start_step + 1), ...`` prepared ahead by a background
+        thread (``data.prefetch`` batches)."""
         steps = grain.MapDataset.range(start_step, _ENDLESS).map(self.batch)
-        options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=max(1, self.prefetch))
-        return iter(steps.to_iter_dataset(options))
+        inline = steps.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+        prefetched = grain.experimental.ThreadPrefetchIterDataset(
+            inline, prefetch_buffer_size=max(1, self.prefetch)
+        )
+        return iter(prefetched)
 
     def validation_batches(self, num_batches: int) -> list[dict[str, np.ndarray]]:
         """A fixed validation stream (unshuffled): the same batches on every call."""
+        if self._validation is None:
+            self._validation = self._sources("validation")
+            lengths = [len(s) for s in self._validation]
+            self._validation_sampler = RowSampler(lengths, self.weights, self.seed, shuffle=False)
         out = []
         for index in range(num_batches):
             rows = host_rows(index, self.global_batch_size, self.process_index, self.process_count)
@@ -114,8 +119,15 @@ class TrainingData:
             return padded_batch(examples, self.seq_len, self.pad_id, self.padding_side)
         width = self.seq_len + 1
         tokens = np.empty((len(picks), width), np.int32)
-        starts = np.empty((len(picks), width), np.bool_)
-        mask = np.empty((len(picks), width), np.uint8)
-        for row, (s, i) in enumerate(picks):
-            sources[s].fill(i, tokens[row], starts[row], mask[row])
-        return packed_batch(tokens, starts, mask, self.document_masking)
+        with_mask = any(d.has_mask for d in self.datasets)
+        mask = np.empty((len(picks), width), np.uint8) if with_mask else None
+        source_of = np.array([s for s, _ in picks], np.int64)
+        items = np.array([i for _, i in picks], np.int64)
+        found = [
+            sources[int(s)].gather(items[rows], rows, tokens, mask)
+            for s in np.unique(source_of)
+            for rows in [np.flatnonzero(source_of == s)]
+        ]
+        boundary_rows = np.concatenate([r for r, _ in found])
+        boundary_offsets = np.concatenate([o for _, o in found])
+        return packed_batch(tokens, boundary_rows, boundary_offsets, mask, self.document_masking)

@@ -125,4 +125,5 @@ class TokenizedDataset:
 def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
     if path.stat().st_size == 0:
         return np.zeros((0,), dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r")
+    # A plain ndarray view of the map: slicing it skips np.memmap's per-slice overhead.
+    return np.memmap(path, dtype=dtype, mode="r").view(np.ndarray)

@@ -25,22 +25,31 @@ class PackedSource:
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
-    def fill(self, window: int, tokens: np.ndarray, starts: np.ndarray, mask: np.ndarray) -> None:
-        """Write window ``window`` into one row of ``tokens``/``starts``/``mask`` (T+1 each)."""
+    def gather(
+        self, windows: np.ndarray, rows: np.ndarray, tokens: np.ndarray, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Copy windows into ``tokens[rows]`` (and ``mask[rows]``); return the document
+        starts inside them as (row, offset) arrays, offsets in ``1..seq_len``."""
         t = self.seq_len
-        shard_index = int(np.searchsorted(self.offsets, window, side="right")) - 1
-        shard = self.shards[shard_index]
-        begin = (window - int(self.offsets[shard_index])) * t
-        tokens[:] = shard.tokens[begin : begin + t + 1]
-        docs = shard.doc_starts
-        lo = int(np.searchsorted(docs, begin, side="right"))
-        hi = int(np.searchsorted(docs, begin + t, side="right"))
-        starts[:] = False
-        starts[docs[lo:hi] - begin] = True
-        if shard.mask is not None:
-            mask[:] = shard.mask[begin : begin + t + 1]
-        else:
-            mask[:] = 1
+        shard_of = np.searchsorted(self.offsets, windows, side="right") - 1
+        begins = (windows - self.offsets[shard_of]) * t
+        found_rows, found_offsets = [], []
+        for shard_index in np.unique(shard_of):
+            shard = self.shards[int(shard_index)]
+            pick = np.flatnonzero(shard_of == shard_index)
+            for i in pick.tolist():
+                begin, row = int(begins[i]), int(rows[i])
+                tokens[row] = shard.tokens[begin : begin + t + 1]
+                if mask is not None:
+                    mask[row] = 1 if shard.mask is None else shard.mask[begin : begin + t + 1]
+            lo = shard.doc_starts.searchsorted(begins[pick], side="right")
+            counts = shard.doc_starts.searchsorted(begins[pick] + t, side="right") - lo
+            total = int(counts.sum())
+            first = np.cumsum(counts) - counts
+            index = np.arange(total) - np.repeat(first - lo, counts)
+            found_offsets.append(shard.doc_starts[index] - np.repeat(begins[pick], counts))
+            found_rows.append(np.repeat(rows[pick], counts))
+        return np.concatenate(found_rows), np.concatenate(found_offsets)
 
 
 class PaddedSource:
@@ -65,29 +74,43 @@ class PaddedSource:
 
 
 def packed_batch(
-    tokens: np.ndarray, starts: np.ndarray, mask: np.ndarray, document_masking: bool
+    tokens: np.ndarray,
+    boundary_rows: np.ndarray,
+    boundary_offsets: np.ndarray,
+    mask: np.ndarray | None,
+    document_masking: bool,
 ) -> dict[str, np.ndarray]:
-    """Batch arrays from packed rows: ``tokens``/``starts``/``mask`` are [B, T+1]."""
+    """Batch arrays from packed rows: ``tokens`` [B, T+1]; documents start at
+    ``(boundary_rows[k], boundary_offsets[k])`` (offsets in ``1..T``); ``mask`` [B, T+1] is
+    the stored loss mask of chat data.
+
+    Vectorized over the flattened batch: a *run* is a stretch of one document in one row;
+    segment ids and positions are two ``np.repeat`` over runs (no per-row loop, no scan).
+    """
     batch, width = tokens.shape
     t = width - 1
-    inputs = tokens[:, :-1]
-    targets = tokens[:, 1:]
-    loss_mask = mask[:, 1:].astype(np.float32)
-    if document_masking:
-        segments = np.cumsum(starts, axis=1, dtype=np.int32) + 1
-        segment_ids = segments[:, :-1]
-        loss_mask *= segments[:, 1:] == segment_ids
-        index = np.arange(t, dtype=np.int32)
-        last_start = np.maximum.accumulate(np.where(starts[:, :-1], index, 0), axis=1)
-        positions = index - last_start
-    else:
+    inputs = np.ascontiguousarray(tokens[:, :-1])
+    targets = np.ascontiguousarray(tokens[:, 1:])
+    loss_mask = np.ones((batch, t), np.float32) if mask is None else mask[:, 1:].astype(np.float32)
+    if not document_masking:
         segment_ids = np.ones((batch, t), np.int32)
         positions = np.broadcast_to(np.arange(t, dtype=np.int32), (batch, t)).copy()
+    else:
+        flat = boundary_rows * t + boundary_offsets  # flat index of each document start
+        inside = boundary_offsets < t
+        run_starts = np.sort(np.concatenate([np.arange(batch) * t, flat[inside]]))
+        lengths = np.diff(np.append(run_starts, batch * t))
+        row_first = np.searchsorted(run_starts, np.arange(batch) * t)
+        run_segment = np.arange(len(run_starts)) - row_first[run_starts // t] + 1
+        segment_ids = np.repeat(run_segment.astype(np.int32), lengths).reshape(batch, t)
+        starts = np.repeat(run_starts.astype(np.int32), lengths)
+        positions = (np.arange(batch * t, dtype=np.int32) - starts).reshape(batch, t)
+        loss_mask.reshape(-1)[flat - 1] = 0.0  # the target there starts another document
     return {
-        "inputs": np.ascontiguousarray(inputs, dtype=np.int32),
-        "targets": np.ascontiguousarray(targets, dtype=np.int32),
-        "positions": positions.astype(np.int32, copy=False),
-        "segment_ids": np.ascontiguousarray(segment_ids, dtype=np.int32),
+        "inputs": inputs,
+        "targets": targets,
+        "positions": positions,
+        "segment_ids": segment_ids,
         "loss_mask": loss_mask,
     }
 

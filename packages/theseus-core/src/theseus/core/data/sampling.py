@@ -1,10 +1,12 @@
 """Which item each global row reads: a pure function of (seed, row), built on Grain.
 
 Row ``r`` of step ``s`` is global row ``s * global_batch + r``. A single dataset reads
-window ``index_shuffle(r mod n)`` of a permutation reseeded every epoch -- the same
-function as ``grain.MapDataset.range(n).shuffle(seed)``, computed directly because it is
-on the hot path. A mixture uses ``grain.MapDataset.mix`` over such shuffled datasets, whose
-selection is closed-form in the row index. Nothing depends on iterator history.
+item ``perm_e[r mod n]`` where ``e = r // n`` and ``perm_e`` is a permutation drawn from
+(seed, e): a numpy permutation (vectorized, cached per epoch) up to 16M items, beyond
+that Grain's O(1)-memory ``index_shuffle`` (the function behind
+``grain.MapDataset.shuffle``). A mixture uses ``grain.MapDataset.mix`` over shuffled
+Grain datasets, whose selection is closed-form in the row index. Nothing depends on
+iterator history.
 """
 
 from __future__ import annotations
@@ -26,6 +28,37 @@ def shuffled_index(row: int, length: int, seed: int) -> int:
     return _index_shuffle(index, max_index=length - 1, seed=(seed + epoch) % 2**32, rounds=4)
 
 
+PERMUTATION_LIMIT = 1 << 24
+
+
+class EpochPermutations:
+    """``perm_e[i]`` for arrays of rows; the last two epochs' permutations are cached."""
+
+    def __init__(self, length: int, seed: int) -> None:
+        self.length = length
+        self.seed = seed
+        self._cache: dict[int, np.ndarray] = {}
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        perm = self._cache.get(epoch)
+        if perm is None:
+            rng = np.random.default_rng([self.seed % 2**63, epoch])
+            perm = rng.permutation(self.length).astype(np.int64)
+            self._cache = {e: p for e, p in self._cache.items() if e >= epoch - 1}
+            self._cache[epoch] = perm
+        return perm
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        epochs, index = np.divmod(rows, self.length)
+        if self.length > PERMUTATION_LIMIT:
+            return np.array([shuffled_index(int(r), self.length, self.seed) for r in rows])
+        out = np.empty_like(index)
+        for epoch in np.unique(epochs):
+            where = epochs == epoch
+            out[where] = self.permutation(int(epoch))[index[where]]
+        return out
+
+
 class RowSampler:
     """Maps global row indices to (source index, item index) pairs."""
 
@@ -38,6 +71,7 @@ class RowSampler:
         self.seed = seed
         self.shuffle = shuffle
         self._mix = None
+        self._single = EpochPermutations(self.lengths[0], seed)
         if len(lengths) > 1:
             parts = []
             for i, n in enumerate(lengths):
@@ -55,7 +89,7 @@ class RowSampler:
         n = self.lengths[0]
         if not self.shuffle:
             return [(0, int(r) % n) for r in rows]
-        return [(0, shuffled_index(int(r), n, self.seed)) for r in rows]
+        return [(0, i) for i in self._single(np.asarray(rows, np.int64)).tolist()]
 
 
 class _Tag:

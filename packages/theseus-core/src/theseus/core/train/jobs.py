@@ -2,8 +2,44 @@
 
 from __future__ import annotations
 
+from typing import Any
 
-def register_training_jobs(register, registries) -> None:
+from theseus.core.components import Choice, JobSpec
+from theseus.core.data.config import DataConfig
+from theseus.core.train import configs as tc
+
+
+def training_groups(model: str) -> dict[str, Any]:
+    return {
+        "training": tc.TrainingConfig,
+        "model": Choice("models", model, locked=True),
+        "data": DataConfig,
+        "optimizer": Choice("optimizers", "adamw"),
+        "schedule": Choice("schedules", "cosine"),
+        "checkpoint": tc.CheckpointConfig,
+        "logging": tc.LoggingConfig,
+        "eval": tc.EvalConfig,
+        "precision": tc.PrecisionConfig,
+        "init": tc.InitConfig,
+    }
+
+
+def register_training_jobs(register: Any, registries: Any) -> None:
     """Register ``<model>/train/pretrain`` and ``<model>/train/sft`` for each model."""
-    # Filled in by the training issue.
-    return None
+    for name, component in registries.models.items():
+        register(
+            JobSpec(
+                key=f"{name}/train/pretrain",
+                target="theseus.core.train.pretrain:PretrainJob",
+                description=f"pretrain {name} on packed tokens ({component.description})".strip(),
+                groups=training_groups(name),
+            )
+        )
+        register(
+            JobSpec(
+                key=f"{name}/train/sft",
+                target="theseus.core.train.pretrain:SFTJob",
+                description=f"fine-tune {name} on padded chat data with a loss mask",
+                groups=training_groups(name),
+            )
+        )

@@ -1,0 +1,53 @@
+"""Config schemas of the trainer's groups (cheap to import: no JAX)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+
+
+@dataclass
+class TrainingConfig:
+    seed: int = option(0, "the one seed; params, data and dropout streams are split from it")
+    total_steps: int = option(600, "optimizer steps to train for (ignored when total_tokens > 0)")
+    total_tokens: int = option(0, "train for this many tokens instead of total_steps (0: off)")
+    seq_len: int = option(256, "tokens per training sequence")
+    global_batch_size: int = option(16, "sequences per optimizer step, across all devices")
+    per_device_batch_size: int = option(
+        0, "sequences per device per micro-step (0: global batch / devices, no accumulation)"
+    )
+    skip_nonfinite: bool = option(False, "skip steps whose loss is not finite instead of stopping")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = option(200, "save a checkpoint every this many steps (and at the end)")
+    keep_last: int = option(3, "keep the last this many checkpoints")
+    keep_every: int = option(0, "also keep every checkpoint whose step is a multiple of this (0: off)")
+    asynchronous: bool = option(True, "write checkpoints in the background")
+
+
+@dataclass
+class LoggingConfig:
+    every: int = option(10, "record metrics every this many steps")
+    progress: bool = option(True, "show a progress bar when the output is a terminal")
+    loggers: list[str] = option(help="extra metric loggers by name (e.g. tensorboard, wandb)", factory=list)
+    peak_flops: float = option(0.0, "peak FLOP/s per device for MFU (0: chip table, or measure on CPU)")
+
+
+@dataclass
+class EvalConfig:
+    every: int = option(100, "validation loss every this many steps (0: only at the end)")
+    batches: int = option(4, "validation batches per evaluation (a fixed set)")
+
+
+@dataclass
+class PrecisionConfig:
+    compute_dtype: str = option("", "override the model's compute dtype ('' keeps the model's)")
+
+
+@dataclass
+class InitConfig:
+    checkpoint: str = option("", "start from RUN[@STEP] of another run (weights only)")
+    hf: str = option("", "start from Hugging Face weights in this directory")

@@ -1,0 +1,119 @@
+"""Metrics off the critical path: a background thread fetches values and writes JSON lines.
+
+The loop hands over device arrays; the thread turns them into floats (which waits for the
+step that produced them, not for the step now running) and appends to ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# Dense bf16 peak FLOP/s per chip, from the vendors' data sheets.
+PEAK_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L4": 121e12,
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v6 lite": 918e12,
+    "TPU v6e": 918e12,
+}
+
+
+def measure_matmul_peak(size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a jitted float32 square matmul on the default device (best of a few)."""
+    import jax.numpy as jnp
+
+    a = jnp.ones((size, size), jnp.float32)
+    matmul = jax.jit(lambda x, y: x @ y)
+    matmul(a, a).block_until_ready()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def device_peak_flops(configured: float = 0.0) -> tuple[float, str]:
+    """Peak FLOP/s of one device, and where the number came from."""
+    if configured > 0:
+        return configured, "config"
+    kind = jax.devices()[0].device_kind
+    for name, flops in PEAK_FLOPS.items():
+        if name.lower() in kind.lower():
+            return flops, f"table ({kind})"
+    return measure_matmul_peak(), f"measured f32 matmul ({kind})"
+
+
+class MetricsWriter:
+    """Appends one JSON object per record to ``path``; ``write`` never blocks the caller."""
+
+    def __init__(self, path: Path, enabled: bool = True, echo: bool = True) -> None:
+        self.path = path
+        self.enabled = enabled
+        self.echo = echo
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._drain, name="theseus-metrics", daemon=True)
+        self.error: BaseException | None = None
+        self.last: dict[str, Any] = {}
+        if enabled:
+            self.thread.start()
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.enabled:
+            self.queue.put(record)
+
+    def _drain(self) -> None:
+        with self.path.open("a") as out:
+            while True:
+                record = self.queue.get()
+                if record is None:
+                    return
+                try:
+                    plain = {k: _plain(v) for k, v in record.items()}
+                    out.write(json.dumps(plain) + "\n")
+                    out.flush()
+                    self.last = plain
+                    if self.echo:
+                        log.info(_format(plain))
+                except BaseException as error:  # surfaced by close()
+                    self.error = error
+
+    def close(self) -> None:
+        if self.enabled:
+            self.queue.put(None)
+            self.thread.join()
+        if self.error:
+            raise self.error
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)):
+        value = np.asarray(value).item()
+    return value
+
+
+def _format(record: dict[str, Any]) -> str:
+    parts = []
+    for key, value in record.items():
+        if isinstance(value, float):
+            parts.append(f"{key}={value:.4g}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)

@@ -1,0 +1,34 @@
+"""The training jobs: pretraining on packed tokens, SFT on padded chat rows."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from theseus.core.jobs import Job, Prerequisite
+
+log = logging.getLogger(__name__)
+
+
+class PretrainJob(Job):
+    layout = "packed"
+
+    @classmethod
+    def prerequisites(cls, config: Any, root: str) -> list[Prerequisite]:
+        from theseus.core.data.api import tokenize_prerequisites
+
+        return tokenize_prerequisites(config.data, root)
+
+    def __call__(self) -> dict[str, Any]:
+        from theseus.core.train.trainer import Trainer
+
+        trainer = Trainer(self.config, self.context, layout=self.layout)
+        summary = trainer.fit()
+        (self.run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        log.info("finished %s: %s", self.run.name, summary)
+        return summary
+
+
+class SFTJob(PretrainJob):
+    layout = "padded"

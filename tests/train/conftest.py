@@ -1,0 +1,98 @@
+"""Shared pieces of the training tests: a tiny GPT on a slice of the embedded corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TINY = [
+    "model.n_layers=2",
+    "model.d_model=64",
+    "model.n_heads=2",
+    "model.max_seq_len=64",
+    "training.seq_len=32",
+    "training.global_batch_size=4",
+    "data.max_documents=24",
+    "data.vocab_size=384",
+    "data.num_workers=1",
+    "eval.batches=2",
+    "logging.every=1",
+    "logging.progress=false",
+]
+
+
+def theseus_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "theseus.cli.main", *args]
+
+
+def run_cli(root: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        theseus_cmd(*args, "--root", str(root)), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def metrics(root: Path, name: str) -> list[dict]:
+    path = root / "runs" / name / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def train_losses(root: Path, name: str) -> dict[int, float]:
+    """Step -> loss; a resumed run's later record of a step replaces an earlier one."""
+    return {m["step"]: m["train/loss"] for m in metrics(root, name) if "train/loss" in m}
+
+
+def kill_after(root: Path, name: str, args: list[str], steps: int, sig: int = signal.SIGKILL) -> int:
+    """Start a run, send `sig` once `steps` steps are in its metrics, return its exit code."""
+    process = subprocess.Popen(
+        theseus_cmd(*args, "--root", str(root), "--name", name),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    path = root / "runs" / name / "metrics.jsonl"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"run ended before the signal: {process.stderr.read()[-2000:]}")
+        if path.exists() and len(train_losses(root, name)) >= steps:
+            break
+        time.sleep(0.05)
+    process.send_signal(sig)
+    process.wait(timeout=300)
+    return process.returncode
+
+
+def final_params(root: Path, name: str) -> dict[str, np.ndarray]:
+    """The parameters of a run's newest checkpoint, as numpy arrays keyed by path."""
+    import orbax.checkpoint as ocp
+
+    directory = root / "runs" / name / "checkpoints"
+    steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    checkpointer = ocp.PyTreeCheckpointer()
+    restored = checkpointer.restore(directory / str(steps[-1]) / "state")
+    flat = {}
+
+    def visit(prefix, node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                visit(f"{prefix}/{key}", value)
+        else:
+            flat[prefix] = np.asarray(node)
+
+    visit("", restored["params"])
+    return flat
+
+
+@pytest.fixture(scope="session")
+def shared_root(tmp_path_factory) -> Path:
+    """One root for the training tests, so the corpus is tokenized once."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    return tmp_path_factory.mktemp("train-root")
