@@ -221,6 +221,10 @@ class ConfigTree:
             schema = hints.get(part, fields[part].type)
         return schema
 
+    def is_mapping_field(self, key: str) -> bool:
+        """Whether ``key`` is a field typed as a dict (its keys are data, not schema)."""
+        return typing.get_origin(self._field_type(key)) is dict or self._field_type(key) is dict
+
     # ------------------------------------------------------------------ validation
     def missing_keys(self) -> list[str]:
         return sorted(OmegaConf.missing_keys(self.node))

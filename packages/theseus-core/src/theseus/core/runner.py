@@ -34,11 +34,12 @@ def job_spec(key: str, registries: Registries) -> JobSpec:
     return registries.jobs.get(key)
 
 
-def flatten(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(data, dict):
+def flatten(data: Any, prefix: str = "", tree: ConfigTree | None = None) -> list[tuple[str, Any]]:
+    """Dotted leaves of a nested dict; a field typed as a dict stays one leaf."""
+    if isinstance(data, dict) and not (prefix and tree is not None and tree.is_mapping_field(prefix)):
         items: list[tuple[str, Any]] = []
         for key, value in data.items():
-            items.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+            items.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key), tree))
         return items
     return [(prefix, data)]
 
@@ -49,7 +50,7 @@ def config_for(
     """The job's config tree: schema defaults, then ``base`` (a saved config), then overrides."""
     tree = ConfigTree(spec, registries)
     if base:
-        saved = [(k, v) for k, v in flatten(base) if v != "???"]
+        saved = [(k, v) for k, v in flatten(base, tree=tree) if v != "???"]
         choices = [(k, v) for k, v in saved if k.endswith(".name") and k.count(".") == 1]
         choices = [(k, v) for k, v in choices if isinstance(spec.groups.get(k[:-5]), Choice)]
         tree.apply(choices)

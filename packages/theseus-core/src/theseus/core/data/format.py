@@ -58,11 +58,3 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
 
 def read_json(path: str | os.PathLike) -> Any:
     return json.loads(Path(path).read_text())
-
-
-def describe_settings(settings: dict[str, Any]) -> str:
-    """A short one-line rendering of settings for error messages."""
-    tok = settings.get("tokenizer", {})
-    tok_text = ",".join(f"{k}={v}" for k, v in sorted(tok.items()))
-    rest = {k: v for k, v in sorted(settings.items()) if k != "tokenizer"}
-    return f"tokenizer({tok_text}) " + " ".join(f"{k}={v}" for k, v in rest.items())

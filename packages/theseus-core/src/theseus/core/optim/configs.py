@@ -18,6 +18,7 @@ class OptimizerBase:
 
 @dataclass
 class AdamWConfig(OptimizerBase):
+    learning_rate: float = option(6e-4, "peak learning rate (the schedule scales it)")
     weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded")
     b1: float = option(0.9, "Adam beta1")
     b2: float = option(0.95, "Adam beta2")

@@ -10,9 +10,9 @@ from theseus.core.components import option
 @dataclass
 class TrainingConfig:
     seed: int = option(0, "the one seed; params, data and dropout streams are split from it")
-    total_steps: int = option(600, "optimizer steps to train for (ignored when total_tokens > 0)")
+    total_steps: int = option(100, "optimizer steps to train for (ignored when total_tokens > 0)")
     total_tokens: int = option(0, "train for this many tokens instead of total_steps (0: off)")
-    seq_len: int = option(256, "tokens per training sequence")
+    seq_len: int = option(128, "tokens per training sequence")
     global_batch_size: int = option(16, "sequences per optimizer step, across all devices")
     per_device_batch_size: int = option(
         0, "sequences per device per micro-step (0: global batch / devices, no accumulation)"
@@ -22,7 +22,7 @@ class TrainingConfig:
 
 @dataclass
 class CheckpointConfig:
-    every: int = option(200, "save a checkpoint every this many steps (and at the end)")
+    every: int = option(50, "save a checkpoint every this many steps (and at the end)")
     keep_last: int = option(3, "keep the last this many checkpoints")
     keep_every: int = option(0, "also keep every checkpoint whose step is a multiple of this (0: off)")
     asynchronous: bool = option(True, "write checkpoints in the background")
@@ -38,7 +38,7 @@ class LoggingConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = option(100, "validation loss every this many steps (0: only at the end)")
+    every: int = option(25, "validation loss every this many steps (0: only at the end)")
     batches: int = option(4, "validation batches per evaluation (a fixed set)")
 
 
