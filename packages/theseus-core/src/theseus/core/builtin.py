@@ -6,8 +6,6 @@ third-party plugin.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from theseus.core.components import Component, JobSpec
 from theseus.core.hookspecs import hookimpl
 from theseus.core.optim import configs as oc
@@ -39,9 +37,14 @@ def theseus_register_schedules(register):
     )
 
 
-@dataclass
-class InfoConfig:
-    pass
+@hookimpl
+def theseus_register_commands(register):
+    from theseus.core.inspect import commands
+
+    register("runs", commands.runs)
+    register("show", commands.show)
+    register("plot", commands.plot)
+    register("inspect", commands.inspect)
 
 
 @hookimpl

@@ -1,5 +1,92 @@
-"""The theseus-data plugin: registers through the entry point group ``theseus``."""
+"""The theseus-data plugin: datasets, tokenizers and one ``data/tokenize/<name>`` job per
+registered dataset (third-party ones included). Cheap to import: configs only."""
 
 from __future__ import annotations
 
-from theseus.core.hookspecs import hookimpl  # noqa: F401
+from theseus.core.components import Choice, Component, JobSpec
+from theseus.core.hookspecs import hookimpl
+from theseus.data.datasets.chat import AdditionConfig, AlpacaConfig
+from theseus.data.datasets.fineweb import FinewebConfig
+from theseus.data.datasets.stdlib import StdlibConfig
+from theseus.data.datasets.text_files import TextFilesConfig
+from theseus.data.tokenize.options import job_schema
+from theseus.data.tokenizers.byte import ByteConfig
+from theseus.data.tokenizers.huggingface import BPEConfig, HFConfig
+from theseus.data.tokenizers.tiktoken_tokenizer import TiktokenConfig
+
+DS = "theseus.data.datasets"
+TOK = "theseus.data.tokenizers"
+
+
+@hookimpl
+def theseus_register_datasets(register):
+    register(
+        Component(
+            "python-stdlib",
+            StdlibConfig,
+            f"{DS}.stdlib:PythonStdlib",
+            "the installed Python standard library's source (~11 MB, no download)",
+        )
+    )
+    register(Component("fineweb", FinewebConfig, f"{DS}.fineweb:Fineweb", "HuggingFaceFW/fineweb"))
+    register(
+        Component(
+            "fineweb-edu", FinewebConfig, f"{DS}.fineweb:FinewebEdu", "HuggingFaceFW/fineweb-edu"
+        )
+    )
+    register(
+        Component(
+            "text-files",
+            TextFilesConfig,
+            f"{DS}.text_files:TextFiles",
+            "local .txt/.jsonl/.parquet files by glob",
+        )
+    )
+    register(
+        Component(
+            "alpaca", AlpacaConfig, f"{DS}.chat:Alpaca", "alpaca-style instruction jsonl (chat)"
+        )
+    )
+    register(
+        Component(
+            "addition", AdditionConfig, f"{DS}.chat:Addition", "synthetic a+b problems (chat)"
+        )
+    )
+
+
+@hookimpl
+def theseus_register_tokenizers(register):
+    register(
+        Component(
+            "bpe",
+            BPEConfig,
+            f"{TOK}.huggingface:BPETokenizer",
+            "byte-level BPE trained on the dataset",
+        )
+    )
+    register(Component("hf", HFConfig, f"{TOK}.huggingface:HFTokenizer", "a tokenizer.json"))
+    register(
+        Component(
+            "tiktoken",
+            TiktokenConfig,
+            f"{TOK}.tiktoken_tokenizer:TiktokenTokenizer",
+            "OpenAI tiktoken encodings (cl100k_base offline)",
+        )
+    )
+    register(Component("byte", ByteConfig, f"{TOK}.byte:ByteTokenizer", "256 bytes + specials"))
+
+
+@hookimpl
+def theseus_register_jobs(register, registries):
+    for name, component in registries.datasets.items():
+        register(
+            JobSpec(
+                key=f"data/tokenize/{name}",
+                target="theseus.data.tokenize.job:TokenizeJob",
+                description=f"tokenize {name} into <root>/data/{name}/ (parallel, resumable)",
+                groups={
+                    "data": job_schema(name, component.config),
+                    "tokenizer": Choice("tokenizers", default="bpe"),
+                },
+            )
+        )

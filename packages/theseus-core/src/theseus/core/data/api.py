@@ -143,5 +143,6 @@ def open_training_data(
         process_count=process_count,
         document_masking=bool(data.document_masking),
         padding_side=str(data.padding_side),
+        loss_on=str(data.loss_on),
         prefetch=int(data.prefetch),
     )

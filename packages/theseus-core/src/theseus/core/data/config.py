@@ -34,4 +34,5 @@ class DataConfig:
     num_workers: int = option(0, "tokenization worker processes (0: all cores)")
     document_masking: bool = option(True, "restart positions and mask attention per document")
     padding_side: str = option("right", "padded layout: pad on the 'left' or 'right'")
+    loss_on: str = option("assistant", "chat data: learn 'assistant' turns only, or 'all' tokens")
     prefetch: int = option(4, "batches prepared ahead in background threads")

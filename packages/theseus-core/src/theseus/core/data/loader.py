@@ -21,6 +21,13 @@ class TrainingData:
 
     ``batch(step)`` is this process's contiguous slice of the global batch at ``step``;
     the slices of all processes concatenate to the same global batch whatever their count.
+    A batch is a dict of [B, T] arrays:
+
+    * ``inputs``, ``targets`` (int32): tokens, and the same shifted by one;
+    * ``positions`` (int32): restart at 0 in each document when document masking is on;
+    * ``segment_ids`` (int32): 0 = padding, else the document's index within its row;
+    * ``loss_mask`` (float32): 0 on padding, on targets in another document than their
+      input, and (chat data, ``loss_on="assistant"``) outside assistant turns.
     """
 
     def __init__(
@@ -37,11 +44,14 @@ class TrainingData:
         document_masking: bool = True,
         padding_side: str = "right",
         prefetch: int = 4,
+        loss_on: str = "assistant",
     ) -> None:
         if layout not in LAYOUTS:
             raise DataError(f"data layout {layout!r} is unknown; expected one of {LAYOUTS}")
         if padding_side not in ("left", "right"):
             raise DataError(f"data.padding_side is {padding_side!r}; expected 'left' or 'right'")
+        if loss_on not in ("assistant", "all"):
+            raise DataError(f"data.loss_on is {loss_on!r}; expected 'assistant' or 'all'")
         if global_batch_size % process_count:
             raise DataError(
                 f"global batch size {global_batch_size} is not divisible by the "
@@ -60,6 +70,7 @@ class TrainingData:
         self.document_masking = document_masking
         self.padding_side = padding_side
         self.prefetch = prefetch
+        self.use_stored_mask = loss_on == "assistant"
         first = self.datasets[0]
         self.vocab_size = first.vocab_size
         self.eos_id = first.eos_id
@@ -115,11 +126,11 @@ class TrainingData:
 
     def _build(self, sources, picks: list[tuple[int, int]]) -> dict[str, np.ndarray]:
         if self.layout == "padded":
-            examples = [sources[s].document(i) for s, i in picks]
+            examples = [sources[s].document(i, self.use_stored_mask) for s, i in picks]
             return padded_batch(examples, self.seq_len, self.pad_id, self.padding_side)
         width = self.seq_len + 1
         tokens = np.empty((len(picks), width), np.int32)
-        with_mask = any(d.has_mask for d in self.datasets)
+        with_mask = self.use_stored_mask and any(d.has_mask for d in self.datasets)
         mask = np.empty((len(picks), width), np.uint8) if with_mask else None
         source_of = np.array([s for s, _ in picks], np.int64)
         items = np.array([i for _, i in picks], np.int64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ class Shard:
         )
         mask = self.mask[start:stop] if self.mask is not None else None
         return self.tokens[start:stop], mask
+
+
+VERIFIED = ".verified.json"
 
 
 class TokenizedDataset:
@@ -96,22 +100,39 @@ class TokenizedDataset:
 
     # ------------------------------------------------------------------ checks
     def verify(self) -> None:
-        """Every file listed in the metadata exists with its size and checksum."""
+        """Every file listed in the metadata exists with its size and sha256 checksum.
+
+        Hashing is skipped for files unchanged (same size and mtime) since this directory
+        last verified them (``.verified.json``), so large datasets open fast the next time.
+        """
+        stamp_path = self.path / VERIFIED
+        try:
+            stamps = json.loads(stamp_path.read_text())
+        except (OSError, ValueError):
+            stamps = {}
+        fresh = {}
         for name, expected in sorted(self.metadata["files"].items()):
             file = self.path / name
             if not file.exists():
                 raise ChecksumError(f"{file} is missing (listed in {fmt.METADATA})")
-            size = file.stat().st_size
-            if size != expected["bytes"]:
+            stat = file.stat()
+            if stat.st_size != expected["bytes"]:
                 raise ChecksumError(
-                    f"{file} has {size} bytes, expected {expected['bytes']}: truncated or "
-                    "corrupted; delete the directory and tokenize again"
+                    f"{file} has {stat.st_size} bytes, expected {expected['bytes']}: truncated "
+                    "or corrupted; delete the directory and tokenize again"
                 )
-            if fmt.sha256_file(file) != expected["sha256"]:
+            stamp = [stat.st_size, stat.st_mtime_ns, expected["sha256"]]
+            if stamps.get(name) != stamp and fmt.sha256_file(file) != expected["sha256"]:
                 raise ChecksumError(
                     f"{file} does not match its sha256 checksum: corrupted; delete the "
                     "directory and tokenize again"
                 )
+            fresh[name] = stamp
+        if fresh != stamps:
+            try:
+                fmt.write_json_atomic(stamp_path, fresh)
+            except OSError:  # a read-only dataset directory: verify again next time
+                pass
 
     def _open_shard(self, stem: str) -> Shard:
         tokens_path = self.path / f"{stem}.bin"

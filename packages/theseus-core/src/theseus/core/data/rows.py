@@ -64,13 +64,14 @@ class PaddedSource:
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
-    def document(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def document(self, index: int, stored_mask: bool = True) -> tuple[np.ndarray, np.ndarray]:
         shard_index = int(np.searchsorted(self.offsets, index, side="right")) - 1
         shard = self.shards[shard_index]
         tokens, mask = shard.document(index - int(self.offsets[shard_index]))
         tokens = tokens[: self.seq_len + 1]
-        mask = mask[: self.seq_len + 1] if mask is not None else np.ones(len(tokens), np.uint8)
-        return tokens, mask
+        if mask is None or not stored_mask:
+            return tokens, np.ones(len(tokens), np.uint8)
+        return tokens, mask[: self.seq_len + 1]
 
 
 def packed_batch(
@@ -89,8 +90,8 @@ def packed_batch(
     """
     batch, width = tokens.shape
     t = width - 1
-    inputs = np.ascontiguousarray(tokens[:, :-1])
-    targets = np.ascontiguousarray(tokens[:, 1:])
+    inputs = tokens[:, :-1]  # views of one [B, T+1] buffer (strided; no copies)
+    targets = tokens[:, 1:]
     loss_mask = np.ones((batch, t), np.float32) if mask is None else mask[:, 1:].astype(np.float32)
     if not document_masking:
         segment_ids = np.ones((batch, t), np.int32)

@@ -6,6 +6,7 @@ from typing import Any
 
 from theseus.core.components import Choice, JobSpec
 from theseus.core.data.config import DataConfig
+from theseus.core.sharding.config import ShardingConfig
 from theseus.core.train import configs as tc
 
 
@@ -21,6 +22,7 @@ def training_groups(model: str) -> dict[str, Any]:
         "eval": tc.EvalConfig,
         "precision": tc.PrecisionConfig,
         "init": tc.InitConfig,
+        "sharding": ShardingConfig,
     }
 
 

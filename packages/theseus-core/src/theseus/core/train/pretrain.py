@@ -20,7 +20,17 @@ class PretrainJob(Job):
 
         return tokenize_prerequisites(config.data, root)
 
+    @classmethod
+    def dry_run(cls, config: Any, root: str) -> None:
+        """Mesh, abstract state and per-device memory, printed; nothing is allocated."""
+        from theseus.core.sharding.memory import dry_run
+
+        dry_run(config, root)
+
     def __call__(self) -> dict[str, Any]:
+        from theseus.core.sharding.distributed import initialize_from_env
+
+        initialize_from_env()
         from theseus.core.train.trainer import Trainer
 
         trainer = Trainer(self.config, self.context, layout=self.layout)

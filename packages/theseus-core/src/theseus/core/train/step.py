@@ -25,9 +25,15 @@ def token_losses(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, targets_BxT)
 
 
-def summed_loss(graphdef: nnx.GraphDef, params: Any, rest: Any, batch: Batch) -> tuple[jax.Array, Any]:
+def summed_loss(
+    graphdef: nnx.GraphDef, params: Any, rest: Any, batch: Batch, remat: str = "none"
+) -> tuple[jax.Array, Any]:
     """Sum of masked token losses (plus aux losses scaled by the token count) and stats."""
     model = nnx.merge(graphdef, params, rest)
+    if remat != "none":
+        from theseus.core.sharding.remat import checkpoint_blocks
+
+        checkpoint_blocks(model, remat)
     logits, aux = model.forward_with_aux(
         batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
     )
@@ -49,9 +55,20 @@ def make_train_step(
     schedule: optax.Schedule,
     micro_steps: int,
     skip_nonfinite: bool,
+    *,
+    micro_sharding: Any = None,
+    grad_shardings: Any = None,
+    remat: str = "none",
 ) -> Callable[[dict, Batch], tuple[dict, dict]]:
-    """``step(state, batch) -> (state, metrics)``, to be jitted with the state donated."""
-    grad_fn = jax.grad(lambda p, b: summed_loss(graphdef, p, rest, b), has_aux=True)
+    """``step(state, batch) -> (state, metrics)``, to be jitted with the state donated.
+
+    On a mesh, ``micro_sharding`` keeps each micro-batch split over the batch axes and
+    ``grad_shardings`` lays the summed gradients out like the optimizer state.
+    """
+    grad_fn = jax.grad(lambda p, b: summed_loss(graphdef, p, rest, b, remat), has_aux=True)
+
+    def constrain(tree: Any, shardings: Any) -> Any:
+        return tree if shardings is None else jax.lax.with_sharding_constraint(tree, shardings)
 
     def step(state: dict, batch: Batch) -> tuple[dict, dict]:
         params = state["params"]
@@ -59,17 +76,17 @@ def make_train_step(
         def accumulate(carry: Any, micro: Batch) -> tuple[Any, None]:
             grads_sum, ce_sum, count, aux_sum = carry
             grads, (ce, n, aux) = grad_fn(params, micro)
-            grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
+            grads_sum = jax.tree.map(jnp.add, grads_sum, constrain(grads, grad_shardings))
             return (grads_sum, ce_sum + ce, count + n, aux_sum + aux), None
 
         zero = jnp.zeros((), jnp.float32)
-        init = (jax.tree.map(jnp.zeros_like, params), zero, zero, zero)
+        init = (constrain(jax.tree.map(jnp.zeros_like, params), grad_shardings), zero, zero, zero)
         if micro_steps == 1:
             grads_sum, (ce_sum, count, aux_sum) = grad_fn(params, batch)
         else:
-            (grads_sum, ce_sum, count, aux_sum), _ = jax.lax.scan(
-                accumulate, init, split_micro(batch, micro_steps)
-            )
+            micro = constrain(split_micro(batch, micro_steps), micro_sharding)
+            (grads_sum, ce_sum, count, aux_sum), _ = jax.lax.scan(accumulate, init, micro)
+        grads_sum = constrain(grads_sum, grad_shardings)
         denominator = jnp.maximum(count, 1.0)
         grads = jax.tree.map(lambda g: g / denominator, grads_sum)
         loss = ce_sum / denominator

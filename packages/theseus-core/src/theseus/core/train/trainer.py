@@ -22,6 +22,9 @@ from flax import nnx
 
 from theseus.core.errors import ConfigError, JobError, PreemptedError, TheseusError
 from theseus.core.optim.build import build_optimizer
+from theseus.core.sharding.config import check_remat
+from theseus.core.sharding.mesh import describe
+from theseus.core.sharding.placement import Layout
 from theseus.core.train.build import build_model
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.metrics import MetricsWriter, device_peak_flops
@@ -65,7 +68,8 @@ class Trainer:
         training = config.training
         self.total_steps = total_steps(training)
         self.devices = jax.devices()
-        self.per_device, self.micro_steps = plan_batches(training, len(self.devices))
+        self.layout = Layout(config.sharding)
+        self.per_device, self.micro_steps = plan_batches(training, self.layout.batch_shards)
         self.data = open_training_data(
             context.root,
             config.data,
@@ -77,17 +81,9 @@ class Trainer:
             process_count=jax.process_count(),
         )
         root_key = jax.random.key(int(training.seed))
-        self.rng_data = jax.random.key_data(jax.random.fold_in(root_key, 2))  # dropout stream
-        model = build_model(
-            self.registries,
-            config.model,
-            self.data.vocab_size,
-            int(training.seq_len),
-            jax.random.fold_in(root_key, 0),
-            config.precision.compute_dtype,
+        self.rng_data = self.layout.replicate(
+            jax.random.key_data(jax.random.fold_in(root_key, 2))  # dropout stream
         )
-        self.flops_per_token = float(model.flops_per_token(int(training.seq_len)))
-        self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
         self.optimizer = build_optimizer(
             self.registries, config.optimizer, config.schedule, self.total_steps
         )
@@ -96,12 +92,30 @@ class Trainer:
         self.schedule = build_schedule(
             self.registries, config.schedule, config.optimizer.learning_rate, self.total_steps
         )
-        self.initial = {
-            "params": params,
-            "opt_state": self.optimizer.init(params),
-            "step": jnp.zeros((), jnp.int32),
-            "skipped": jnp.zeros((), jnp.int32),
-        }
+
+        def build() -> Any:
+            return build_model(
+                self.registries,
+                config.model,
+                self.data.vocab_size,
+                int(training.seq_len),
+                jax.random.fold_in(root_key, 0),
+                config.precision.compute_dtype,
+            )
+
+        # The state is created by a jitted init straight into its shardings (no device
+        # ever holds more than its shards); the graph and FLOPs come from the abstract model.
+        counted: dict[str, float] = {}
+
+        def build_and_count() -> Any:
+            model = build()
+            counted["flops"] = float(model.flops_per_token(int(training.seq_len)))
+            return model
+
+        abstract_model = nnx.eval_shape(build_and_count)
+        self.flops_per_token = counted["flops"]
+        self.graphdef, _, self.rest = nnx.split(abstract_model, nnx.Param, ...)
+        self.initial = self.layout.init_state(lambda: self._fresh_state(build()))
         step_fn = make_train_step(
             self.graphdef,
             self.rest,
@@ -109,9 +123,17 @@ class Trainer:
             self.schedule,
             self.micro_steps,
             bool(training.skip_nonfinite),
+            micro_sharding=self.layout.micro_sharding(),
+            grad_shardings=self.layout.grad_shardings(self.initial),
+            remat=check_remat(config.sharding),
         )
-        self.train_step = jax.jit(step_fn, donate_argnums=0)
-        self.eval_step = jax.jit(make_eval_step(self.graphdef, self.rest))
+        self.state_shardings = self.layout.state_shardings(self.initial)
+        self.train_step = self.layout.jit_step(step_fn, self.state_shardings)
+        self.eval_step = jax.jit(
+            make_eval_step(self.graphdef, self.rest),
+            in_shardings=(self.state_shardings["params"], self.layout.batch_sharding),
+            out_shardings=self.layout.replicated,
+        )
         ckpt = config.checkpoint
         self.checkpoints = Checkpoints(
             self.run.checkpoint_dir, ckpt.keep_last, ckpt.keep_every, ckpt.asynchronous
@@ -119,6 +141,15 @@ class Trainer:
         self.preempted = False
 
     # ------------------------------------------------------------------ state
+    def _fresh_state(self, model: Any) -> dict:
+        _, params, _ = nnx.split(model, nnx.Param, ...)
+        return {
+            "params": params,
+            "opt_state": self.optimizer.init(params),
+            "step": jnp.zeros((), jnp.int32),
+            "skipped": jnp.zeros((), jnp.int32),
+        }
+
     def initial_state(self) -> dict:
         """Resume this run's latest checkpoint, else branch/init from elsewhere, else fresh."""
         abstract = abstract_of(self.initial)
@@ -161,8 +192,9 @@ class Trainer:
         start = int(state["step"])
         peak, peak_source = device_peak_flops(float(self.config.logging.peak_flops))
         log.info(
-            "training %s: steps %d -> %d, %d devices, micro-steps %d, peak %.3g FLOP/s (%s)",
-            self.run.name, start, self.total_steps, len(self.devices), self.micro_steps, peak, peak_source,
+            "training %s: steps %d -> %d, %d devices (%s, %s), micro-steps %d, peak %.3g FLOP/s (%s)",
+            self.run.name, start, self.total_steps, len(self.devices), describe(self.layout.mesh),
+            self.config.sharding.strategy, self.micro_steps, peak, peak_source,
         )
         writer = MetricsWriter(self.run.metrics_path, enabled=jax.process_index() == 0)
         tracker = _Tracker(self, writer, peak * len(self.devices))
@@ -171,7 +203,7 @@ class Trainer:
         try:
             with _preemption_guard(self), _progress(self, start) as advance:
                 for step in range(start, self.total_steps):
-                    batch = next(batches)
+                    batch = self.layout.place_batch(next(batches))
                     state, metrics = self.train_step(state, batch)
                     tracker.push(step, metrics)
                     advance()
@@ -213,7 +245,7 @@ class Trainer:
     def validation_loss(self, params: Any) -> float:
         total, count = 0.0, 0.0
         for batch in self.data.validation_batches(int(self.config.eval.batches)):
-            loss_sum, n = self.eval_step(params, batch)
+            loss_sum, n = self.eval_step(params, self.layout.place_batch(batch))
             total += float(loss_sum)
             count += float(n)
         return total / max(count, 1.0)
@@ -253,17 +285,17 @@ class _Tracker:
         self.window_steps += 1
         if not math.isfinite(loss) and not self.trainer.config.training.skip_nonfinite:
             raise NonFiniteLossError(
-                f"loss is {loss} at step {step + 1} of run {self.trainer.run.name}; the last good "
+                f"loss is {loss} at step {step} of run {self.trainer.run.name}; the last good "
                 "checkpoint is kept (set training.skip_nonfinite=true to skip such steps)"
             )
         self.last_loss = loss
-        done = step + 1
-        if done % self.every and done != self.trainer.total_steps:
+        # "step k" is the loss of the state after k updates on the batch of index k
+        if step % self.every and step != self.trainer.total_steps - 1:
             return
         elapsed = time.perf_counter() - self.window_start
         tokens_per_sec = self.window_tokens / elapsed if elapsed > 0 else 0.0
         record = {
-            "step": done,
+            "step": step,
             "train/loss": loss,
             "train/grad_norm": metrics["grad_norm"],
             "train/lr": metrics["learning_rate"],

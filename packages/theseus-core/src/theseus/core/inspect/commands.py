@@ -1,0 +1,112 @@
+"""CLI commands for looking at runs: ``runs``, ``show``, ``plot``, ``inspect``.
+
+Registered by core's plugin through the same ``theseus_register_commands`` hook as any
+third-party command. Heavy imports stay inside the functions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+RootOption = Annotated[
+    str | None, typer.Option("--root", help="root directory (default $THESEUS_ROOT, else ./runs)")
+]
+
+
+def _root(root: str | None) -> str:
+    from theseus.core.runner import default_root
+
+    return root or default_root()
+
+
+def runs(
+    root_dir: Annotated[str | None, typer.Argument(help="root directory")] = None,
+    root: RootOption = None,
+) -> None:
+    """Table of runs: job, status, step, last loss, parent, start time."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from theseus.core.inspect.runs import run_summaries
+
+    table = Table("run", "job", "status", "step", "loss", "parent", "started", box=None)
+    for s in run_summaries(_root(root_dir or root)):
+        loss = f"{s['loss']:.4f}" if s["loss"] is not None else "-"
+        step = str(s["step"]) if s["step"] is not None else "-"
+        table.add_row(s["name"], s["key"], s["status"], step, loss, s["parent"] or "-", s["started"] or "-")
+    Console(width=200).print(table)
+
+
+def show(run: Annotated[str, typer.Argument(help="run name")], root: RootOption = None) -> None:
+    """A run's config, lineage, checkpoints and final metrics."""
+    from theseus.core.inspect.runs import run_details
+
+    details = run_details(_root(root), run)
+    record = details["record"]
+    typer.echo(f"run {run}: {record.get('key')} [{record.get('status')}]")
+    typer.echo(f"lineage: {' <- '.join([run, *details['lineage']])}")
+    typer.echo(f"checkpoints: {', '.join(map(str, details['checkpoints'])) or 'none'}")
+    typer.echo("final metrics: " + json.dumps(details["final_metrics"], sort_keys=True))
+    typer.echo("config:")
+    typer.echo("  " + details["config"].replace("\n", "\n  ").rstrip())
+
+
+def plot(
+    runs: Annotated[list[str], typer.Argument(help="runs to compare")],
+    metric: Annotated[list[str], typer.Option("--metric", help="metric to plot (repeatable)")] = ["train/loss"],  # noqa: B006
+    out: Annotated[str, typer.Option("--out", help="output image path")] = "plot.png",
+    smoothing: Annotated[float, typer.Option("--smoothing", help="EMA weight in [0, 1)")] = 0.0,
+    root: RootOption = None,
+) -> None:
+    """Plot metrics of one or more runs into one figure."""
+    from theseus.core.inspect.plot import plot_runs
+
+    path = plot_runs(_root(root), runs, metric, out, smoothing)
+    typer.echo(f"wrote {path}")
+
+
+def _shapes(output: object) -> str:
+    import jax
+
+    shapes = [tuple(x.shape) for x in jax.tree.leaves(output) if hasattr(x, "shape")]
+    return " ".join(str(s) for s in shapes) or "-"
+
+
+def inspect(
+    run: Annotated[str, typer.Argument(help="run name")],
+    step: Annotated[int, typer.Option("--step", help="a checkpointed step")],
+    list_modules: Annotated[bool, typer.Option("--list", help="list module paths with shapes")] = False,
+    module: Annotated[list[str] | None, typer.Option("--module", help="module path to capture")] = None,
+    out: Annotated[str, typer.Option("--out", help="where to write captured arrays (.npz)")] = "acts.npz",
+    replay: Annotated[bool, typer.Option("--replay", help="recompute the step's loss")] = False,
+    root: RootOption = None,
+) -> None:
+    """Time travel: restore a run at a step, replay it, capture module activations."""
+    import jax
+    import numpy as np
+
+    from theseus.core.inspect.timetravel import open_step
+
+    moment = open_step(_root(root), run, step)
+    if replay:
+        result = moment.replay()
+        typer.echo(f"step {step}: loss {result['loss']!r} grad_norm {result['grad_norm']!r}")
+    if list_modules:
+        captures = moment.capture()
+        for path, capture in captures.items():
+            typer.echo(f"{path}  {capture.type}  {_shapes(capture.output) if capture.calls else '-'}")
+    if module:
+        captures = moment.capture(list(module))
+        arrays = {}
+        for path, capture in captures.items():
+            for i, arg in enumerate(capture.args):
+                if hasattr(arg, "shape"):
+                    arrays[f"{path}/input{i}"] = np.asarray(arg)
+            leaves = jax.tree.leaves(capture.output)
+            for i, leaf in enumerate(leaf for leaf in leaves if hasattr(leaf, "shape")):
+                arrays[f"{path}/output{i if len(leaves) > 1 else ''}"] = np.asarray(leaf)
+        np.savez(out, **arrays)
+        typer.echo(f"wrote {out}: " + ", ".join(f"{k} {v.shape}" for k, v in arrays.items()))

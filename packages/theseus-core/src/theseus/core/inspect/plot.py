@@ -1,0 +1,56 @@
+"""Compare runs' metrics in one matplotlib figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from theseus.core.errors import TheseusError
+from theseus.core.inspect.runs import read_metrics
+
+
+def smooth(values: list[float], weight: float) -> list[float]:
+    """Exponential moving average with bias correction (weight 0: raw values)."""
+    out, average = [], 0.0
+    for i, value in enumerate(values, start=1):
+        average = weight * average + (1 - weight) * value
+        out.append(average / (1 - weight**i) if weight else value)
+    return out
+
+
+def plot_runs(
+    root: str | Path, runs: list[str], metrics: list[str], out: str | Path, smoothing: float = 0.0
+) -> Path:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise TheseusError("plotting needs matplotlib: pip install matplotlib") from error
+    if not 0.0 <= smoothing < 1.0:
+        raise TheseusError(f"--smoothing {smoothing} must be in [0, 1)")
+    figure, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4), squeeze=False)
+    for axis, metric in zip(axes[0], metrics, strict=True):
+        plotted = 0
+        for run in runs:
+            run_path = Path(root) / "runs" / run
+            if not (run_path / "job.json").exists():
+                raise TheseusError(f"no run named {run!r} under {root}")
+            rows = [r for r in read_metrics(run_path) if metric in r]
+            if not rows:
+                continue
+            steps = [r["step"] for r in rows]
+            axis.plot(steps, smooth([r[metric] for r in rows], smoothing), label=run)
+            plotted += 1
+        if not plotted:
+            raise TheseusError(f"metric {metric!r} is in none of the runs {', '.join(runs)}")
+        axis.set_xlabel("step")
+        axis.set_ylabel(metric)
+        axis.set_title(metric)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    out = Path(out)
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return out

@@ -1,0 +1,96 @@
+"""The ``sharding`` config group and its checks (cheap to import: no JAX)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.core.errors import ConfigError
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BASES = ("dp", "zero1", "fsdp")
+REMAT = ("none", "block", "full")
+
+
+class ShardingError(ConfigError):
+    """A mesh or a parameter layout that the devices or the shapes do not allow."""
+
+
+@dataclass
+class ShardingConfig:
+    strategy: str = option(
+        "dp", "dp | zero1 | fsdp | tp, or one of dp, zero1, fsdp combined with tp: 'fsdp+tp'"
+    )
+    data: int = option(0, "data mesh axis size; -1: the rest; 0: the rest unless fsdp takes it")
+    fsdp: int = option(0, "fsdp mesh axis size; -1: the rest; 0: the rest under fsdp, else 1")
+    tensor: int = option(1, "tensor mesh axis size (heads and MLP width); -1: the rest")
+    remat: str = option("none", "activation checkpointing: none | block (save matmuls) | full")
+
+
+def parse_strategy(strategy: str) -> tuple[str, bool]:
+    """``(base, tensor_parallel)`` from ``dp``, ``zero1``, ``fsdp``, ``tp``, ``fsdp+tp``, ..."""
+    parts = [p for p in str(strategy).replace("x", "+").replace(" ", "").split("+") if p]
+    tensor = "tp" in parts
+    bases = [p for p in parts if p != "tp"]
+    unknown = [p for p in bases if p not in BASES]
+    if unknown or len(bases) > 1 or not parts or parts.count("tp") > 1:
+        raise ShardingError(
+            f"sharding.strategy={strategy!r} is not one of dp, zero1, fsdp, tp, "
+            "or dp/zero1/fsdp combined with tp ('fsdp+tp')"
+        )
+    return (bases[0] if bases else "dp"), tensor
+
+
+def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
+    """Axis sizes (data, fsdp, tensor) whose product is ``device_count``.
+
+    Positive sizes are taken as given, ``-1`` takes the devices left (at most one axis),
+    ``0`` (auto) takes them when no axis says ``-1`` -- ``fsdp`` under the fsdp strategy,
+    ``data`` otherwise -- and is 1 everywhere else.
+    """
+    base, _ = parse_strategy(config.strategy)
+    sizes = {axis: int(getattr(config, axis)) for axis in MESH_AXES}
+    for axis, size in sizes.items():
+        if size < -1:
+            raise ShardingError(f"sharding.{axis}={size}: use a positive size, -1 (the rest) or 0")
+    rest = [axis for axis, size in sizes.items() if size == -1]
+    if len(rest) > 1:
+        raise ShardingError(f"sharding: only one mesh axis may be -1, got {', '.join(rest)}")
+    if not rest:
+        auto = "fsdp" if base == "fsdp" else "data"
+        if sizes[auto] == 0:
+            rest = [auto]
+    sizes = {axis: (1 if size == 0 else size) for axis, size in sizes.items()}
+    fixed = math.prod(size for axis, size in sizes.items() if axis not in rest)
+    if rest:
+        if device_count % fixed:
+            raise ShardingError(
+                f"sharding mesh {_describe(sizes, rest)} needs a multiple of {fixed} devices, "
+                f"but there are {device_count}"
+            )
+        sizes[rest[0]] = device_count // fixed
+    elif fixed != device_count:
+        raise ShardingError(
+            f"sharding mesh {_describe(sizes, rest)} has {fixed} devices, but there are "
+            f"{device_count}; make the product of the axes {device_count} or set one to -1"
+        )
+    return sizes
+
+
+def planned_devices(config: ShardingConfig) -> int | None:
+    """The device count the mesh fixes when every axis is explicit, else None."""
+    sizes = [int(getattr(config, axis)) for axis in MESH_AXES]
+    if any(size <= 0 for size in sizes):
+        return None
+    return math.prod(sizes)
+
+
+def check_remat(config: ShardingConfig) -> str:
+    if config.remat not in REMAT:
+        raise ShardingError(f"sharding.remat={config.remat!r} is not one of {', '.join(REMAT)}")
+    return config.remat
+
+
+def _describe(sizes: dict[str, int], rest: list[str]) -> str:
+    return "(" + ", ".join(f"{a}={'-1' if a in rest else s}" for a, s in sizes.items()) + ")"

@@ -1,0 +1,183 @@
+"""Shardings of the train state and the batch, from a strategy's rules and a mesh."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from theseus.core.sharding.config import ShardingConfig, ShardingError
+from theseus.core.sharding.mesh import make_mesh
+from theseus.core.sharding.rules import Rules, rules_for
+
+
+def _is_variable(x: Any) -> bool:
+    return isinstance(x, nnx.Variable)
+
+
+def path_name(path: Sequence[Any]) -> str:
+    parts = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+    return ".".join(p for p in parts if p != "value")
+
+
+def logical_axes(variable: Any) -> tuple[str | None, ...] | None:
+    """The logical axis names a model gave a parameter (``out_sharding`` / ``sharding``)."""
+    if not _is_variable(variable):
+        return None
+    meta = variable.get_metadata()
+    for key in ("out_sharding", "sharding_names", "sharding"):
+        if meta.get(key) is not None:
+            return tuple(meta[key])
+    return None
+
+
+def spec_for(
+    name: str, shape: tuple[int, ...], logical: Sequence[str | None] | None, rules: Rules,
+    sizes: dict[str, int],
+) -> PartitionSpec:
+    """The PartitionSpec of one array; a dimension its mesh axes do not divide is an error."""
+    if not logical:
+        return PartitionSpec()
+    if len(logical) != len(shape):
+        raise ShardingError(f"parameter {name} of shape {shape} names {len(logical)} axes {logical}")
+    parts: list[Any] = []
+    used: set[str] = set()
+    for dim, axis_name in zip(shape, logical, strict=True):
+        axes = tuple(a for a in rules.get(axis_name or "", ()) if sizes[a] > 1 and a not in used)
+        if not axes:
+            parts.append(None)
+            continue
+        ways = math.prod(sizes[a] for a in axes)
+        if dim % ways:
+            mesh_axes = " x ".join(f"{a}={sizes[a]}" for a in axes)
+            raise ShardingError(
+                f"parameter {name} of shape {shape}: its {axis_name!r} dimension ({dim}) does "
+                f"not divide the mesh axis {mesh_axes}; choose another sharding.strategy or mesh"
+            )
+        used.update(axes)
+        parts.append(axes[0] if len(axes) == 1 else axes)
+    return PartitionSpec(*parts)
+
+
+class Layout:
+    """A mesh and the shardings of everything the train step touches."""
+
+    def __init__(self, config: ShardingConfig, devices: Sequence[Any] | None = None) -> None:
+        self.config = config
+        self.rules = rules_for(config.strategy)
+        self.mesh: Mesh = make_mesh(config, devices)
+        self.sizes: dict[str, int] = dict(self.mesh.shape)
+        self.batch_axes = tuple(a for a in self.rules.batch if self.sizes[a] > 1)
+
+    # ------------------------------------------------------------------ specs
+    @property
+    def batch_shards(self) -> int:
+        """Ways the batch is split (the data-parallel degree)."""
+        return math.prod(self.sizes[a] for a in self.rules.batch)
+
+    @property
+    def batch_spec(self) -> PartitionSpec:
+        if not self.batch_axes:
+            return PartitionSpec()
+        return PartitionSpec(self.batch_axes if len(self.batch_axes) > 1 else self.batch_axes[0])
+
+    def sharding(self, spec: PartitionSpec) -> NamedSharding:
+        return NamedSharding(self.mesh, spec)
+
+    @property
+    def replicated(self) -> NamedSharding:
+        return self.sharding(PartitionSpec())
+
+    @property
+    def batch_sharding(self) -> NamedSharding:
+        return self.sharding(self.batch_spec)
+
+    def specs(self, tree: Any, rules: Rules) -> Any:
+        """PartitionSpecs for a tree of (abstract) arrays, from the logical axes it carries."""
+
+        def one(path: Any, leaf: Any) -> Any:
+            logical = logical_axes(leaf)
+            value = leaf.get_value() if _is_variable(leaf) else leaf
+            spec = spec_for(path_name(path), tuple(np.shape(value)), logical, rules, self.sizes)
+            return jax.tree.map(lambda _: spec, leaf) if _is_variable(leaf) else spec
+
+        return jax.tree.map_with_path(one, tree, is_leaf=_is_variable)
+
+    def param_specs(self, params: Any) -> Any:
+        return self.specs(params, self.rules.params)
+
+    def state_specs(self, state: dict) -> dict:
+        """Specs of ``{"params", "opt_state", ...}``: params by the parameter rules,
+        optimizer state by the optimizer rules, scalars and the rest replicated."""
+        out = {key: jax.tree.map(lambda _: PartitionSpec(), value) for key, value in state.items()}
+        out["params"] = self.param_specs(state["params"])
+        if "opt_state" in state:
+            out["opt_state"] = self.specs(state["opt_state"], self.rules.optimizer)
+        return out
+
+    def shardings(self, specs: Any) -> Any:
+        return jax.tree.map(self.sharding, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+    def state_shardings(self, state: dict) -> dict:
+        return self.shardings(self.state_specs(state))
+
+    def grad_shardings(self, state: dict) -> Any:
+        """Gradients laid out like the optimizer state (ZeRO-1: a reduce-scatter, not an
+        all-reduce; FSDP and TP: like the parameters)."""
+        return self.shardings(self.specs(state["params"], self.rules.optimizer))
+
+    # ------------------------------------------------------------------ placement
+    def place(self, tree: Any, shardings: Any) -> Any:
+        return jax.device_put(tree, shardings)
+
+    def replicate(self, value: Any) -> jax.Array:
+        """A host value (the same on every process) as an array replicated on the mesh."""
+        host = np.asarray(value)
+        return jax.make_array_from_callback(host.shape, self.replicated, lambda index: host[index])
+
+    def init_state(self, make: Any) -> Any:
+        """``make()`` (a fresh train state) run jitted straight into the state shardings."""
+        shardings = self.state_shardings(jax.eval_shape(make))
+        return jax.jit(make, out_shardings=shardings)()
+
+    def jit_step(self, step: Any, state_shardings: Any) -> Any:
+        """``step(state, batch) -> (state, metrics)`` jitted with these shardings, the state
+        donated, metrics replicated."""
+        return jax.jit(
+            step,
+            in_shardings=(state_shardings, self.batch_sharding),
+            out_shardings=(state_shardings, self.replicated),
+            donate_argnums=0,
+        )
+
+    def place_batch(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """Global batch arrays from this process's contiguous slice of the global batch."""
+        sharding = self.batch_sharding
+        return {
+            key: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+            for key, value in local_batch.items()
+        }
+
+    def micro_sharding(self) -> NamedSharding:
+        """Micro-batches stacked on a leading axis: that axis replicated, rows split."""
+        return self.sharding(PartitionSpec(None, *self.batch_spec))
+
+
+def per_device_bytes(tree: Any) -> int:
+    """Bytes one device holds of a tree of sharded (abstract) arrays: the largest shard."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        sharding = getattr(leaf, "sharding", None)
+        shape = sharding.shard_shape(leaf.shape) if sharding is not None else leaf.shape
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total

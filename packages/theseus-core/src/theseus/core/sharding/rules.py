@@ -1,0 +1,62 @@
+"""Logical axis names -> mesh axes, one small table per strategy (no JAX).
+
+Models name the axes of every parameter (``vocab``, ``embed``, ``heads``, ``kv_heads``,
+``head_dim``, ``mlp``, ``experts``, or None); a strategy is a mapping from those names to
+mesh axes, separately for parameters (and their gradients) and for optimizer state. A
+name a table does not mention stays replicated.
+
+=========  ================================  =========================================
+strategy   parameters                        optimizer state (Adam moments, ...)
+=========  ================================  =========================================
+dp         replicated                        replicated
+zero1      replicated                        embed -> (data, fsdp)
+fsdp       embed -> fsdp                     embed -> fsdp
+tp         heads, kv_heads, mlp -> tensor    heads, kv_heads, mlp -> tensor
+x + tp     the base's rules and tp's         the base's rules and tp's
+=========  ================================  =========================================
+
+The batch is split over (data, fsdp) and replicated over tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.sharding.config import parse_strategy
+
+Rules = dict[str, tuple[str, ...]]
+
+BATCH_AXES = ("data", "fsdp")
+
+PARAM_RULES: dict[str, Rules] = {
+    "dp": {},
+    "zero1": {},
+    "fsdp": {"embed": ("fsdp",)},
+    "tp": {"heads": ("tensor",), "kv_heads": ("tensor",), "mlp": ("tensor",)},
+}
+
+OPTIMIZER_RULES: dict[str, Rules] = {
+    "dp": {},
+    "zero1": {"embed": ("data", "fsdp")},
+    "fsdp": {"embed": ("fsdp",)},
+    "tp": PARAM_RULES["tp"],
+}
+
+
+@dataclass(frozen=True)
+class StrategyRules:
+    strategy: str
+    params: Rules
+    optimizer: Rules
+    batch: tuple[str, ...] = BATCH_AXES
+
+
+def rules_for(strategy: str) -> StrategyRules:
+    """The parameter and optimizer-state rules of ``strategy`` (e.g. ``"fsdp+tp"``)."""
+    base, tensor = parse_strategy(strategy)
+    params = dict(PARAM_RULES[base])
+    optimizer = dict(OPTIMIZER_RULES[base])
+    if tensor:
+        params.update(PARAM_RULES["tp"])
+        optimizer.update(OPTIMIZER_RULES["tp"])
+    return StrategyRules(strategy, params, optimizer)

@@ -1,0 +1,67 @@
+"""Chat datasets: ``alpaca``-style local jsonl and the synthetic ``addition`` set."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.data.datasets.base import Dataset, Message
+from theseus.data.datasets.files import expand, read_jsonl
+
+
+@dataclass
+class AlpacaConfig:
+    files: str = option(help="comma-separated globs of jsonl files (instruction, input, output)")
+    max_documents: int = option(0, "use at most this many examples (0: all)")
+
+
+class Alpaca(Dataset):
+    """``{"instruction", "input", "output"}`` lines -> a user turn and an assistant turn."""
+
+    kind = "chat"
+
+    def records(self) -> Iterator[list[Message]]:
+        skips = self.skips
+
+        def examples() -> Iterator[list[Message]]:
+            for path in expand(self.config.files):
+                for number, row in read_jsonl(path, skips):
+                    instruction, output = row.get("instruction"), row.get("output")
+                    if not isinstance(instruction, str) or not isinstance(output, str):
+                        skips.bad(
+                            f"{path}:{number}: needs string fields 'instruction' and 'output'"
+                        )
+                        continue
+                    extra = row.get("input") or ""
+                    prompt = f"{instruction}\n\n{extra}" if extra else instruction
+                    yield [
+                        {"role": "user", "content": prompt},
+                        {"role": "assistant", "content": output},
+                    ]
+
+        return self.limit(examples())
+
+
+@dataclass
+class AdditionConfig:
+    num_examples: int = option(2000, "how many problems to generate")
+    max_digits: int = option(3, "operands have 1 to this many digits")
+    seed: int = option(0, "generator seed (same seed, same examples)")
+
+
+class Addition(Dataset):
+    """``"What is 12+345?"`` -> ``"357"``, generated from a seed."""
+
+    kind = "chat"
+
+    def records(self) -> Iterator[list[Message]]:
+        rng = random.Random(int(self.config.seed))
+        top = 10 ** int(self.config.max_digits)
+        for _ in range(int(self.config.num_examples)):
+            a, b = rng.randrange(top), rng.randrange(top)
+            yield [
+                {"role": "user", "content": f"What is {a}+{b}?"},
+                {"role": "assistant", "content": str(a + b)},
+            ]

@@ -1,0 +1,1 @@
+"""Tokenization jobs: parallel, resumable, byte-identical whatever the worker count."""

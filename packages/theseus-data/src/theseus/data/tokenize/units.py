@@ -1,0 +1,169 @@
+"""Work units: consecutive records, tokenized by one worker into one atomic file.
+
+Unit boundaries depend only on the record stream (``unit_bytes``), never on the worker
+count, and a unit file appears only once complete (written aside, then renamed): a killed
+run leaves complete units and nothing half-written, and a rerun tokenizes only the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Unit:
+    index: int
+    records: list[Any]
+    num_bytes: int
+
+    def digest(self) -> str:
+        """Identifies the unit's text: a resumed run redoes a unit whose input changed."""
+        hasher = hashlib.sha256()
+        for record in self.records:
+            text = record if isinstance(record, str) else json.dumps(record, sort_keys=True)
+            hasher.update(text.encode("utf-8", errors="surrogatepass"))
+            hasher.update(b"\0")
+        return hasher.hexdigest()
+
+
+def plan_units(records: Iterator[Any], unit_bytes: int) -> Iterator[Unit]:
+    """Group records into units of about ``unit_bytes`` characters of text."""
+    batch: list[Any] = []
+    size = 0
+    index = 0
+    for record in records:
+        batch.append(record)
+        size += record_bytes(record)
+        if size >= unit_bytes:
+            yield Unit(index, batch, size)
+            index, batch, size = index + 1, [], 0
+    if batch:
+        yield Unit(index, batch, size)
+
+
+def record_bytes(record: Any) -> int:
+    if isinstance(record, str):
+        return len(record)
+    return sum(len(m["content"]) for m in record)
+
+
+def unit_path(work_dir: Path, index: int) -> Path:
+    return work_dir / f"unit-{index:07d}.npz"
+
+
+# ----------------------------------------------------------------------------- workers
+# Module-level state and functions: workers start with spawn and import this module.
+_TOKENIZER: Any = None
+
+
+def init_worker(tokenizer_dir: str) -> None:
+    """Load the saved tokenizer once per worker; one thread each (the processes are the
+    parallelism)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    global _TOKENIZER
+    from theseus.data.tokenizers import load_tokenizer
+
+    _TOKENIZER = load_tokenizer(tokenizer_dir)
+
+
+def encode_unit(
+    index: int, kind: str, records: list[Any], work_dir: str, digest: str
+) -> tuple[int, int, int, int]:
+    """Tokenize one unit and write it; returns (index, documents, tokens, worker pid)."""
+    tokens, lengths, mask = encode_records(_TOKENIZER, kind, records)
+    sizes = np.array([record_bytes(r) for r in records], np.int64)
+    write_unit(unit_path(Path(work_dir), index), tokens, lengths, sizes, mask, digest)
+    return index, len(lengths), len(tokens), os.getpid()
+
+
+def encode_records(
+    tokenizer: Any, kind: str, records: list[Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Concatenated ids (each document ends with EOS), per-document lengths, loss mask."""
+    if kind == "chat":
+        from theseus.data.chat_template import encode_chats
+
+        pairs = encode_chats(tokenizer, records)
+        ids = [p[0] for p in pairs]
+        masks = [p[1] for p in pairs]
+        mask = np.array(list(chain.from_iterable(masks)), np.uint8)
+    else:
+        ids = [row + [tokenizer.eos_id] for row in tokenizer.encode_batch(records)]
+        mask = None
+    lengths = np.array([len(row) for row in ids], np.int64)
+    tokens = np.array(list(chain.from_iterable(ids)), np.uint32)
+    return tokens, lengths, mask
+
+
+def write_unit(
+    path: Path,
+    tokens: np.ndarray,
+    lengths: np.ndarray,
+    sizes: np.ndarray,
+    mask: np.ndarray | None,
+    digest: str,
+) -> None:
+    """Write a unit aside, then rename it into place (a unit file is always complete)."""
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    arrays = {"tokens": tokens, "lengths": lengths, "sizes": sizes, "digest": np.array(digest)}
+    if mask is not None:
+        arrays["mask"] = mask
+    with open(tmp, "wb") as handle:
+        np.savez(handle, **arrays)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def unit_summary(path: Path) -> tuple[str, int]:
+    """(digest, tokens) of a finished unit file."""
+    with np.load(path) as data:
+        return str(data["digest"]), int(data["lengths"].sum())
+
+
+def unit_lengths(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, text size) of each document of a finished unit."""
+    with np.load(path) as data:
+        return data["lengths"], data["sizes"]
+
+
+class Prefix:
+    """Tokens in the longest run of finished units 0..k-1 (finish order varies; this not)."""
+
+    def __init__(self) -> None:
+        self.tokens_of: dict[int, int] = {}
+        self.units = 0
+        self.tokens = 0
+
+    def add(self, index: int, tokens: int) -> None:
+        self.tokens_of[index] = tokens
+        while self.units in self.tokens_of:
+            self.tokens += self.tokens_of[self.units]
+            self.units += 1
+
+    def units_for(self, max_tokens: int) -> int:
+        """How many leading units hold the first ``max_tokens`` tokens (all when 0)."""
+        if not max_tokens:
+            return self.units
+        total = 0
+        for index in range(self.units):
+            total += self.tokens_of[index]
+            if total >= max_tokens:
+                return index + 1
+        return self.units
+
+
+def read_unit(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    with np.load(path) as data:
+        mask = data["mask"] if "mask" in data.files else None
+        return data["tokens"], data["lengths"], mask

@@ -1,0 +1,96 @@
+"""The tokenizer interface shared by every kind, and the saved-tokenizer layout.
+
+A saved tokenizer is a directory with ``tokenizer_config.json`` (``kind`` names the
+registered tokenizer that can load it) plus whatever files the kind needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+CONFIG_FILE = "tokenizer_config.json"
+
+EOS = "<|endoftext|>"
+PAD = "<|pad|>"
+ROLE_TOKENS = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
+END_OF_TURN = "<|end|>"
+SPECIAL_TOKENS = [EOS, PAD, *ROLE_TOKENS.values(), END_OF_TURN]
+
+Corpus = Callable[[], Iterator[str]]
+
+
+class Tokenizer:
+    """Encode text to ids and back. Subclasses set ``kind`` and implement the methods."""
+
+    kind: ClassVar[str] = ""
+
+    vocab_size: int
+    eos_id: int
+    pad_id: int
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def create(cls, config: Any, corpus: Corpus) -> Tokenizer:
+        """Build from the job's ``tokenizer`` config; ``corpus()`` yields training text."""
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, directory: Path) -> Tokenizer:
+        raise NotImplementedError
+
+    def save(self, directory: Path) -> None:
+        """Write this tokenizer's files and ``tokenizer_config.json`` into ``directory``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ use
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of ordinary text (special-token strings are not parsed)."""
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_batch([text])[0]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError
+
+    def special_id(self, token: str) -> int | None:
+        """The id of a special token, or None when this vocabulary has no such token."""
+        return None
+
+    # ------------------------------------------------------------------ description
+    def describe(self) -> dict[str, Any]:
+        """Saved in metadata.json; ``fingerprint`` identifies the exact vocabulary."""
+        return {
+            "kind": self.kind,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "fingerprint": self.fingerprint(),
+        }
+
+    def fingerprint(self) -> str:
+        raise NotImplementedError
+
+
+def write_config(directory: Path, data: dict[str, Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / CONFIG_FILE).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def read_config(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / CONFIG_FILE
+    from theseus.data.errors import TokenizerError
+
+    if not path.exists():
+        raise TokenizerError(f"{path} does not exist: not a saved theseus tokenizer")
+    return json.loads(path.read_text())
+
+
+def sha256_text(text: str | bytes) -> str:
+    data = text.encode() if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()

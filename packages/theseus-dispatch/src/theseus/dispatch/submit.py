@@ -1,0 +1,136 @@
+"""``theseus submit``: resolve the run locally, pick a target, bundle, launch, record."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+import typer
+from theseus.core.errors import TheseusError
+from theseus.dispatch import state
+from theseus.dispatch.bootstrap import Submission
+from theseus.dispatch.solver import solve
+from theseus.dispatch.targets.base import ACTIVE, FINISHED, Request
+
+log = logging.getLogger(__name__)
+
+
+def resolve(registries: Any, job: str, overrides: list[str], name: str | None) -> tuple[str, str]:
+    """Validate the job and overrides here (strict config) -> (run name, config YAML)."""
+    from theseus.core.jobs import check_run_name, default_run_name
+    from theseus.core.runner import config_for, job_spec
+
+    tree = config_for(job_spec(job, registries), registries, overrides)
+    tree.validate()
+    return check_run_name(name or default_run_name(job)), tree.to_yaml()
+
+
+def read_secrets(target_name: str, names: list[str]) -> dict[str, str]:
+    missing = [n for n in names if n not in os.environ]
+    if missing:
+        raise TheseusError(
+            f"target {target_name!r} forwards secret(s) {', '.join(missing)} "
+            "but they are not set in this environment"
+        )
+    return {n: os.environ[n] for n in names}
+
+
+def submit_run(
+    session: Any,
+    job: str,
+    overrides: list[str],
+    *,
+    to: str,
+    chips: int | None,
+    chip: str | None,
+    nodes: int | None,
+    name: str | None,
+    dry_run: bool,
+) -> dict[str, Any] | None:
+    run_name, config_yaml = resolve(session.registries, job, overrides, name)
+    request = Request(chips=chips, chip=chip, nodes=nodes)
+    target_name, node_count = solve(
+        session.config.targets, session.config.priority, to, request, session.backend
+    )
+    target = session.config.targets[target_name]
+    sub = Submission(
+        job=job,
+        overrides=overrides,
+        name=run_name,
+        target=target_name,
+        nodes=node_count,
+        chips=chips or node_count * target.chips_per_node,
+        chip=target.chip,
+        config_yaml=config_yaml,
+        attempt=uuid.uuid4().hex[:12],
+    )
+    backend = session.backend(target_name)
+    _refuse_if_active_elsewhere(session, run_name, target_name)
+    if dry_run:
+        from theseus.dispatch.bundle import find_workspace, workspace_files
+
+        workspace = find_workspace()
+        files = workspace_files(workspace)
+        typer.echo(backend.plan(sub))
+        typer.echo(f"--- bundle: {len(files)} files from {workspace} (not uploaded: dry run)")
+        typer.echo(f"--- config.yaml\n{config_yaml}", nl=False)
+        return None
+
+    existing = backend.find(sub)
+    if existing is not None:
+        existing["name"] = run_name
+        current = backend.status(existing)
+        if current.state in ACTIVE or current.state == FINISHED:
+            _record(sub, target, existing, bundle_sha=None)
+            verb = "is already running" if current.state in ACTIVE else "already finished"
+            typer.echo(f"run {run_name} {verb} on {target_name}; not launching it again")
+            return existing
+
+    secrets = read_secrets(target_name, target.secrets)
+    from theseus.dispatch.bundle import find_workspace, make_bundle
+
+    bundle = make_bundle(find_workspace(), secrets=secrets)
+    started = time.monotonic()
+    handle = backend.launch(sub, bundle, secrets)
+    handle["name"] = run_name
+    _record(sub, target, handle, bundle_sha=bundle.sha)
+    typer.echo(
+        f"submitted run {run_name} ({job}) to {target_name} [{target.type}] on {node_count} "
+        f"node(s) in {time.monotonic() - started:.1f} s; bundle {bundle.short} "
+        f"({len(bundle.files)} files, {len(bundle.data) // 1024} KiB)"
+    )
+    return handle
+
+
+def _refuse_if_active_elsewhere(session: Any, run_name: str, target_name: str) -> None:
+    """One run name, one place: a run still active on another target blocks the submit."""
+    if not state.exists(run_name):
+        return
+    record = state.load(run_name)
+    other = record.get("target")
+    if other == target_name or other not in session.config.targets:
+        return
+    try:
+        current = session.backend(other).status(record["handle"]).state
+    except TheseusError:
+        return  # unreachable: it cannot be checked; the user sees the new target's answer
+    if current in ACTIVE:
+        raise TheseusError(
+            f"run {run_name} is {current} on target {other}; cancel it or choose another --name"
+        )
+
+
+def _record(sub: Submission, target: Any, handle: dict[str, Any], bundle_sha: str | None) -> None:
+    previous = state.load(sub.name) if state.exists(sub.name) else {}
+    state.save(
+        {
+            **sub.record(),
+            "type": target.type,
+            "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "bundle": bundle_sha or previous.get("bundle"),
+            "handle": handle,
+        }
+    )

@@ -1,0 +1,142 @@
+"""KV-cache generation: one prefill over the (left-padded) prompts, then one token per step.
+
+Greedy when ``temperature == 0``; otherwise temperature, top-k and top-p sampling from a
+seeded key (reproducible). A row stops at its first stop token (kept in its output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from theseus.models.errors import ModelError, VocabMismatchError
+from theseus.models.layers.attention import KVCache
+
+
+def sample(
+    logits_BxV: jax.Array, key: jax.Array, temperature: float, top_k: int, top_p: float
+) -> jax.Array:
+    """The next token of each row: argmax at temperature 0, else a filtered softmax sample."""
+    logits = logits_BxV.astype(jnp.float32)
+    if temperature <= 0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    logits = logits / temperature
+    if top_k > 0:
+        kth = jax.lax.top_k(logits, min(top_k, logits.shape[-1]))[0][:, -1:]
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    if top_p < 1.0:
+        sorted_desc = jnp.sort(logits, axis=-1)[:, ::-1]
+        probs = jax.nn.softmax(sorted_desc, axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs  # mass of the strictly more likely tokens
+        cutoff = jnp.min(jnp.where(before < top_p, sorted_desc, jnp.inf), axis=-1, keepdims=True)
+        logits = jnp.where(logits < cutoff, -jnp.inf, logits)
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+@partial(jax.jit, static_argnums=(0,))
+def _prefill(graphdef, state, tokens, positions, segments, cache):
+    model = nnx.merge(graphdef, state)
+    logits, cache = model.decode(tokens, cache, positions=positions, segment_ids=segments)
+    return logits[:, -1], cache
+
+
+@partial(jax.jit, static_argnums=(0, 5, 6, 7))
+def _step(graphdef, state, token_B, position_B, cache, temperature, top_k, top_p, key):
+    model = nnx.merge(graphdef, state)
+    logits, cache = model.decode(
+        token_B[:, None],
+        cache,
+        positions=position_B[:, None],
+        segment_ids=jnp.ones_like(token_B)[:, None],
+    )
+    return logits[:, -1], cache
+
+
+@partial(jax.jit, static_argnums=(2, 3, 4))
+def _sample(logits, key, temperature, top_k, top_p):
+    return sample(logits, key, temperature, top_k, top_p)
+
+
+def left_pad(
+    prompts: Sequence[Sequence[int]], pad_id: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tokens, segment ids (1 real, 0 pad) and positions of left-padded prompts (B x P)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ModelError("every prompt needs at least one token")
+    width = max(len(p) for p in prompts)
+    tokens = np.full((len(prompts), width), pad_id, np.int32)
+    segments = np.zeros((len(prompts), width), np.int32)
+    for row, prompt in enumerate(prompts):
+        tokens[row, width - len(prompt) :] = prompt
+        segments[row, width - len(prompt) :] = 1
+    positions = np.maximum(np.cumsum(segments, axis=1) - 1, 0).astype(np.int32)
+    return tokens, segments, positions
+
+
+def generate(
+    model: nnx.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    stop_tokens: Sequence[int] = (),
+    pad_id: int = 0,
+) -> list[list[int]]:
+    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token)."""
+    vocab = model.config.vocab_size
+    for prompt in prompts:
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if bad:
+            raise VocabMismatchError(
+                f"prompt token id {bad[0]} is outside the model's vocab_size={vocab}"
+            )
+    tokens, segments, positions = left_pad(prompts, pad_id)
+    B, P = tokens.shape
+    length = P + max_new_tokens
+    if length > model.config.max_seq_len:
+        raise ModelError(
+            f"prompt of {P} tokens + max_new_tokens={max_new_tokens} = {length} exceeds the "
+            f"model's max_seq_len={model.config.max_seq_len}"
+        )
+    graphdef, state = nnx.split(model)
+    cache: KVCache = model.init_cache(B, length)
+    logits, cache = _prefill(
+        graphdef, state, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(segments), cache
+    )
+    key = jax.random.key(seed)
+    next_pos = jnp.asarray(positions[:, -1] + 1)
+    stops = np.asarray(sorted(set(stop_tokens)), np.int32)
+    out = np.zeros((B, max_new_tokens), np.int32)
+    done = np.zeros((B,), bool)
+    for t in range(max_new_tokens):
+        key, sub = jax.random.split(key)
+        token = np.asarray(_sample(logits, sub, float(temperature), int(top_k), float(top_p)))
+        token = np.where(done, pad_id, token)
+        out[:, t] = token
+        done |= np.isin(token, stops)
+        if done.all() or t == max_new_tokens - 1:
+            break
+        logits, cache = _step(
+            graphdef,
+            state,
+            jnp.asarray(token),
+            next_pos + t,
+            cache,
+            float(temperature),
+            int(top_k),
+            float(top_p),
+            sub,
+        )
+    results = []
+    for row in range(B):
+        ids = out[row].tolist()
+        hit = [i for i, tok in enumerate(ids) if tok in set(stops.tolist())]
+        results.append(ids[: hit[0] + 1] if hit else ids)
+    return results

@@ -1,0 +1,25 @@
+"""Config of the ``<model>/generate`` jobs (cheap to import)."""
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+
+
+@dataclass
+class GenerateConfig:
+    hf_dir: str = option("", "a transformers checkpoint directory to load the model from")
+    checkpoint: str = option("", "a training run name under <root>/runs (not wired yet)")
+    prompts: list[str] = option(
+        help="prompts; with no tokenizer, whitespace-separated token ids", factory=lambda: ["1 2 3"]
+    )
+    tokenizer: str = option(
+        "", "tokenizer.json to encode/decode; '' = <hf_dir>/tokenizer.json if any"
+    )
+    max_new_tokens: int = option(32, "tokens to generate per prompt")
+    temperature: float = option(0.0, "0 is greedy; otherwise the softmax temperature")
+    top_k: int = option(0, "sample among the k most likely tokens; 0 = all")
+    top_p: float = option(1.0, "sample among the most likely tokens holding this much mass")
+    seed: int = option(0, "sampling seed")
+    stop_tokens: list[int] = option(
+        help="token ids that end a generation (kept); [] = the checkpoint's eos", factory=list
+    )

@@ -1,0 +1,90 @@
+"""Llama 2/3: RMSNorm, SwiGLU, grouped-query attention, RoPE (theta, Llama 3 scaling)."""
+
+from __future__ import annotations
+
+import math
+
+from flax import nnx
+from theseus.models.configs import LlamaConfig
+from theseus.models.errors import ModelError
+from theseus.models.layers import Attention, Block, DecoderLM, RMSNorm, RoPE, SwiGLU
+from theseus.models.layers.rope import Llama3Scaling
+
+__all__ = ["Llama", "LlamaConfig"]
+
+
+class Llama(DecoderLM):
+    config: LlamaConfig
+    config_class = LlamaConfig
+    attention_cls = Attention
+    mlp_cls = SwiGLU
+    block_cls = Block
+
+    def check_config(self, config: LlamaConfig) -> None:
+        if config.rope_scaling not in ("none", "llama3"):
+            raise ModelError(f"rope_scaling={config.rope_scaling!r}: use 'none' or 'llama3'")
+        if not config.head_dim and config.d_model % config.n_heads:
+            raise ModelError(
+                f"d_model={config.d_model} is not a multiple of n_heads={config.n_heads}; set head_dim"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.config.head_dim or self.config.d_model // self.config.n_heads
+
+    def make_rope(self) -> RoPE:
+        c = self.config
+        scaling = None
+        if c.rope_scaling == "llama3":
+            scaling = Llama3Scaling(
+                c.rope_factor,
+                c.rope_low_freq_factor,
+                c.rope_high_freq_factor,
+                c.rope_original_max_len,
+            )
+        return RoPE(self.head_dim, c.rope_theta, scaling)
+
+    def make_norm(self, dim: int) -> RMSNorm:
+        return RMSNorm(dim, eps=self.config.norm_eps, dtype=self.dtype)
+
+    def out_std(self) -> float:
+        return self.config.init_std / math.sqrt(2 * self.config.n_layers)
+
+    def make_attention(self, index: int, rngs: nnx.Rngs) -> Attention:
+        c = self.config
+        return self.attention_cls(
+            c.d_model,
+            c.n_heads,
+            c.n_kv_heads or c.n_heads,
+            self.head_dim,
+            qkv_bias=c.qkv_bias,
+            out_bias=c.out_bias,
+            rope=self.make_rope(),
+            qk_norm_eps=c.norm_eps if c.qk_norm else None,
+            sliding_window=c.sliding_window,
+            std=c.init_std,
+            out_std=self.out_std(),
+            dtype=self.dtype,
+            rngs=rngs,
+        )
+
+    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+        c = self.config
+        return self.mlp_cls(
+            c.d_model,
+            c.d_ff,
+            bias=c.mlp_bias,
+            std=c.init_std,
+            out_std=self.out_std(),
+            dtype=self.dtype,
+            rngs=rngs,
+        )
+
+    def make_block(self, index: int, rngs: nnx.Rngs) -> Block:
+        d = self.config.d_model
+        return self.block_cls(
+            self.make_norm(d),
+            self.make_attention(index, rngs),
+            self.make_norm(d),
+            self.make_mlp(index, rngs),
+        )

@@ -1,0 +1,149 @@
+"""Fixtures for model tests: tiny random theseus models and tiny random transformers checkpoints.
+
+Parity tests are marked ``parity`` and skipped (with the reason) where torch/transformers are
+not importable; the root conftest turns that skip into a failure when THESEUS_REQUIRE_PARITY=1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HAVE_PARITY = all(importlib.util.find_spec(m) for m in ("torch", "transformers"))
+needs_parity = pytest.mark.skipif(
+    not HAVE_PARITY,
+    reason="torch and transformers (the `parity` dependency group) are not installed",
+)
+
+VOCAB = 97
+
+# name -> (transformers config class, kwargs): the tiny models the parity tests cover.
+HF_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpt2": ("GPT2Config", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64)),
+    "gpt2-untied": (
+        "GPT2Config",
+        dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, tie_word_embeddings=False),
+    ),
+    "llama-gqa2": (
+        "LlamaConfig",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+    ),
+    "llama3-mqa-tied": (
+        "LlamaConfig",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        ),
+    ),
+    "qwen2": (
+        "Qwen2Config",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+    ),
+    "qwen3": (
+        "Qwen3Config",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=64,
+            tie_word_embeddings=True,
+        ),
+    ),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            max_position_embeddings=64,
+        ),
+    ),
+}
+
+
+def build_hf(name: str, directory: Path) -> Path:
+    """Save a random-initialised transformers model ``name`` (fp32) into ``directory``."""
+    import torch
+    import transformers
+
+    cls_name, kwargs = HF_MODELS[name]
+    config = getattr(transformers, cls_name)(
+        vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=0, **kwargs
+    )
+    torch.manual_seed(sum(map(ord, name)))
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # non-trivial norm gains and biases, so a swapped one shows
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoint(tmp_path_factory):
+    """``hf_checkpoint(name) -> Path``: a tiny transformers checkpoint, built once per session."""
+    built: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in built:
+            built[name] = build_hf(name, tmp_path_factory.mktemp(name.replace("_", "-")))
+        return built[name]
+
+    return get
+
+
+def tiny(family: str, **overrides: Any) -> Any:
+    """A tiny random theseus model of ``family`` (its ``tiny`` preset, vocab 97)."""
+    from flax import nnx
+    from theseus.models import configs
+    from theseus.models.hf import model_class
+
+    config_cls = configs.FAMILIES[family][0]
+    values = {
+        **configs.PRESETS[family]["tiny"],
+        "vocab_size": VOCAB,
+        "max_seq_len": 64,
+        **overrides,
+    }
+    return model_class(family)(config_cls(preset="tiny", **values), rngs=nnx.Rngs(params=0))

@@ -1,0 +1,163 @@
+"""Sharded vs single-device runs of a tiny GPT, in a process with 8 simulated CPU devices.
+
+``python -m tests.sharding.parity [STRATEGY:data,fsdp,tensor ...]`` prints one JSON object per
+scenario: the largest relative differences (max |x - x_ref| / max |x_ref|, per array) of the
+loss, the gradients and the parameters after 3 SGD-with-momentum steps, the partition specs
+of parameters and optimizer state, and per-device bytes. The reference is the same code on
+a one-device mesh, so only the layout differs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import json  # noqa: E402
+from typing import Any  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from theseus.core.sharding.config import ShardingConfig  # noqa: E402
+from theseus.core.sharding.placement import Layout, path_name, per_device_bytes  # noqa: E402
+from theseus.core.train.step import make_train_step, summed_loss  # noqa: E402
+from theseus.models.gpt import GPT, GPTConfig  # noqa: E402
+
+SCENARIOS = [
+    "dp:8,1,1",
+    "zero1:8,1,1",
+    "fsdp:1,8,1",
+    "tp:4,1,2",
+    "tp:2,1,4",
+    "fsdp+tp:2,2,2",
+    "zero1+tp:4,1,2",
+]
+VOCAB, T, B, MICRO, STEPS = 128, 16, 16, 2, 3
+MODEL = GPTConfig(vocab_size=VOCAB, n_layers=2, d_model=64, n_heads=4, max_seq_len=T)
+
+
+def batch_of(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, VOCAB, (B, T + 1), dtype=np.int32)
+    segments = np.ones((B, T), np.int32)
+    segments[:, T // 2 :] += rng.integers(0, 2, (B, 1), dtype=np.int32)  # some rows hold 2 docs
+    starts = np.where(segments[:, :1] == segments, 0, T // 2)
+    positions = np.arange(T, dtype=np.int32)[None, :] - starts
+    mask = (rng.random((B, T)) > 0.1).astype(np.float32)
+    return {
+        "inputs": tokens[:, :-1],
+        "targets": tokens[:, 1:],
+        "positions": positions.astype(np.int32),
+        "segment_ids": segments,
+        "loss_mask": mask,
+    }
+
+
+def run(layout: Layout, remat: str = "none") -> dict[str, Any]:
+    def build() -> Any:
+        return GPT(MODEL, rngs=nnx.Rngs(params=jax.random.key(0)))
+
+    graphdef, _, rest = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
+    optimizer = optax.sgd(0.5, momentum=0.9)
+
+    def fresh() -> dict:
+        _, params, _ = nnx.split(build(), nnx.Param, ...)
+        zero = jnp.zeros((), jnp.int32)
+        return {"params": params, "opt_state": optimizer.init(params), "step": zero, "skipped": zero}
+
+    state = layout.init_state(fresh)
+    shardings = layout.state_shardings(state)
+    grad_fn = jax.jit(
+        jax.grad(lambda p, b: summed_loss(graphdef, p, rest, b, remat), has_aux=True),
+        in_shardings=(shardings["params"], layout.batch_sharding),
+        out_shardings=(layout.grad_shardings(state), layout.replicated),
+    )
+    first = layout.place_batch(batch_of(0))
+    grads, (ce, count, _) = grad_fn(state["params"], first)
+    out = {
+        "loss0": float(ce / count),
+        "grads": to_flat(jax.tree.map(lambda g: g / count, grads)),
+        "param_specs": specs_of(state["params"]),
+        "opt_specs": specs_of(state["opt_state"]),
+        "param_bytes": per_device_bytes(state["params"]),
+        "opt_bytes": per_device_bytes(state["opt_state"]),
+    }
+    step = layout.jit_step(
+        make_train_step(
+            graphdef, rest, optimizer, optax.constant_schedule(0.5), MICRO, False,
+            micro_sharding=layout.micro_sharding(), grad_shardings=layout.grad_shardings(state),
+            remat=remat,
+        ),
+        shardings,
+    )
+    losses = []
+    for index in range(STEPS):
+        state, metrics = step(state, layout.place_batch(batch_of(index)))
+        losses.append(float(metrics["loss"]))
+    out["losses"] = losses
+    out["params"] = to_flat(state["params"])
+    return out
+
+
+def to_flat(tree: Any) -> dict[str, np.ndarray]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {path_name(path): np.asarray(jax.device_get(leaf)) for path, leaf in flat}
+
+
+def specs_of(tree: Any) -> dict[str, list]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {path_name(path): list(leaf.sharding.spec) for path, leaf in flat}
+
+
+def rel(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    """Largest per-array ``max|a - b| / max|b|``; the scale of an array is floored at 1e-3 of
+    the tree's largest magnitude, since some gradients are zero analytically (a key bias
+    does not change a softmax) and hold only rounding noise (1e-11 here)."""
+    floor = 1e-3 * max(float(np.max(np.abs(ref))) for ref in b.values())
+    worst = 0.0
+    for key, ref in b.items():
+        scale = max(float(np.max(np.abs(ref))), floor)
+        worst = max(worst, float(np.max(np.abs(a[key] - ref))) / scale)
+    return worst
+
+
+def scalar_rel(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True))
+
+
+def config_of(text: str) -> tuple[ShardingConfig, str]:
+    strategy, _, sizes = text.partition(":")
+    data, fsdp, tensor = (int(s) for s in sizes.split(","))
+    remat = os.environ.get("PARITY_REMAT", "none")
+    return ShardingConfig(strategy=strategy, data=data, fsdp=fsdp, tensor=tensor, remat=remat), remat
+
+
+def main(scenarios: list[str]) -> None:
+    reference = run(Layout(ShardingConfig(), jax.devices()[:1]))
+    for text in scenarios:
+        config, remat = config_of(text)
+        got = run(Layout(config), remat)
+        print(json.dumps({
+            "scenario": text,
+            "loss": scalar_rel([got["loss0"], *got["losses"]], [reference["loss0"], *reference["losses"]]),
+            "grads": rel(got["grads"], reference["grads"]),
+            "params": rel(got["params"], reference["params"]),
+            "param_specs": got["param_specs"],
+            "opt_specs": got["opt_specs"],
+            "param_bytes": got["param_bytes"],
+            "opt_bytes": got["opt_bytes"],
+            "ref_param_bytes": reference["param_bytes"],
+            "ref_opt_bytes": reference["opt_bytes"],
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or SCENARIOS)
