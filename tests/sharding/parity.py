@@ -41,7 +41,7 @@ SCENARIOS = [
     "zero1+tp:4,1,2",
 ]
 VOCAB, T, B, MICRO, STEPS = 128, 16, 16, 2, 3
-MODEL = GPTConfig(vocab_size=VOCAB, n_layers=2, d_model=64, n_heads=4, max_seq_len=T)
+MODEL = GPTConfig(vocab_size=VOCAB, n_layers=1, d_model=64, n_heads=4, max_seq_len=T)
 
 
 def batch_of(seed: int) -> dict[str, np.ndarray]:
@@ -86,6 +86,8 @@ def run(layout: Layout, remat: str = "none") -> dict[str, Any]:
         "loss0": float(ce / count),
         "grads": to_flat(jax.tree.map(lambda g: g / count, grads)),
         "param_specs": specs_of(state["params"]),
+        "param_shapes": {k: list(v.shape) for k, v in to_flat(state["params"]).items()},
+        "opt_shapes": {k: list(v.shape) for k, v in to_flat(state["opt_state"]).items()},
         "opt_specs": specs_of(state["opt_state"]),
         "param_bytes": per_device_bytes(state["params"]),
         "opt_bytes": per_device_bytes(state["opt_state"]),
@@ -114,7 +116,15 @@ def to_flat(tree: Any) -> dict[str, np.ndarray]:
 
 def specs_of(tree: Any) -> dict[str, list]:
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return {path_name(path): list(leaf.sharding.spec) for path, leaf in flat}
+    return {path_name(path): normal(leaf.sharding.spec) for path, leaf in flat}
+
+
+def normal(spec: Any) -> list:
+    """A spec as a JSON list without trailing Nones (tuples of axes as lists)."""
+    parts = [list(p) if isinstance(p, tuple) else p for p in spec]
+    while parts and parts[-1] is None:
+        parts.pop()
+    return parts
 
 
 def rel(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -152,6 +162,9 @@ def main(scenarios: list[str]) -> None:
             "params": rel(got["params"], reference["params"]),
             "param_specs": got["param_specs"],
             "opt_specs": got["opt_specs"],
+            "param_shapes": got["param_shapes"],
+            "opt_shapes": got["opt_shapes"],
+            "mesh": dict(Layout(config).sizes),
             "param_bytes": got["param_bytes"],
             "opt_bytes": got["opt_bytes"],
             "ref_param_bytes": reference["param_bytes"],

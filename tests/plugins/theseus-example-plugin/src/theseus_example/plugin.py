@@ -25,6 +25,13 @@ class StepDecayConfig(ScheduleBase):
 
 
 @dataclass
+class RhymesConfig:
+    documents: int = option(2000, "how many rhymes to generate")
+    seed: int = option(0, "seed of the generator")
+    max_documents: int = option(0, "use at most this many rhymes (0: all)")
+
+
+@dataclass
 class FitLineConfig:
     slope: float = option(3.0, "slope of the line the data is drawn from")
     intercept: float = option(-1.0, "intercept of the line")
@@ -32,6 +39,13 @@ class FitLineConfig:
     points: int = option(256, "number of data points")
     steps: int = option(300, "optimizer steps")
     seed: int = option(0, "random seed for the data")
+
+
+@hookimpl
+def theseus_register_datasets(register):
+    register(
+        Component("counting-rhymes", RhymesConfig, "theseus_example.dataset:CountingRhymes", "rhymes")
+    )
 
 
 @hookimpl

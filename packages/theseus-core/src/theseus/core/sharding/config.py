@@ -79,11 +79,13 @@ def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
 
 
 def planned_devices(config: ShardingConfig) -> int | None:
-    """The device count the mesh fixes when every axis is explicit, else None."""
-    sizes = [int(getattr(config, axis)) for axis in MESH_AXES]
-    if any(size <= 0 for size in sizes):
+    """The device count the config fixes (no axis takes "the rest"), else None."""
+    base, _ = parse_strategy(config.strategy)
+    sizes = {axis: int(getattr(config, axis)) for axis in MESH_AXES}
+    auto = "fsdp" if base == "fsdp" else "data"
+    if any(size == -1 for size in sizes.values()) or sizes[auto] == 0:
         return None
-    return math.prod(sizes)
+    return math.prod(max(size, 1) for size in sizes.values())
 
 
 def check_remat(config: ShardingConfig) -> str:
