@@ -36,3 +36,8 @@ class DataConfig:
     padding_side: str = option("right", "padded layout: pad on the 'left' or 'right'")
     loss_on: str = option("assistant", "chat data: learn 'assistant' turns only, or 'all' tokens")
     prefetch: int = option(4, "batches prepared ahead in background threads")
+
+
+@dataclass
+class SFTDataConfig(DataConfig):
+    dataset: str = option("addition", "registered chat dataset to fine-tune on (tokenized on demand)")

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from theseus.core.components import Choice, JobSpec
-from theseus.core.data.config import DataConfig
+from theseus.core.data.config import DataConfig, SFTDataConfig
 from theseus.core.sharding.config import ShardingConfig
 from theseus.core.train import configs as tc
 
 
-def training_groups(model: str) -> dict[str, Any]:
+def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:
     return {
         "training": tc.TrainingConfig,
         "model": Choice("models", model, locked=True),
-        "data": DataConfig,
+        "data": data,
         "optimizer": Choice("optimizers", "adamw"),
         "schedule": Choice("schedules", "cosine"),
         "checkpoint": tc.CheckpointConfig,
@@ -42,6 +42,6 @@ def register_training_jobs(register: Any, registries: Any) -> None:
                 key=f"{name}/train/sft",
                 target="theseus.core.train.pretrain:SFTJob",
                 description=f"fine-tune {name} on padded chat data with a loss mask",
-                groups=training_groups(name),
+                groups=training_groups(name, SFTDataConfig),
             )
         )
