@@ -29,7 +29,7 @@ def test_sft_starts_from_the_weights_of_a_pretraining_run(shared_root):
                   "--name", "pre-byte")
     assert pre.returncode == 0, pre.stderr[-3000:]
     # one SFT step with a zero learning rate leaves the weights where init put them
-    sft = run_cli(shared_root, "run", "gpt/train/sft", *SMALL, "data.tokenizer=byte",
+    sft = run_cli(shared_root, "run", "gpt/train/sft", *SMALL, "data.tokenizer=byte", "data.suffix=byte",
                   "training.total_steps=1", "optimizer.learning_rate=0", "init.checkpoint=pre-byte",
                   "--name", "sft-from-pre")
     assert sft.returncode == 0, sft.stderr[-3000:]
@@ -42,6 +42,7 @@ def test_sft_starts_from_the_weights_of_a_pretraining_run(shared_root):
 
 def test_init_from_a_missing_run_is_an_error(shared_root):
     result = run_cli(shared_root, "run", "gpt/train/sft", *SMALL, "data.tokenizer=byte",
-                     "init.checkpoint=nowhere", "--name", "sft-bad")
+                     "data.suffix=byte", "init.checkpoint=nowhere", "--name", "sft-bad")
     assert result.returncode == 2
-    assert "run 'nowhere' has no checkpoints" in result.stderr
+    assert "init.checkpoint: run 'nowhere' has no checkpoints" in result.stderr
+    assert "running prerequisite" not in result.stderr  # refused before any work

@@ -11,6 +11,21 @@ from theseus.core.jobs import Job, Prerequisite
 log = logging.getLogger(__name__)
 
 
+def check_init(config: Any, root: str) -> None:
+    """``init.checkpoint`` must name a run with checkpoints, ``init.hf`` an existing folder."""
+    from pathlib import Path
+
+    from theseus.core.errors import JobError
+    from theseus.core.rundir import RunDir
+
+    if config.init.checkpoint:
+        name = str(config.init.checkpoint).partition("@")[0]
+        if not RunDir(root, name).checkpoint_dir.is_dir():
+            raise JobError(f"init.checkpoint: run {name!r} has no checkpoints under {root}/runs")
+    if config.init.hf and not Path(str(config.init.hf)).is_dir():
+        raise JobError(f"init.hf: {config.init.hf} is not a directory of Hugging Face weights")
+
+
 class PretrainJob(Job):
     layout = "packed"
 
@@ -18,6 +33,7 @@ class PretrainJob(Job):
     def prerequisites(cls, config: Any, root: str) -> list[Prerequisite]:
         from theseus.core.data.api import tokenize_prerequisites
 
+        check_init(config, root)  # before any prerequisite spends time
         return tokenize_prerequisites(config.data, root)
 
     @classmethod
