@@ -176,3 +176,69 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     assert rows[-1]["train/skipped"] == 4 and rows[3]["train/skipped"] == 0
     summary = json.loads((shared_root / "runs/nan-skip/summary.json").read_text())
     assert summary["skipped"] == 4 and math.isfinite(summary["val/loss"])
+
+
+CSV_LOGGER = """
+from dataclasses import dataclass
+from pathlib import Path
+from theseus.core.components import Component
+from theseus.core.hookspecs import hookimpl
+
+
+@dataclass
+class NoOptions:
+    pass
+
+
+@hookimpl
+def theseus_register_loggers(register):
+    register(Component("csv", NoOptions, "csv_logger_impl:CSVLogger", "metrics as CSV"))
+"""
+
+CSV_LOGGER_IMPL = """
+import os
+from pathlib import Path
+Path(os.environ["CSV_IMPORT_MARKER"]).write_text("imported")
+
+
+class CSVLogger:
+    def __init__(self, run_dir):
+        self.out = (run_dir.path / "metrics.csv").open("w")
+
+    def log(self, record):
+        if "train/loss" in record:
+            self.out.write(f"{record['step']},{record['train/loss']!r}\\n")
+
+    def close(self):
+        self.out.close()
+"""
+
+
+def test_a_plugin_logger_is_imported_only_when_enabled(shared_root, tmp_path, monkeypatch):
+    import os
+
+    from tests.core.plugin_factory import write_plugin
+
+    site = tmp_path / "site"
+    write_plugin(site, "csv-logger", "csv", "csv_logger", CSV_LOGGER)
+    (site / "csv_logger_impl.py").write_text(CSV_LOGGER_IMPL)
+    marker = tmp_path / "imported.txt"
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("CSV_IMPORT_MARKER", str(marker))
+    assert run_cli(shared_root, *train(2), "--name", "no-csv").returncode == 0
+    assert not marker.exists()
+    assert run_cli(shared_root, *train(3), "logging.loggers=[csv]", "--name", "csv").returncode == 0
+    assert marker.exists()
+    rows = (shared_root / "runs/csv/metrics.csv").read_text().splitlines()
+    losses = train_losses(shared_root, "csv")
+    assert rows == [f"{step},{losses[step]!r}" for step in range(3)]
+
+
+def test_an_unknown_or_missing_logger_is_a_clear_error(shared_root):
+    unknown = run_cli(shared_root, *train(2), "logging.loggers=[tensorbored]", "--name", "tb1")
+    assert unknown.returncode == 2 and "unknown logger 'tensorbored'; did you mean 'tensorboard'" in unknown.stderr
+    try:
+        import tensorboardX  # noqa: F401
+    except ImportError:
+        missing = run_cli(shared_root, *train(2), "logging.loggers=[tensorboard]", "--name", "tb2")
+        assert missing.returncode == 2 and "needs the tensorboardX package" in missing.stderr

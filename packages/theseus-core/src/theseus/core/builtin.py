@@ -6,6 +6,8 @@ third-party plugin.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from theseus.core.components import Component, JobSpec
 from theseus.core.hookspecs import hookimpl
 from theseus.core.optim import configs as oc
@@ -37,6 +39,18 @@ def theseus_register_schedules(register):
     )
 
 
+@dataclass
+class NoOptions:
+    """Loggers take their settings from the environment (e.g. WANDB_PROJECT)."""
+
+
+@hookimpl
+def theseus_register_loggers(register):
+    target = "theseus.core.train.loggers"
+    register(Component("tensorboard", NoOptions, f"{target}:TensorBoardLogger", "TensorBoard scalars"))
+    register(Component("wandb", NoOptions, f"{target}:WandbLogger", "Weights & Biases"))
+
+
 @hookimpl
 def theseus_register_commands(register):
     from theseus.core.inspect import commands
@@ -60,3 +74,9 @@ def theseus_register_jobs(register, registries):
     from theseus.core.train.jobs import register_training_jobs
 
     register_training_jobs(register, registries)
+    from theseus.core.evaluate.job import register_evaluate_jobs
+
+    register_evaluate_jobs(register, registries)
+
+
+from theseus.core.evaluate.plugin_hooks import theseus_register_evaluations  # noqa: E402, F401

@@ -40,6 +40,10 @@ class LoggingConfig:
 class EvalConfig:
     every: int = option(25, "validation loss every this many steps (0: only at the end)")
     batches: int = option(4, "validation batches per evaluation (a fixed set)")
+    tasks: list[str] = option(
+        help="registered evaluations run at each evaluation (e.g. [val-ppl, addition])",
+        factory=list,
+    )
 
 
 @dataclass

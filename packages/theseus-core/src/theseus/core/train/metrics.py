@@ -64,8 +64,11 @@ def device_peak_flops(configured: float = 0.0) -> tuple[float, str]:
 class MetricsWriter:
     """Appends one JSON object per record to ``path``; ``write`` never blocks the caller."""
 
-    def __init__(self, path: Path, enabled: bool = True, echo: bool = True) -> None:
+    def __init__(
+        self, path: Path, enabled: bool = True, echo: bool = True, loggers: list[Any] | None = None
+    ) -> None:
         self.path = path
+        self.loggers = loggers or []
         self.enabled = enabled
         self.echo = echo
         self.queue: queue.Queue = queue.Queue()
@@ -90,6 +93,8 @@ class MetricsWriter:
                     out.write(json.dumps(plain) + "\n")
                     out.flush()
                     self.last = plain
+                    for logger in self.loggers:
+                        logger.log(plain)
                     if self.echo:
                         log.info(_format(plain))
                 except BaseException as error:  # surfaced by close()
@@ -99,6 +104,8 @@ class MetricsWriter:
         if self.enabled:
             self.queue.put(None)
             self.thread.join()
+        for logger in self.loggers:
+            logger.close()
         if self.error:
             raise self.error
 

@@ -21,6 +21,7 @@ import numpy as np
 from flax import nnx
 
 from theseus.core.errors import ConfigError, JobError, PreemptedError, TheseusError
+from theseus.core.evaluate.training import run_training_evaluations
 from theseus.core.optim.build import build_optimizer
 from theseus.core.sharding.config import check_remat
 from theseus.core.sharding.mesh import describe
@@ -196,7 +197,11 @@ class Trainer:
             self.run.name, start, self.total_steps, len(self.devices), describe(self.layout.mesh),
             self.config.sharding.strategy, self.micro_steps, peak, peak_source,
         )
-        writer = MetricsWriter(self.run.metrics_path, enabled=jax.process_index() == 0)
+        from theseus.core.train.loggers import build_loggers
+
+        main_process = jax.process_index() == 0
+        loggers = build_loggers(self.registries, list(self.config.logging.loggers), self.run) if main_process else []
+        writer = MetricsWriter(self.run.metrics_path, enabled=main_process, loggers=loggers)
         tracker = _Tracker(self, writer, peak * len(self.devices))
         batches = self.data.iterator(start)
         last_saved = start
@@ -211,6 +216,7 @@ class Trainer:
                     if self._due(done, self.config.eval.every):
                         tracker.flush()
                         writer.write({"step": done, "val/loss": self.validation_loss(state["params"])})
+                        run_training_evaluations(self, state["params"], done, writer)
                     if self._due(done, self.config.checkpoint.every) or self.preempted:
                         tracker.flush()
                         self.save(done, state)
@@ -229,6 +235,7 @@ class Trainer:
             summary = {"step": final, "train/loss": tracker.last_loss, "skipped": int(state["skipped"])}
             summary["val/loss"] = self.validation_loss(state["params"])
             writer.write({"step": final, "val/loss": summary["val/loss"]})
+            run_training_evaluations(self, state["params"], final, writer)
             self.final_state = state
             return summary
         finally:

@@ -1,0 +1,69 @@
+"""Config schemas of the evaluations and of the ``<model>/evaluate`` job (no JAX)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from theseus.core.components import option
+
+
+@dataclass
+class EvaluateConfig:
+    checkpoint: str = option("", "evaluate run RUN (latest checkpoint) or RUN@STEP of this root")
+    hf_dir: str = option("", "or evaluate the Hugging Face weights in this directory")
+    tokenizer: str = option("", "with hf_dir: a tokenizer.json ('' = <hf_dir>/tokenizer.json)")
+    tasks: list[str] = option(help="registered evaluations to run", factory=lambda: ["val-ppl"])
+    batch_size: int = option(8, "sequences per forward pass (scores do not depend on it)")
+    padding_side: str = option("right", "pad batched sequences on the 'left' or 'right'")
+    limit: int = option(0, "at most this many examples per task (0: all)")
+    options: dict[str, Any] = option(
+        help="per-task options, e.g. {hellaswag: {files: hs.jsonl}, addition: {max_digits: 2}}",
+        factory=dict,
+    )
+
+
+@dataclass
+class PerplexityConfig:
+    rows: int = option(64, "validation rows to score (capped at the split's size)")
+    seq_len: int = option(0, "tokens per row (0: the run's training.seq_len)")
+
+
+@dataclass
+class ChoiceConfig:
+    files: str = option("", "local jsonl (comma-separated globs) in the dataset's schema")
+    hf_path: str = option("", "Hugging Face dataset read when no files are given (online)")
+    hf_name: str = option("", "the Hugging Face dataset's configuration name")
+    split: str = option("validation", "split of the Hugging Face dataset")
+    limit: int = option(0, "at most this many examples (0: all)")
+
+
+def choice_config(path: str, name: str, split_name: str) -> type:
+    """A :class:`ChoiceConfig` whose online defaults point at one public dataset."""
+
+    @dataclass
+    class Config(ChoiceConfig):
+        hf_path: str = option(path, "Hugging Face dataset read when no files are given")
+        hf_name: str = option(name, "the Hugging Face dataset's configuration name")
+        split: str = option(split_name, "split of the Hugging Face dataset")
+
+    Config.__name__ = Config.__qualname__ = f"{path.split('/')[-1].title()}Config"
+    return Config
+
+
+@dataclass
+class GSM8KConfig(ChoiceConfig):
+    hf_path: str = option("openai/gsm8k", "Hugging Face dataset read when no files are given")
+    hf_name: str = option("main", "the Hugging Face dataset's configuration name")
+    split: str = option("test", "split of the Hugging Face dataset")
+    max_new_tokens: int = option(256, "tokens generated per question")
+    chat: bool = option(False, "wrap the question in the chat template (SFT models)")
+
+
+@dataclass
+class AdditionEvalConfig:
+    num_examples: int = option(100, "how many a+b problems")
+    max_digits: int = option(1, "operands have 1 to this many digits")
+    seed: int = option(1234, "generator seed (same seed, same problems)")
+    max_new_tokens: int = option(8, "tokens generated per problem")
+    limit: int = option(0, "at most this many examples (0: all)")

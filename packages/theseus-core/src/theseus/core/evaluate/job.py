@@ -1,0 +1,97 @@
+"""The ``<model>/evaluate`` job: registered evaluations on a checkpoint or imported weights.
+
+Writes ``results.json`` (source, tasks, scores) into its run directory and the same
+numbers as one line of ``metrics.jsonl`` (``eval/<task>/<metric>``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from omegaconf import OmegaConf
+from theseus.core.components import Choice, JobSpec
+from theseus.core.evaluate.configs import EvaluateConfig
+from theseus.core.evaluate.errors import EvaluationError
+from theseus.core.jobs import Job
+
+log = logging.getLogger(__name__)
+
+
+class EvaluateJob(Job):
+    def target(self) -> tuple[Any, dict]:
+        from theseus.core.evaluate.target import checkpoint_target, hf_target
+
+        e = self.config.evaluate
+        common = dict(
+            batch_size=int(e.batch_size), padding_side=str(e.padding_side), limit=int(e.limit)
+        )
+        if bool(e.checkpoint) == bool(e.hf_dir):
+            raise EvaluationError(
+                "set exactly one of evaluate.checkpoint=RUN[@STEP] and evaluate.hf_dir=DIR"
+            )
+        if e.hf_dir:
+            return hf_target(str(e.hf_dir), str(e.tokenizer), root=self.context.root, **common)
+        self._check_family(str(e.checkpoint).partition("@")[0])
+        return checkpoint_target(self.context.root, str(e.checkpoint), **common)
+
+    def _check_family(self, run_name: str) -> None:
+        from theseus.core.rundir import RunDir
+
+        key = str(RunDir(self.context.root, run_name).read_record().get("key", ""))
+        family = key.split("/")[0]
+        if family != self.config.model.name:
+            raise EvaluationError(
+                f"run {run_name!r} is a {key} run: evaluate it with {family}/evaluate, "
+                f"not {self.config.model.name}/evaluate"
+            )
+
+    def __call__(self) -> dict[str, Any]:
+        from theseus.core.evaluate.runner import (
+            append_metrics,
+            check,
+            evaluate,
+            metrics_record,
+            write_json,
+        )
+
+        e = self.config.evaluate
+        options = OmegaConf.to_container(e.options, resolve=True) if e.options else {}
+        tasks = [str(t) for t in e.tasks]
+        if not tasks:
+            raise EvaluationError("evaluate.tasks is empty: name at least one evaluation")
+        check(tasks, self.context.registries, options)
+        target, source = self.target()
+        results = evaluate(target, tasks, self.context.registries, options)
+        payload = {
+            "source": source,
+            "tasks": tasks,
+            "batch_size": int(e.batch_size),
+            "padding_side": str(e.padding_side),
+            "results": results,
+        }
+        write_json(self.run.path / "results.json", payload)
+        append_metrics(self.run.metrics_path, metrics_record(source.get("step", 0), results))
+        for task, metrics in results.items():
+            shown = " ".join(f"{k}={v:.6g}" for k, v in metrics.items())
+            print(f"{task}: {shown}")
+        return payload
+
+
+def register_evaluate_jobs(register: Any, registries: Any) -> None:
+    """Register ``<model>/evaluate`` for every registered model."""
+    for name in registries.models.names():
+        if f"{name}/evaluate" in registries.jobs:
+            continue
+        register(
+            JobSpec(
+                key=f"{name}/evaluate",
+                target="theseus.core.evaluate.job:EvaluateJob",
+                description=f"evaluate a {name} checkpoint or imported weights on registered "
+                "evaluations (val-ppl, hellaswag, arc, mmlu, gsm8k, addition, ...)",
+                groups={
+                    "model": Choice("models", name, locked=True),
+                    "evaluate": EvaluateConfig,
+                },
+            )
+        )
