@@ -34,18 +34,23 @@ def sshds(tmp_path_factory) -> Iterator[list[servers.SSHD]]:
 
 
 @pytest.fixture(scope="session")
-def slurm1(tmp_path_factory) -> Iterator[servers.Slurm]:
+def munge() -> Iterator[None]:
     _need("slurmctld")
-    servers.start_munge()
+    started = servers.start_munge()
+    yield
+    if started:
+        servers.stop_munge()
+
+
+@pytest.fixture(scope="session")
+def slurm1(munge, tmp_path_factory) -> Iterator[servers.Slurm]:
     cluster = servers.Slurm(tmp_path_factory.mktemp("slurm1"), nodes=1).start()
     yield cluster
     cluster.stop()
 
 
 @pytest.fixture(scope="session")
-def slurm2(tmp_path_factory) -> Iterator[servers.Slurm]:
-    _need("slurmctld")
-    servers.start_munge()
+def slurm2(munge, tmp_path_factory) -> Iterator[servers.Slurm]:
     cluster = servers.Slurm(tmp_path_factory.mktemp("slurm2"), nodes=2).start()
     yield cluster
     cluster.stop()

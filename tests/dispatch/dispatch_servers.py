@@ -36,10 +36,19 @@ def keygen(path: Path) -> Path:
     return path
 
 
-def kill_pidfile(path: Path) -> None:
+def read_pid(path: Path) -> int | None:
     try:
-        pid = int(path.read_text().split()[0])
+        return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def kill_pidfile(path: Path) -> None:
+    kill_pid(read_pid(path))
+
+
+def kill_pid(pid: int | None) -> None:
+    if pid is None:
         return
     try:
         os.kill(pid, signal.SIGTERM)
@@ -62,6 +71,7 @@ class SSHD:
     client_key: Path
     known_hosts: Path
     pidfile: Path = field(init=False)
+    pid: int | None = field(init=False, default=None)
 
     def start(self) -> SSHD:
         self.pidfile = self.directory / f"sshd-{self.host}.pid"
@@ -77,10 +87,11 @@ class SSHD:
         log = self.directory / f"sshd-{self.host}.log"
         subprocess.run([SSHD_BIN, "-f", str(config), "-E", str(log)], check=True)
         wait_port(self.host, self.port)
+        self.pid = read_pid(self.pidfile)  # kept in memory: stop() works even if tmp is gone
         return self
 
     def stop(self) -> None:
-        kill_pidfile(self.pidfile)
+        kill_pid(self.pid)
 
     def known_hosts_line(self) -> str:
         key = " ".join((self.host_key.with_suffix(".pub")).read_text().split()[:2])
@@ -101,7 +112,8 @@ def start_sshds(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "127.0.0
 # ----------------------------------------------------------------------------- SLURM
 
 
-def start_munge() -> None:
+def start_munge() -> bool:
+    """Start munged unless one answers; True when this call started it."""
     for d in ("/run/munge", "/var/log/munge", "/var/lib/munge", "/etc/munge"):
         Path(d).mkdir(parents=True, exist_ok=True)
         shutil.chown(d, "munge", "munge")
@@ -110,14 +122,18 @@ def start_munge() -> None:
         key.write_bytes(os.urandom(1024))
     shutil.chown(key, "munge", "munge")
     key.chmod(0o400)
-    alive = subprocess.run(["munge", "-n"], capture_output=True).returncode == 0
-    if not alive:
-        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
-        for _ in range(50):
-            if subprocess.run(["munge", "-n"], capture_output=True).returncode == 0:
-                return
-            time.sleep(0.1)
-        raise RuntimeError("munged did not start")
+    if subprocess.run(["munge", "-n"], capture_output=True).returncode == 0:
+        return False
+    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+    for _ in range(50):
+        if subprocess.run(["munge", "-n"], capture_output=True).returncode == 0:
+            return True
+        time.sleep(0.1)
+    raise RuntimeError("munged did not start")
+
+
+def stop_munge() -> None:
+    kill_pidfile(Path("/run/munge/munged.pid"))
 
 
 @dataclass

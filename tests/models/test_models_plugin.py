@@ -73,3 +73,31 @@ def test_generate_job_end_to_end(root, tmp_path):
     assert len(texts) == 2 and all(len(t.split()) == 4 for t in texts)
     lines = (root / "runs" / "llama-generate" / "generations.jsonl").read_text().splitlines()
     assert json.loads(lines[1])["prompt"] == "4 5"
+
+
+def test_generate_job_on_a_plain_nnx_state(root):
+    from flax import nnx
+    from theseus.core.runner import prepare
+    from theseus.models.generate import generate
+    from theseus.models.generate_job import GenerateJob
+
+    from tests.models.conftest import VOCAB, tiny
+
+    model = tiny("gpt")
+    run = prepare(
+        "gpt/generate",
+        [
+            "model.preset=tiny",
+            f"model.vocab_size={VOCAB}",
+            "model.max_seq_len=64",
+            "generate.prompts=['5 6 7']",
+            "generate.max_new_tokens=3",
+        ],
+        root=root,
+    )
+    run.run_dir.path.mkdir(parents=True)
+    from theseus.core.jobs import JobContext
+
+    context = JobContext(str(root), run.run_dir, run.registries, {"state": nnx.state(model)})
+    texts = GenerateJob(run.config, context)()
+    assert texts == [" ".join(map(str, generate(model, [[5, 6, 7]], max_new_tokens=3)[0]))]

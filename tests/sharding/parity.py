@@ -25,7 +25,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import nnx  # noqa: E402
-
 from theseus.core.sharding.config import ShardingConfig  # noqa: E402
 from theseus.core.sharding.placement import Layout, path_name, per_device_bytes  # noqa: E402
 from theseus.core.train.step import make_train_step, summed_loss  # noqa: E402

@@ -109,3 +109,13 @@ def test_partition_specs_and_per_device_bytes(results, scenario):
     low_params, low_opt = shrink.get(scenario, (1.5, 1.5))
     assert r["ref_param_bytes"] / r["param_bytes"] >= low_params
     assert r["ref_opt_bytes"] / r["opt_bytes"] >= low_opt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("remat", ["block", "full"])
+def test_activation_checkpointing_keeps_gradients(remat):
+    """Rematerialised blocks recompute the same forward: gradients as without (fsdp 8)."""
+    done = run_module("tests.sharding.parity", "fsdp:1,8,1", env={"PARITY_REMAT": remat})
+    assert done.returncode == 0, done.stderr[-3000:]
+    (r,) = json_lines(done.stdout)
+    assert max(r["loss"], r["grads"], r["params"]) < TOLERANCE, r

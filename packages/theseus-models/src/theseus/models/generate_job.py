@@ -15,6 +15,17 @@ log = logging.getLogger(__name__)
 
 class GenerateJob(Job):
     def load_model(self) -> Any:
+        """From ``context.extra["model"]`` or ``["state"]`` (Python callers), else ``hf_dir``."""
+        extra = self.context.extra
+        if "model" in extra:
+            return extra["model"]
+        if "state" in extra:
+            from flax import nnx
+
+            cls = self.context.registries.models.get(self.config.model.name).load()
+            model = nnx.eval_shape(lambda: cls(self.config.model, rngs=nnx.Rngs(params=0)))
+            nnx.update(model, extra["state"])
+            return model
         g = self.config.generate
         if g.hf_dir:
             from theseus.models.hf import load_hf

@@ -1,4 +1,5 @@
-"""Perplexity and bits-per-byte on the validation split of a run's tokenized data.
+"""Perplexity and bits-per-byte on the validation split of tokenized data (the run's own,
+or ``dataset``: any tokenized dataset under ``<root>/data``, e.g. for imported weights).
 
 ``loss`` is the mean cross entropy (nats) over the scored tokens, ``perplexity`` its
 exponential; ``bits_per_byte`` divides the summed loss in bits by the UTF-8 bytes those
@@ -15,12 +16,31 @@ from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.evaluate.target import EvalTarget
 
 
-def _open_validation(config: Any, target: EvalTarget, seq_len: int) -> tuple[Any, int]:
-    """The run's data with this evaluation's batch size, and its number of validation rows."""
-    from theseus.core.data.api import open_training_data
-    from theseus.core.data.rows import PackedSource, PaddedSource
+def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
+    """``config.dataset`` (packed), else the run's data, with this evaluation's batch size."""
+    if config.dataset:
+        from pathlib import Path
 
-    data = open_training_data(
+        from theseus.core.data.loader import TrainingData
+        from theseus.core.data.reader import TokenizedDataset
+
+        dataset = TokenizedDataset(Path(target.root) / "data" / str(config.dataset))
+        if dataset.vocab_size > int(target.model.config.vocab_size):
+            raise EvaluationError(
+                f"{dataset.path} was tokenized with {dataset.vocab_size} tokens; the model has "
+                f"vocab_size={target.model.config.vocab_size}: tokenize it with the model's tokenizer"
+            )
+        return TrainingData(
+            [dataset], [1.0], seq_len=seq_len, global_batch_size=target.batch_size, seed=0
+        )
+    if target.data is None:
+        raise EvaluationError(
+            "val-ppl on imported weights needs evaluate.options.val-ppl.dataset: a dataset "
+            "under <root>/data tokenized with the model's tokenizer"
+        )
+    from theseus.core.data.api import open_training_data
+
+    return open_training_data(
         target.root,
         target.data,
         seq_len=seq_len,
@@ -28,9 +48,16 @@ def _open_validation(config: Any, target: EvalTarget, seq_len: int) -> tuple[Any
         seed=target.seed,
         layout=target.layout,
     )
+
+
+def _open_validation(config: Any, target: EvalTarget, seq_len: int) -> tuple[Any, int]:
+    """The data to read, and its number of validation rows (at most ``config.rows``)."""
+    from theseus.core.data.rows import PackedSource, PaddedSource
+
+    data = _open_data(config, target, seq_len)
     if len(data.datasets) > 1:
         return data, int(config.rows)
-    kind = PackedSource if target.layout == "packed" else PaddedSource
+    kind = PackedSource if data.layout == "packed" else PaddedSource
     available = len(kind(data.datasets[0].splits["validation"], seq_len))
     if available == 0:
         raise EvaluationError(
@@ -51,12 +78,7 @@ def token_bytes(target: EvalTarget, targets: np.ndarray, mask: np.ndarray) -> in
 
 
 def run(config: Any, target: EvalTarget) -> dict[str, float]:
-    if target.data is None:
-        raise EvaluationError(
-            "val-ppl reads a training run's tokenized validation split: evaluate a checkpoint "
-            "(evaluate.checkpoint=RUN[@STEP])"
-        )
-    seq_len = int(config.seq_len) or target.seq_len
+    seq_len = int(config.seq_len) or target.seq_len or target.max_len
     if seq_len > target.max_len:
         raise EvaluationError(f"val-ppl seq_len={seq_len} exceeds max_seq_len={target.max_len}")
     data, rows = _open_validation(config, target, seq_len)

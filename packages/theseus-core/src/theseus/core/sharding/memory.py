@@ -49,7 +49,6 @@ def report(config: Any, root: str) -> dict[str, Any]:
     import jax.numpy as jnp
     import numpy as np
     from flax import nnx
-
     from theseus.core.optim.build import build_optimizer, build_schedule
     from theseus.core.plugins import registries
     from theseus.core.sharding.config import check_remat

@@ -7,7 +7,6 @@ from typing import Any
 
 import jax
 from jax.sharding import AxisType, Mesh
-
 from theseus.core.sharding.config import MESH_AXES, ShardingConfig, mesh_shape
 
 

@@ -10,7 +10,6 @@ import jax
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
 from theseus.core.sharding.config import ShardingConfig, ShardingError
 from theseus.core.sharding.mesh import make_mesh
 from theseus.core.sharding.rules import Rules, rules_for

@@ -11,7 +11,6 @@ from typing import Any
 
 import jax
 from flax import nnx
-
 from theseus.core.sharding.config import ShardingError
 
 POLICIES = {

@@ -116,6 +116,8 @@ class Trainer:
         abstract_model = nnx.eval_shape(build_and_count)
         self.flops_per_token = counted["flops"]
         self.graphdef, _, self.rest = nnx.split(abstract_model, nnx.Param, ...)
+        if jax.tree.leaves(self.rest):  # non-parameter state (none in the shipped models)
+            self.rest = nnx.split(build(), nnx.Param, ...)[2]
         self.initial = self.layout.init_state(lambda: self._fresh_state(build()))
         step_fn = make_train_step(
             self.graphdef,
@@ -166,6 +168,10 @@ class Trainer:
         if self.config.init.checkpoint:  # weights only, a new optimizer and step 0
             state = self._from_other_run(self.config.init.checkpoint, abstract, abstract_rng)
             return {**self.initial, "params": state["params"]}
+        if self.config.init.hf:  # Hugging Face weights, a new optimizer and step 0
+            from theseus.core.train.hf_init import params_from_hf
+
+            return {**self.initial, "params": params_from_hf(self.config.init.hf, self.initial["params"])}
         return self.initial
 
     def _from_other_run(self, reference: str, abstract: Any, abstract_rng: Any) -> dict:

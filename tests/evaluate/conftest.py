@@ -1,0 +1,151 @@
+"""Fixtures of the evaluation tests: a tiny GPT pretrained on python-stdlib through the real
+CLI, and local benchmark files in the public schemas, built from that corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# The hub is unreachable here: fail fast instead of retrying (read when `datasets` loads).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="theseus-hf-cache-"))
+
+from tests.train.conftest import TINY, run_cli  # noqa: E402
+
+RUN = "pre"
+STEPS = 400
+
+
+@pytest.fixture(scope="session")
+def pretrained(tmp_path_factory) -> Path:
+    """A root with run ``pre``: 400 steps (checkpoints at 200 and 400), val loss ~4.5."""
+    root = tmp_path_factory.mktemp("eval-root")
+    result = run_cli(
+        root, "run", "gpt/train/pretrain", *TINY, f"training.total_steps={STEPS}",
+        "checkpoint.every=200", "eval.every=0", "--name", RUN,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root
+
+
+@pytest.fixture(scope="session")
+def opened(pretrained):
+    """The checkpoint of step 400 as an evaluation target, and the run's moment."""
+    from theseus.core.evaluate.target import checkpoint_target
+
+    target, source = checkpoint_target(str(pretrained), RUN)
+    assert source == {"run": RUN, "step": STEPS}
+    return target
+
+
+def corpus_lines(root: Path, tokenizer) -> list[str]:
+    """Lines of the training split (decoded), long enough to split, without brackets."""
+    import numpy as np
+    from theseus.core.data.reader import TokenizedDataset
+
+    dataset = TokenizedDataset(root / "data" / "python-stdlib")
+    ids = np.concatenate([s.tokens for s in dataset.splits["train"]]).tolist()
+    text = tokenizer.decode(ids)
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if len(line.split()) >= 6 and not any(c in line for c in "<>[]|")
+    ]
+
+
+def word_order_questions(root: Path, tokenizer, n: int, seed: int = 0) -> list[dict]:
+    """``{context, ending, distractors}``: distractors reorder the ending's tokens, so only a
+    model that learned the corpus's token order can tell the true ending apart."""
+    rng = random.Random(seed)
+    lines = corpus_lines(root, tokenizer)
+    out = []
+    for line in rng.sample(lines, 4 * n):
+        words = line.split()
+        half = len(words) // 2
+        ending = " ".join(words[half:])
+        ids = tokenizer.encode(" " + ending)
+        distractors: list[str] = []
+        for _ in range(50):
+            shuffled = ids[:]
+            rng.shuffle(shuffled)
+            text = tokenizer.decode(shuffled).strip()
+            if text and text != ending and text not in distractors:
+                distractors.append(text)
+            if len(distractors) == 3:
+                break
+        if len(distractors) == 3:
+            out.append({"context": " ".join(words[:half]), "ending": ending, "distractors": distractors})
+        if len(out) == n:
+            break
+    return out
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def hellaswag_rows(questions: list[dict], seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for q in questions:
+        label = rng.randrange(4)
+        endings = q["distractors"][:]
+        endings.insert(label, q["ending"])
+        rows.append({"activity_label": "Python", "ctx_a": q["context"], "ctx_b": "",
+                     "endings": endings, "label": str(label)})  # fmt: skip
+    return rows
+
+
+def arc_rows(questions: list[dict], seed: int = 2) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i, q in enumerate(questions):
+        label = rng.randrange(4)
+        texts = q["distractors"][:]
+        texts.insert(label, q["ending"])
+        rows.append({"id": f"q{i}", "question": q["context"],
+                     "choices": {"text": texts, "label": list("ABCD")}, "answerKey": "ABCD"[label]})  # fmt: skip
+    return rows
+
+
+def mmlu_rows(questions: list[dict], seed: int = 3) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for q in questions:
+        answer = rng.randrange(4)
+        choices = q["distractors"][:]
+        choices.insert(answer, q["ending"])
+        rows.append({"question": f"How does this line end? {q['context']}", "subject": "python_code",
+                     "choices": choices, "answer": answer})  # fmt: skip
+    return rows
+
+
+@pytest.fixture(scope="session")
+def bench_files(pretrained, opened, tmp_path_factory) -> dict[str, Path]:
+    """Local jsonl for hellaswag, arc and mmlu (40 questions each, public schemas)."""
+    folder = tmp_path_factory.mktemp("bench")
+    questions = word_order_questions(pretrained, opened.tokenizer, 40)
+    assert len(questions) == 40
+    return {
+        "hellaswag": write_jsonl(folder / "hellaswag.jsonl", hellaswag_rows(questions)),
+        "arc": write_jsonl(folder / "arc.jsonl", arc_rows(questions)),
+        "mmlu": write_jsonl(folder / "mmlu.jsonl", mmlu_rows(questions)),
+    }
+
+
+def untrained(target, run: str = RUN, step: int = STEPS):
+    """The same model at its initialisation (the run's seed), as a target."""
+    import dataclasses
+
+    from flax import nnx
+    from theseus.core.inspect.timetravel import open_step
+
+    trainer = open_step(target.root, run, step).trainer
+    model = nnx.merge(trainer.graphdef, trainer.initial["params"], trainer.rest)
+    return dataclasses.replace(target, model=model, _scorer=None)
