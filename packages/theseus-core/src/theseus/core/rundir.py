@@ -97,7 +97,8 @@ class RunDir:
 
     def write_record(self, record: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.record_path.with_suffix(".json.tmp")
+        # a unique temporary name: several processes of one multi-host run share the folder
+        tmp = self.path / f"job.json.{socket.gethostname()}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, self.record_path)
 
