@@ -63,7 +63,7 @@ def plugins() -> None:
                 f"{kind}: {', '.join(sorted(names))}" for kind, names in info.registered.items()
             )
         table.add_row(info.name, info.distribution, info.version, what or "-")
-    Console(width=240).print(table)
+    Console(width=100_000, soft_wrap=True).print(table)
 
 
 @app.command()
