@@ -79,7 +79,9 @@ def word_order_questions(root: Path, tokenizer, n: int, seed: int = 0) -> list[d
             if len(distractors) == 3:
                 break
         if len(distractors) == 3:
-            out.append({"context": " ".join(words[:half]), "ending": ending, "distractors": distractors})
+            out.append(
+                {"context": " ".join(words[:half]), "ending": ending, "distractors": distractors}
+            )
         if len(out) == n:
             break
     return out

@@ -5,10 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-
 from theseus.core.evaluate import choice
 from theseus.core.evaluate.configs import choice_config
 from theseus.core.evaluate.errors import EvaluationError
+
 from tests.evaluate.conftest import untrained
 
 NO_MODEL = SimpleNamespace(limit=0)  # rows are read (and refused) before any model is used
@@ -64,17 +64,27 @@ def test_prompts_follow_each_benchmark_format():
 
 def test_bad_rows_and_missing_data_are_one_line_errors(tmp_path):
     bad = tmp_path / "arc.jsonl"
-    bad.write_text('{"question": "q", "choices": {"text": ["a"], "label": ["A"]}, "answerKey": "E"}\n')
+    bad.write_text(
+        '{"question": "q", "choices": {"text": ["a"], "label": ["A"]}, "answerKey": "E"}\n'
+    )
     with pytest.raises(EvaluationError, match="answerKey 'E' is not one of"):
         choice.arc(config(bad), NO_MODEL)
     bad.write_text('{"question": "q"}\n')
     with pytest.raises(EvaluationError, match="arc: an example has no field 'choices'"):
         choice.arc(config(bad), NO_MODEL)
+    bad.write_text(
+        '{"activity_label": "a", "ctx_a": "b", "ctx_b": "", "endings": ["x", "y"], "label": "5"}\n'
+    )
+    with pytest.raises(EvaluationError, match="answer 5 is out of range for 2 choices"):
+        choice.hellaswag(config(bad), NO_MODEL)
     with pytest.raises(EvaluationError, match="no file matches"):
         choice.arc(config(tmp_path / "missing-*.jsonl"), NO_MODEL)
 
 
 def test_offline_without_files_says_how_to_use_local_files():
     online = choice_config("Rowan/hellaswag", "", "validation")()
-    with pytest.raises(EvaluationError, match=r"hellaswag: cannot load Rowan/hellaswag .*evaluate\.options\.hellaswag\.files"):
+    with pytest.raises(
+        EvaluationError,
+        match=r"hellaswag: cannot load Rowan/hellaswag .*evaluate\.options\.hellaswag\.files",
+    ):
         choice.hellaswag(online, NO_MODEL)

@@ -28,7 +28,9 @@ def options(bench_files, rows=8):
 
 @pytest.fixture(scope="module")
 def first(pretrained, bench_files):
-    return evaluate_cli(pretrained, "eval-a", f"evaluate.checkpoint={RUN}", TASKS, options(bench_files))
+    return evaluate_cli(
+        pretrained, "eval-a", f"evaluate.checkpoint={RUN}", TASKS, options(bench_files)
+    )
 
 
 def test_val_ppl_of_a_checkpoint_is_the_trainers_validation_loss(pretrained, first):
@@ -44,7 +46,9 @@ def test_val_ppl_of_a_checkpoint_is_the_trainers_validation_loss(pretrained, fir
 def test_bits_per_byte_follows_from_loss_and_the_bytes_per_token(pretrained, first, opened):
     ppl = first["results"]["val-ppl"]
     bytes_per_token = ppl["bytes"] / ppl["tokens"]
-    assert ppl["bits_per_byte"] == pytest.approx(ppl["loss"] / math.log(2) / bytes_per_token, rel=1e-12)
+    assert ppl["bits_per_byte"] == pytest.approx(
+        ppl["loss"] / math.log(2) / bytes_per_token, rel=1e-12
+    )
     # the ratio agrees with the whole validation split's, measured independently
     from theseus.core.data.reader import TokenizedDataset
 
@@ -65,7 +69,9 @@ def test_results_json_and_metrics_log_hold_the_same_numbers(pretrained, first):
     assert first["results"]["hellaswag"]["examples"] == 40
 
 
-def test_same_checkpoint_same_numbers_and_an_earlier_step_scores_worse(pretrained, first, bench_files):
+def test_same_checkpoint_same_numbers_and_an_earlier_step_scores_worse(
+    pretrained, first, bench_files
+):
     again = evaluate_cli(
         pretrained, "eval-b", f"evaluate.checkpoint={RUN}@{STEPS}", TASKS, options(bench_files),
         "evaluate.batch_size=3", "evaluate.padding_side=left",
@@ -101,12 +107,16 @@ def test_mistakes_are_one_line_errors(pretrained, overrides, message):
 
 
 def test_a_run_of_another_family_is_refused(pretrained):
-    result = run_cli(pretrained, "run", "llama/evaluate", f"evaluate.checkpoint={RUN}", "--name", "eval-bad")
+    result = run_cli(
+        pretrained, "run", "llama/evaluate", f"evaluate.checkpoint={RUN}", "--name", "eval-bad"
+    )
     assert result.returncode == 2
     assert "run 'pre' is a gpt/train/pretrain run: evaluate it with gpt/evaluate" in result.stderr
 
 
-def test_imported_hf_weights_score_like_the_checkpoint(pretrained, opened, first, bench_files, tmp_path):
+def test_imported_hf_weights_score_like_the_checkpoint(
+    pretrained, opened, first, bench_files, tmp_path
+):
     import shutil
 
     from theseus.models.hf import save_hf

@@ -3,12 +3,13 @@ then ``gpt/evaluate`` on its checkpoint (addition, gsm8k-schema jsonl, val-ppl).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
-
 from theseus.core.evaluate import generation
 from theseus.core.evaluate.configs import AdditionEvalConfig
+
 from tests.evaluate.conftest import untrained, write_jsonl
 from tests.train.conftest import metrics, run_cli
 
@@ -47,7 +48,9 @@ def test_evaluations_during_training_go_to_json_and_the_metrics_log(sft_root):
     lines = [m for m in metrics(sft_root, RUN) if "eval/addition/exact_match" in m]
     assert [m["step"] for m in lines] == [150, 300]
     for line in lines:
-        saved = json.loads((sft_root / "runs" / RUN / "evaluations" / f"step-{line['step']}.json").read_text())
+        saved = json.loads(
+            (sft_root / "runs" / RUN / "evaluations" / f"step-{line['step']}.json").read_text()
+        )
         assert saved["tasks"] == ["addition", "val-ppl"]
         for task, values in saved["results"].items():
             for name, value in values.items():
@@ -86,6 +89,11 @@ def test_a_trained_model_adds_and_an_untrained_one_does_not(sft_root):
     bad = generation.addition(config, untrained(trained, RUN, 300))
     assert good["exact_match"] >= 0.9 and bad["exact_match"] <= 0.1
     assert good["answer_logprob"] > bad["answer_logprob"] + 3.0
+    # generation too is independent of the batch size and padding side
+    other = dataclasses.replace(trained, batch_size=3, padding_side="left", _scorer=None)
+    again = generation.addition(config, other)
+    assert again["exact_match"] == good["exact_match"]
+    assert again["answer_logprob"] == pytest.approx(good["answer_logprob"], rel=1e-6)
 
 
 def test_answers_are_read_like_gsm8k_does():

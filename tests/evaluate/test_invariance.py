@@ -11,7 +11,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from theseus.core.evaluate import choice, perplexity
 from theseus.core.evaluate.configs import PerplexityConfig, choice_config
 from theseus.core.evaluate.sources import examples
@@ -64,3 +63,10 @@ def test_val_ppl_does_not_depend_on_batch_size(opened):
         assert other["bytes"] == results[0]["bytes"]
         assert other["loss"] == pytest.approx(results[0]["loss"], rel=1e-6)
         assert other["bits_per_byte"] == pytest.approx(results[0]["bits_per_byte"], rel=1e-6)
+
+
+def test_val_ppl_of_imported_weights_needs_a_dataset(opened):
+    from theseus.core.evaluate.errors import EvaluationError
+
+    with pytest.raises(EvaluationError, match="needs evaluate.options.val-ppl.dataset"):
+        perplexity.run(PerplexityConfig(), dataclasses.replace(opened, data=None))

@@ -24,6 +24,12 @@ class Question:
 
 
 def score(questions: list[Question], target: EvalTarget) -> dict[str, float]:
+    for question in questions:
+        if not 0 <= question.answer < len(question.choices):
+            raise EvaluationError(
+                f"answer {question.answer} is out of range for {len(question.choices)} choices "
+                f"(context {question.context[:40]!r})"
+            )
     encode = target.tokenizer.encode
     requests = []
     for question in questions:

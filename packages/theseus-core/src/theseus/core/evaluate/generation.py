@@ -27,7 +27,10 @@ def greedy(target: EvalTarget, prompts: list[list[int]], max_new_tokens: int) ->
             f"{type(target.model).__name__} has no KV cache (init_cache/decode): it cannot generate"
         )
     generate = load_target("theseus.models.generate:generate")
-    stops = [int(target.tokenizer.eos_id), *target.marker("<|end|>")[:1]]
+    stops = [int(target.tokenizer.eos_id)]
+    end = target.tokenizer.special_id("<|end|>")  # the chat template's end of turn, if any
+    if end is not None:
+        stops.append(int(end))
     texts: list[str] = [""] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
     for start in range(0, len(order), target.batch_size):

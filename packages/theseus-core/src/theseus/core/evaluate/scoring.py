@@ -9,6 +9,7 @@ sequences of its batch, nor on the side padding is added.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import jax
@@ -20,6 +21,7 @@ from theseus.core.evaluate.errors import EvaluationError
 Request = tuple[Sequence[int], Sequence[int]]  # (context ids, continuation ids)
 
 
+@partial(jax.jit, static_argnums=0)  # one compilation per model graph and batch shape
 def _score(graphdef: Any, state: Any, tokens, positions, segments, targets) -> tuple:
     model = nnx.merge(graphdef, state)
     logits_BxTxV = model(tokens, positions=positions, segment_ids=segments).astype(jnp.float32)
@@ -52,8 +54,7 @@ class Scorer:
         self.pad_id = pad_id
         self.padding_side = padding_side
         self.max_len = int(model.config.max_seq_len)
-        graphdef, self.state = nnx.split(model)
-        self._fn = jax.jit(lambda state, *arrays: _score(graphdef, state, *arrays))
+        self.graphdef, self.state = nnx.split(model)
 
     # ------------------------------------------------------------------ rows
     def token_logprobs(
@@ -79,7 +80,7 @@ class Scorer:
                 fill = self.batch_size - rows
                 chunk = [np.pad(a, ((0, fill), (0, 0))) for a in chunk]
                 chunk[0][rows:] = self.pad_id
-            logp, greedy = self._fn(self.state, *chunk)
+            logp, greedy = _score(self.graphdef, self.state, *chunk)
             logps.append(np.asarray(logp)[:rows])
             greedys.append(np.asarray(greedy)[:rows])
         return np.concatenate(logps), np.concatenate(greedys)

@@ -16,6 +16,7 @@ def run_training_evaluations(trainer: Any, params: Any, step: int, writer: Any) 
     if not tasks:
         return {}
     from flax import nnx
+    from omegaconf import OmegaConf
     from theseus.core.evaluate.runner import evaluate, metrics_record, write_json
     from theseus.core.evaluate.target import EvalTarget, load_saved_tokenizer
 
@@ -30,7 +31,9 @@ def run_training_evaluations(trainer: Any, params: Any, step: int, writer: Any) 
         layout=trainer.data.layout,
         batch_size=BATCH_SIZE,
     )
-    results = evaluate(target, tasks, trainer.registries)
+    node = trainer.config.eval.get("options")  # per-task options, where the schema has them
+    options = OmegaConf.to_container(node, resolve=True) if node else {}
+    results = evaluate(target, tasks, trainer.registries, options)
     write_json(
         trainer.run.path / "evaluations" / f"step-{step}.json",
         {"source": {"run": trainer.run.name, "step": step}, "tasks": tasks, "results": results},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from theseus.core.components import option
 
@@ -43,6 +44,10 @@ class EvalConfig:
     tasks: list[str] = option(
         help="registered evaluations run at each evaluation (e.g. [val-ppl, addition])",
         factory=list,
+    )
+    options: dict[str, Any] = option(
+        help="per-task options, e.g. {hellaswag: {files: hs.jsonl, limit: 200}}",
+        factory=dict,
     )
 
 

@@ -26,6 +26,18 @@ def check_init(config: Any, root: str) -> None:
         raise JobError(f"init.hf: {config.init.hf} is not a directory of Hugging Face weights")
 
 
+def check_evaluations(config: Any) -> None:
+    """Unknown ``eval.tasks`` or options fail at start-up, not at the first evaluation."""
+    from omegaconf import OmegaConf
+
+    from theseus.core.evaluate.runner import check
+    from theseus.core.plugins import registries
+
+    if config.eval.tasks:
+        options = OmegaConf.to_container(config.eval.options, resolve=True)
+        check(list(config.eval.tasks), registries(), options)
+
+
 class PretrainJob(Job):
     layout = "packed"
 
@@ -34,6 +46,7 @@ class PretrainJob(Job):
         from theseus.core.data.api import tokenize_prerequisites
 
         check_init(config, root)  # before any prerequisite spends time
+        check_evaluations(config)
         return tokenize_prerequisites(config.data, root)
 
     @classmethod
