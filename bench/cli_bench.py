@@ -29,11 +29,18 @@ def main() -> None:
     jobs = timed([theseus, "jobs"])
     bare = timed([sys.executable, "-c", "pass"])
     jax = timed([sys.executable, "-c", "import jax"])
-    result = {"theseus_jobs_s": jobs, "python_startup_s": bare, "import_jax_s": jax,
-              "jobs_over_startup": jobs / bare, "repeats": REPEATS}
+    result = {
+        "theseus_jobs_s": jobs,
+        "python_startup_s": bare,
+        "import_jax_s": jax,
+        "jobs_over_startup": jobs / bare,
+        "repeats": REPEATS,
+    }
     out = Path(__file__).parent / "results" / "cli.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"theseus jobs {jobs:.2f}s   python -c pass {bare:.2f}s   import jax {jax:.2f}s   -> {out}")
+    print(
+        f"theseus jobs {jobs:.2f}s   python -c pass {bare:.2f}s   import jax {jax:.2f}s   -> {out}"
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ STEPS = int(os.environ.get("BENCH_STEPS", "10"))
 def build(family: str, preset: str, seq_len: int):
     import jax
     from flax import nnx
-
     from theseus.core.components import Choice, JobSpec
     from theseus.core.config import ConfigTree
     from theseus.core.optim.build import build_optimizer, build_schedule
@@ -30,9 +29,16 @@ def build(family: str, preset: str, seq_len: int):
     from theseus.core.train.step import make_train_step
 
     regs = registries()
-    spec = JobSpec("bench", "x:y", "", {"model": Choice("models", family),
-                                        "optimizer": Choice("optimizers", "adamw"),
-                                        "schedule": Choice("schedules", "constant")})
+    spec = JobSpec(
+        "bench",
+        "x:y",
+        "",
+        {
+            "model": Choice("models", family),
+            "optimizer": Choice("optimizers", "adamw"),
+            "schedule": Choice("schedules", "constant"),
+        },
+    )
     tree = ConfigTree(spec, regs)
     tree.set("model.preset", preset)
     tree.set("model.max_seq_len", max(seq_len, int(tree.node.model.max_seq_len)))
@@ -50,7 +56,6 @@ def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
-
     from theseus.core.train.metrics import device_peak_flops
 
     model, params, optimizer, step, vocab = build(family, preset, seq_len)
@@ -59,15 +64,28 @@ def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
     batch_size = max_batch
     while batch_size >= 1:
         try:
-            state = {"params": jax.tree.map(jnp.copy, params), "opt_state": optimizer.init(params),
-                     "step": jnp.zeros((), jnp.int32), "skipped": jnp.zeros((), jnp.int32)}
-            tokens = np.random.default_rng(0).integers(0, vocab, (batch_size, seq_len + 1)).astype(np.int32)
-            batch = jax.device_put({
-                "inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-                "positions": np.broadcast_to(np.arange(seq_len, dtype=np.int32), (batch_size, seq_len)).copy(),
-                "segment_ids": np.ones((batch_size, seq_len), np.int32),
-                "loss_mask": np.ones((batch_size, seq_len), np.float32),
-            })
+            state = {
+                "params": jax.tree.map(jnp.copy, params),
+                "opt_state": optimizer.init(params),
+                "step": jnp.zeros((), jnp.int32),
+                "skipped": jnp.zeros((), jnp.int32),
+            }
+            tokens = (
+                np.random.default_rng(0)
+                .integers(0, vocab, (batch_size, seq_len + 1))
+                .astype(np.int32)
+            )
+            batch = jax.device_put(
+                {
+                    "inputs": tokens[:, :-1],
+                    "targets": tokens[:, 1:],
+                    "positions": np.broadcast_to(
+                        np.arange(seq_len, dtype=np.int32), (batch_size, seq_len)
+                    ).copy(),
+                    "segment_ids": np.ones((batch_size, seq_len), np.int32),
+                    "loss_mask": np.ones((batch_size, seq_len), np.float32),
+                }
+            )
             start = time.perf_counter()
             state, metrics = step(state, batch)
             metrics["loss"].block_until_ready()
@@ -81,11 +99,20 @@ def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
             metrics["loss"].block_until_ready()
             elapsed = time.perf_counter() - start
             tps = STEPS * batch_size * seq_len / elapsed
-            best = {"family": family, "preset": preset, "seq_len": seq_len, "batch": batch_size,
-                    "tokens_per_sec": tps, "step_s": elapsed / STEPS, "compile_and_first_step_s": compile_s,
-                    "flops_per_token": model.flops_per_token(seq_len), "peak_flops": peak,
-                    "peak_source": source, "mfu": model.flops_per_token(seq_len) * tps / peak,
-                    "device": jax.devices()[0].device_kind}
+            best = {
+                "family": family,
+                "preset": preset,
+                "seq_len": seq_len,
+                "batch": batch_size,
+                "tokens_per_sec": tps,
+                "step_s": elapsed / STEPS,
+                "compile_and_first_step_s": compile_s,
+                "flops_per_token": model.flops_per_token(seq_len),
+                "peak_flops": peak,
+                "peak_source": source,
+                "mfu": model.flops_per_token(seq_len) * tps / peak,
+                "device": jax.devices()[0].device_kind,
+            }
             break
         except Exception as error:  # out of memory: halve the batch
             if "RESOURCE_EXHAUSTED" not in str(error) and "out of memory" not in str(error).lower():

@@ -23,10 +23,8 @@ def theseus_tokens_per_sec() -> dict:
     import jax.numpy as jnp
     import numpy as np
     from flax import nnx
-
-    from theseus.core.components import Choice
+    from theseus.core.components import Choice, JobSpec
     from theseus.core.config import ConfigTree
-    from theseus.core.components import JobSpec
     from theseus.core.optim.build import build_optimizer, build_schedule
     from theseus.core.plugins import registries
     from theseus.core.train.build import build_model
@@ -34,13 +32,24 @@ def theseus_tokens_per_sec() -> dict:
     from theseus.core.train.step import make_train_step
 
     regs = registries()
-    spec = JobSpec("bench", "x:y", "", {
-        "model": Choice("models", "gpt"), "optimizer": Choice("optimizers", "adamw"),
-        "schedule": Choice("schedules", "constant"),
-    })
+    spec = JobSpec(
+        "bench",
+        "x:y",
+        "",
+        {
+            "model": Choice("models", "gpt"),
+            "optimizer": Choice("optimizers", "adamw"),
+            "schedule": Choice("schedules", "constant"),
+        },
+    )
     tree = ConfigTree(spec, regs)
-    for key, value in {"model.n_layers": 6, "model.d_model": 384, "model.n_heads": 6,
-                       "model.max_seq_len": SHAPE["seq_len"], "optimizer.weight_decay": 0.1}.items():
+    for key, value in {
+        "model.n_layers": 6,
+        "model.d_model": 384,
+        "model.n_heads": 6,
+        "model.max_seq_len": SHAPE["seq_len"],
+        "optimizer.weight_decay": 0.1,
+    }.items():
         tree.set(key, value)
     cfg = tree.node
     model = build_model(regs, cfg.model, SHAPE["vocab"], SHAPE["seq_len"], jax.random.key(0))
@@ -49,14 +58,22 @@ def theseus_tokens_per_sec() -> dict:
     optimizer = build_optimizer(regs, cfg.optimizer, cfg.schedule, 1000)
     schedule = build_schedule(regs, cfg.schedule, cfg.optimizer.learning_rate, 1000)
     step = jax.jit(make_train_step(graphdef, rest, optimizer, schedule, 1, False), donate_argnums=0)
-    state = {"params": params, "opt_state": optimizer.init(params), "step": jnp.zeros((), jnp.int32),
-             "skipped": jnp.zeros((), jnp.int32)}
+    state = {
+        "params": params,
+        "opt_state": optimizer.init(params),
+        "step": jnp.zeros((), jnp.int32),
+        "skipped": jnp.zeros((), jnp.int32),
+    }
     rng = np.random.default_rng(0)
     b, t = SHAPE["batch"], SHAPE["seq_len"]
     tokens = rng.integers(0, SHAPE["vocab"], (b, t + 1)).astype(np.int32)
-    batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-             "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
-             "segment_ids": np.ones((b, t), np.int32), "loss_mask": np.ones((b, t), np.float32)}
+    batch = {
+        "inputs": tokens[:, :-1],
+        "targets": tokens[:, 1:],
+        "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
+        "segment_ids": np.ones((b, t), np.int32),
+        "loss_mask": np.ones((b, t), np.float32),
+    }
     batch = jax.device_put(batch)
     start = time.perf_counter()
     compiled = step.lower(state, batch).compile()
@@ -75,9 +92,15 @@ def theseus_tokens_per_sec() -> dict:
     elapsed = time.perf_counter() - start
     tps = STEPS * b * t / elapsed
     peak = measure_matmul_peak(2048)
-    return {"tokens_per_sec": tps, "compile_s": compile_s, "first_step_s": first_step_s,
-            "flops_per_token": flops_per_token, "matmul_peak_flops": peak,
-            "mfu": flops_per_token * tps / peak, "loss": float(metrics["loss"])}
+    return {
+        "tokens_per_sec": tps,
+        "compile_s": compile_s,
+        "first_step_s": first_step_s,
+        "flops_per_token": flops_per_token,
+        "matmul_peak_flops": peak,
+        "mfu": flops_per_token * tps / peak,
+        "loss": float(metrics["loss"]),
+    }
 
 
 def torch_tokens_per_sec() -> dict:
@@ -88,12 +111,16 @@ def torch_tokens_per_sec() -> dict:
 
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count() or 1)
-    model = TorchGPT(SHAPE["vocab"], SHAPE["seq_len"], SHAPE["n_layers"], SHAPE["d_model"], SHAPE["n_heads"])
+    model = TorchGPT(
+        SHAPE["vocab"], SHAPE["seq_len"], SHAPE["n_layers"], SHAPE["d_model"], SHAPE["n_heads"]
+    )
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=6e-4, betas=(0.9, 0.95), eps=1e-8,
+        lr=6e-4,
+        betas=(0.9, 0.95),
+        eps=1e-8,
     )
     b, t = SHAPE["batch"], SHAPE["seq_len"]
     tokens = torch.randint(0, SHAPE["vocab"], (b, t + 1))
@@ -113,7 +140,11 @@ def torch_tokens_per_sec() -> dict:
     for _ in range(STEPS):
         loss = one_step()
     elapsed = time.perf_counter() - start
-    return {"tokens_per_sec": STEPS * b * t / elapsed, "loss": loss, "threads": torch.get_num_threads()}
+    return {
+        "tokens_per_sec": STEPS * b * t / elapsed,
+        "loss": loss,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def main() -> None:
@@ -131,9 +162,15 @@ def main() -> None:
     out = Path(__file__).parent / "results" / "train_cpu.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"theseus   {ours['tokens_per_sec']:8.0f} tokens/s  MFU {ours['mfu']:.1%} of measured f32 matmul peak")
-    print(f"pytorch   {baseline['tokens_per_sec']:8.0f} tokens/s  (eager, {baseline['threads']} threads)")
-    print(f"ratio     {result['ratio_vs_pytorch']:.2f}x   compile {ours['compile_s']:.1f}s  first step {ours['first_step_s']:.2f}s")
+    print(
+        f"theseus   {ours['tokens_per_sec']:8.0f} tokens/s  MFU {ours['mfu']:.1%} of measured f32 matmul peak"
+    )
+    print(
+        f"pytorch   {baseline['tokens_per_sec']:8.0f} tokens/s  (eager, {baseline['threads']} threads)"
+    )
+    print(
+        f"ratio     {result['ratio_vs_pytorch']:.2f}x   compile {ours['compile_s']:.1f}s  first step {ours['first_step_s']:.2f}s"
+    )
     print(f"wrote {out}")
 
 

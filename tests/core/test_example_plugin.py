@@ -6,13 +6,20 @@ import json
 
 from theseus.core.plugins import registries
 from theseus.quick import quick
+
 from tests.core.plugin_factory import theseus
 
 
 def test_example_plugin_registers_through_the_entry_point():
     regs = registries()
-    owner = {kind: regs.component(kind).owner(name).distribution for kind, name in [
-        ("datasets", "counting-rhymes"), ("optimizers", "signum"), ("schedules", "step-decay")]}
+    owner = {
+        kind: regs.component(kind).owner(name).distribution
+        for kind, name in [
+            ("datasets", "counting-rhymes"),
+            ("optimizers", "signum"),
+            ("schedules", "step-decay"),
+        ]
+    }
     assert set(owner.values()) == {"theseus-example-plugin"}
     assert regs.jobs.owner("example/fit-line").distribution == "theseus-example-plugin"
     # other plugins' generated jobs cover the third-party dataset too
@@ -30,8 +37,18 @@ def test_third_party_dataset_tokenizes_and_trains_through_quick(root):
 
 
 def test_plugin_optimizer_drives_a_core_job_from_the_cli(root):
-    result = theseus("run", "example/fit-line", "optimizer.name=signum", "schedule.name=cosine",
-                     "task.steps=200", "optimizer.learning_rate=0.05", "--root", str(root), "--name", "signum-cosine")
+    result = theseus(
+        "run",
+        "example/fit-line",
+        "optimizer.name=signum",
+        "schedule.name=cosine",
+        "task.steps=200",
+        "optimizer.learning_rate=0.05",
+        "--root",
+        str(root),
+        "--name",
+        "signum-cosine",
+    )
     assert result.returncode == 0, result.stderr
     fit = json.loads((root / "runs" / "signum-cosine" / "result.json").read_text())
     assert fit["optimizer"] == "signum" and fit["final_loss"] < fit["first_loss"] / 3

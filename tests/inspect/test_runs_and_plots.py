@@ -10,9 +10,18 @@ from tests.train.conftest import TINY, run_cli
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    base = ["run", "gpt/train/pretrain", *TINY, "training.total_steps=4", "checkpoint.every=2", "eval.every=2"]
+    base = [
+        "run",
+        "gpt/train/pretrain",
+        *TINY,
+        "training.total_steps=4",
+        "checkpoint.every=2",
+        "eval.every=2",
+    ]
     assert run_cli(root, *base, "--name", "alpha").returncode == 0
-    beta = run_cli(root, *base, "optimizer.learning_rate=3e-3", "--name", "beta", "--branch", "alpha@2")
+    beta = run_cli(
+        root, *base, "optimizer.learning_rate=3e-3", "--name", "beta", "--branch", "alpha@2"
+    )
     assert beta.returncode == 0, beta.stderr[-2000:]
     return root
 
@@ -24,7 +33,9 @@ def test_runs_table_lists_status_step_loss_and_parent(two_runs):
     beta = next(line for line in result.stdout.splitlines() if line.strip().startswith("beta"))
     assert "gpt/train/pretrain" in alpha and "finished" in alpha and " 3 " in alpha
     assert "alpha@2" in beta
-    tokenize = [line for line in result.stdout.splitlines() if "data/tokenize/python-stdlib" in line]
+    tokenize = [
+        line for line in result.stdout.splitlines() if "data/tokenize/python-stdlib" in line
+    ]
     assert tokenize and "finished" in tokenize[0]
 
 
@@ -38,8 +49,20 @@ def test_show_prints_lineage_checkpoints_and_final_metrics(two_runs):
 
 def test_plot_writes_a_png_comparing_runs(two_runs, tmp_path):
     out = tmp_path / "loss.png"
-    result = run_cli(two_runs, "plot", "alpha", "beta", "--metric", "train/loss", "--metric", "val/loss",
-                     "--smoothing", "0.5", "--out", str(out))
+    result = run_cli(
+        two_runs,
+        "plot",
+        "alpha",
+        "beta",
+        "--metric",
+        "train/loss",
+        "--metric",
+        "val/loss",
+        "--smoothing",
+        "0.5",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
@@ -48,8 +71,13 @@ def test_plot_writes_a_png_comparing_runs(two_runs, tmp_path):
 def test_plot_errors_name_the_missing_run_or_metric(two_runs, tmp_path):
     missing = run_cli(two_runs, "plot", "gamma", "--out", str(tmp_path / "x.png"))
     assert missing.returncode == 2 and "no run named 'gamma'" in missing.stderr
-    metric = run_cli(two_runs, "plot", "alpha", "--metric", "train/lsos", "--out", str(tmp_path / "x.png"))
-    assert metric.returncode == 2 and "metric 'train/lsos' is in none of the runs alpha" in metric.stderr
+    metric = run_cli(
+        two_runs, "plot", "alpha", "--metric", "train/lsos", "--out", str(tmp_path / "x.png")
+    )
+    assert (
+        metric.returncode == 2
+        and "metric 'train/lsos' is in none of the runs alpha" in metric.stderr
+    )
 
 
 def test_plot_from_python(two_runs, tmp_path):

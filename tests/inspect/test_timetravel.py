@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from theseus.core.inspect import open_step
 from theseus.core.inspect.timetravel import InspectError
+
 from tests.train.conftest import TINY, run_cli, train_losses
 
 RUN = "travel"
@@ -16,8 +16,16 @@ RUN = "travel"
 def travelled(tmp_path_factory):
     root = tmp_path_factory.mktemp("travel")
     result = run_cli(
-        root, "run", "gpt/train/pretrain", *TINY, "training.total_steps=6", "checkpoint.every=2",
-        "checkpoint.keep_last=5", "eval.every=0", "--name", RUN,
+        root,
+        "run",
+        "gpt/train/pretrain",
+        *TINY,
+        "training.total_steps=6",
+        "checkpoint.every=2",
+        "checkpoint.keep_last=5",
+        "eval.every=0",
+        "--name",
+        RUN,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return root
@@ -28,7 +36,10 @@ def test_replay_reproduces_the_logged_loss_bitwise(travelled, step):
     moment = open_step(travelled, RUN, step)
     replayed = moment.replay()
     assert replayed["loss"] == train_losses(travelled, RUN)[step]
-    norms = [float(np.linalg.norm(np.asarray(g))) for g in __import__("jax").tree.leaves(replayed["grads"])]
+    norms = [
+        float(np.linalg.norm(np.asarray(g)))
+        for g in __import__("jax").tree.leaves(replayed["grads"])
+    ]
     assert np.isclose(np.sqrt(sum(n * n for n in norms)), replayed["grad_norm"], rtol=1e-5)
 
 
@@ -58,13 +69,20 @@ def test_capture_a_module_and_rerun_it_eagerly_with_shared_parameters(travelled)
 
 def test_capture_every_module_of_a_type(travelled):
     captures = open_step(travelled, RUN, 2).capture(type_name="LayerNorm")
-    assert sorted(captures) == ["blocks.0.attn_norm", "blocks.0.mlp_norm", "blocks.1.attn_norm",
-                                "blocks.1.mlp_norm", "final_norm"]
+    assert sorted(captures) == [
+        "blocks.0.attn_norm",
+        "blocks.0.mlp_norm",
+        "blocks.1.attn_norm",
+        "blocks.1.mlp_norm",
+        "final_norm",
+    ]
     assert all(c.output.shape == (4, 32, 64) for c in captures.values())
 
 
 def test_a_step_without_checkpoint_names_the_nearest(travelled):
-    with pytest.raises(InspectError, match="no checkpoint at step 3; nearest checkpointed steps: 2, 4"):
+    with pytest.raises(
+        InspectError, match="no checkpoint at step 3; nearest checkpointed steps: 2, 4"
+    ):
         open_step(travelled, RUN, 3)
 
 
@@ -79,7 +97,17 @@ def test_inspect_cli_lists_modules_and_writes_npz(travelled, tmp_path):
     assert "blocks.1.mlp  MLP  (4, 32, 64)" in listed.stdout
     assert f"step 4: loss {train_losses(travelled, RUN)[4]!r}" in listed.stdout
     out = tmp_path / "acts.npz"
-    written = run_cli(travelled, "inspect", RUN, "--step", "4", "--module", "blocks.0.attn_norm", "--out", str(out))
+    written = run_cli(
+        travelled,
+        "inspect",
+        RUN,
+        "--step",
+        "4",
+        "--module",
+        "blocks.0.attn_norm",
+        "--out",
+        str(out),
+    )
     assert written.returncode == 0, written.stderr[-2000:]
     arrays = np.load(out)
     assert arrays["blocks.0.attn_norm/output"].shape == (4, 32, 64)

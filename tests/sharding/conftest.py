@@ -11,15 +11,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_module(module: str, *args: str, devices: int = 8, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_module(
+    module: str, *args: str, devices: int = 8, timeout: int = 900, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """``python -m module args`` with ``devices`` simulated CPU devices."""
     environment = {**os.environ, **(env or {})}
     environment["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     environment["JAX_PLATFORMS"] = "cpu"
     environment["PYTHONPATH"] = os.pathsep.join([str(REPO), environment.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout,
-        cwd=REPO, env=environment,
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=environment,
     )
 
 

@@ -28,8 +28,17 @@ def main(root: str, name: str, overrides: list[str]) -> None:
     multihost_utils.sync_global_devices("run directory created")
     context = JobContext(root=prepared.root, run=prepared.run_dir, registries=prepared.registries)
     summary = prepared.spec.load()(prepared.tree.node, context)()
-    print(json.dumps({"process": jax.process_index(), "devices": jax.device_count(),
-                      "local_devices": jax.local_device_count(), "summary": summary}), flush=True)
+    print(
+        json.dumps(
+            {
+                "process": jax.process_index(),
+                "devices": jax.device_count(),
+                "local_devices": jax.local_device_count(),
+                "summary": summary,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -70,7 +70,12 @@ def run(layout: Layout, remat: str = "none") -> dict[str, Any]:
     def fresh() -> dict:
         _, params, _ = nnx.split(build(), nnx.Param, ...)
         zero = jnp.zeros((), jnp.int32)
-        return {"params": params, "opt_state": optimizer.init(params), "step": zero, "skipped": zero}
+        return {
+            "params": params,
+            "opt_state": optimizer.init(params),
+            "step": zero,
+            "skipped": zero,
+        }
 
     state = layout.init_state(fresh)
     shardings = layout.state_shardings(state)
@@ -93,8 +98,14 @@ def run(layout: Layout, remat: str = "none") -> dict[str, Any]:
     }
     step = layout.jit_step(
         make_train_step(
-            graphdef, rest, optimizer, optax.constant_schedule(0.5), MICRO, False,
-            micro_sharding=layout.micro_sharding(), grad_shardings=layout.grad_shardings(state),
+            graphdef,
+            rest,
+            optimizer,
+            optax.constant_schedule(0.5),
+            MICRO,
+            False,
+            micro_sharding=layout.micro_sharding(),
+            grad_shardings=layout.grad_shardings(state),
             remat=remat,
         ),
         shardings,
@@ -143,10 +154,13 @@ def scalar_rel(a: list[float], b: list[float]) -> float:
 
 
 def config_of(text: str) -> tuple[ShardingConfig, str]:
-    strategy, _, sizes = text.partition(":")
+    """``strategy:data,fsdp,tensor[:remat]``."""
+    strategy, sizes, *rest = text.split(":")
     data, fsdp, tensor = (int(s) for s in sizes.split(","))
-    remat = os.environ.get("PARITY_REMAT", "none")
-    return ShardingConfig(strategy=strategy, data=data, fsdp=fsdp, tensor=tensor, remat=remat), remat
+    remat = rest[0] if rest else "none"
+    return ShardingConfig(
+        strategy=strategy, data=data, fsdp=fsdp, tensor=tensor, remat=remat
+    ), remat
 
 
 def main(scenarios: list[str]) -> None:
@@ -154,21 +168,28 @@ def main(scenarios: list[str]) -> None:
     for text in scenarios:
         config, remat = config_of(text)
         got = run(Layout(config), remat)
-        print(json.dumps({
-            "scenario": text,
-            "loss": scalar_rel([got["loss0"], *got["losses"]], [reference["loss0"], *reference["losses"]]),
-            "grads": rel(got["grads"], reference["grads"]),
-            "params": rel(got["params"], reference["params"]),
-            "param_specs": got["param_specs"],
-            "opt_specs": got["opt_specs"],
-            "param_shapes": got["param_shapes"],
-            "opt_shapes": got["opt_shapes"],
-            "mesh": dict(Layout(config).sizes),
-            "param_bytes": got["param_bytes"],
-            "opt_bytes": got["opt_bytes"],
-            "ref_param_bytes": reference["param_bytes"],
-            "ref_opt_bytes": reference["opt_bytes"],
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "scenario": text,
+                    "loss": scalar_rel(
+                        [got["loss0"], *got["losses"]], [reference["loss0"], *reference["losses"]]
+                    ),
+                    "grads": rel(got["grads"], reference["grads"]),
+                    "params": rel(got["params"], reference["params"]),
+                    "param_specs": got["param_specs"],
+                    "opt_specs": got["opt_specs"],
+                    "param_shapes": got["param_shapes"],
+                    "opt_shapes": got["opt_shapes"],
+                    "mesh": dict(Layout(config).sizes),
+                    "param_bytes": got["param_bytes"],
+                    "opt_bytes": got["opt_bytes"],
+                    "ref_param_bytes": reference["param_bytes"],
+                    "ref_opt_bytes": reference["opt_bytes"],
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,17 @@ UNITS = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 
 def dry_run(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the dry run asks itself
-    command = theseus_cmd("run", "gpt/train/pretrain", *TINY, "training.global_batch_size=8",
-                          "model.vocab_size=384", *overrides, "--dry-run", "--root", str(tmp_path))
+    command = theseus_cmd(
+        "run",
+        "gpt/train/pretrain",
+        *TINY,
+        "training.global_batch_size=8",
+        "model.vocab_size=384",
+        *overrides,
+        "--dry-run",
+        "--root",
+        str(tmp_path),
+    )
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
 

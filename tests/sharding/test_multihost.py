@@ -23,8 +23,14 @@ from tests.train.conftest import metrics, theseus_cmd, train_losses
 
 TINY = [o for o in TINY_ALL if not o.startswith("training.global_batch_size=")]
 STEPS, AT = 4, 2
-OVERRIDES = [*TINY, "training.global_batch_size=8", f"training.total_steps={STEPS}",
-             f"checkpoint.every={AT}", "eval.every=0", "sharding.strategy=fsdp"]
+OVERRIDES = [
+    *TINY,
+    "training.global_batch_size=8",
+    f"training.total_steps={STEPS}",
+    f"checkpoint.every={AT}",
+    "eval.every=0",
+    "sharding.strategy=fsdp",
+]
 
 
 def free_port() -> int:
@@ -47,8 +53,13 @@ def close(a: float, b: float) -> bool:
 def test_two_processes_match_one_and_their_checkpoint_restores_in_one(tmp_path):
     root = tmp_path / "root"
     single = subprocess.run(
-        theseus_cmd("run", "gpt/train/pretrain", *OVERRIDES, "--root", str(root), "--name", "single"),
-        capture_output=True, text=True, timeout=900, env=env_with(4),
+        theseus_cmd(
+            "run", "gpt/train/pretrain", *OVERRIDES, "--root", str(root), "--name", "single"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env_with(4),
     )
     assert single.returncode == 0, single.stderr[-3000:]
     assert "4 devices (data=1 x fsdp=4" in single.stderr
@@ -57,29 +68,55 @@ def test_two_processes_match_one_and_their_checkpoint_restores_in_one(tmp_path):
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.sharding.multihost", str(root), "multi", *OVERRIDES],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-            env=env_with(2, THESEUS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                         THESEUS_NUM_PROCESSES="2", THESEUS_PROCESS_ID=str(index)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env_with(
+                2,
+                THESEUS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                THESEUS_NUM_PROCESSES="2",
+                THESEUS_PROCESS_ID=str(index),
+            ),
         )
         for index in range(2)
     ]
     outputs = [p.communicate(timeout=900) for p in processes]
     for process, (_, err) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, err[-3000:]
-    reports = [json.loads(line) for out, _ in outputs for line in out.splitlines() if line.startswith("{")]
-    assert [(r["process"], r["devices"], r["local_devices"]) for r in reports] == [(0, 4, 2), (1, 4, 2)]
+    reports = [
+        json.loads(line) for out, _ in outputs for line in out.splitlines() if line.startswith("{")
+    ]
+    assert [(r["process"], r["devices"], r["local_devices"]) for r in reports] == [
+        (0, 4, 2),
+        (1, 4, 2),
+    ]
 
     reference, multi = train_losses(root, "single"), train_losses(root, "multi")
     assert sorted(multi) == sorted(reference) and len(multi) == STEPS
     assert all(close(multi[s], reference[s]) for s in multi), (multi, reference)
     train_rows = [m for m in metrics(root, "multi") if "train/loss" in m]
     assert len(train_rows) == STEPS  # one process writes metrics
-    assert sorted(p.name for p in (root / "runs/multi/checkpoints").iterdir() if p.name.isdigit()) == ["2", "4"]
+    assert sorted(
+        p.name for p in (root / "runs/multi/checkpoints").iterdir() if p.name.isdigit()
+    ) == ["2", "4"]
 
     branch = subprocess.run(
-        theseus_cmd("run", "gpt/train/pretrain", *OVERRIDES, "--root", str(root), "--name", "after",
-                    "--branch", f"multi@{AT}"),
-        capture_output=True, text=True, timeout=900, env=env_with(4),
+        theseus_cmd(
+            "run",
+            "gpt/train/pretrain",
+            *OVERRIDES,
+            "--root",
+            str(root),
+            "--name",
+            "after",
+            "--branch",
+            f"multi@{AT}",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env_with(4),
     )
     assert branch.returncode == 0, branch.stderr[-3000:]
     after = train_losses(root, "after")

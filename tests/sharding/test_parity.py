@@ -16,6 +16,7 @@ import pytest
 from tests.sharding.conftest import json_lines, run_module
 
 SCENARIOS = ["dp:8,1,1", "zero1:8,1,1", "fsdp:1,8,1", "tp:4,1,2", "tp:2,1,4", "fsdp+tp:2,2,2"]
+REMAT = ["fsdp:1,8,1:block", "fsdp:1,8,1:full"]
 TOLERANCE = 1e-5
 
 F, T, D = "fsdp", "tensor", "data"
@@ -61,7 +62,7 @@ EXPECTED["tp:2,1,4"] = EXPECTED["tp:4,1,2"]
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict]:
-    done = run_module("tests.sharding.parity", *SCENARIOS)
+    done = run_module("tests.sharding.parity", *SCENARIOS, *REMAT)
     assert done.returncode == 0, done.stderr[-3000:]
     return {r["scenario"]: r for r in json_lines(done.stdout)}
 
@@ -102,7 +103,9 @@ def test_partition_specs_and_per_device_bytes(results, scenario):
         assert all(spec == [] for spec in r["opt_specs"].values())
     for suffix, (param_spec, opt_spec) in expected.items():
         assert lookup(r["param_specs"], suffix) == param_spec, suffix
-        assert lookup({k: v for k, v in r["opt_specs"].items() if "trace" in k}, suffix) == opt_spec, suffix
+        assert (
+            lookup({k: v for k, v in r["opt_specs"].items() if "trace" in k}, suffix) == opt_spec
+        ), suffix
     assert r["param_bytes"] == expected_bytes(r["param_shapes"], r["param_specs"], r["mesh"])
     assert r["opt_bytes"] == expected_bytes(r["opt_shapes"], r["opt_specs"], r["mesh"])
     shrink = {"dp:8,1,1": (1, 1), "zero1:8,1,1": (1, 6), "fsdp:1,8,1": (6, 6)}
@@ -112,10 +115,8 @@ def test_partition_specs_and_per_device_bytes(results, scenario):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("remat", ["block", "full"])
-def test_activation_checkpointing_keeps_gradients(remat):
-    """Rematerialised blocks recompute the same forward: gradients as without (fsdp 8)."""
-    done = run_module("tests.sharding.parity", "fsdp:1,8,1", env={"PARITY_REMAT": remat})
-    assert done.returncode == 0, done.stderr[-3000:]
-    (r,) = json_lines(done.stdout)
+@pytest.mark.parametrize("scenario", REMAT)
+def test_activation_checkpointing_keeps_gradients(results, scenario):
+    """Rematerialised blocks recompute the same forward: the same gradients (fsdp 8)."""
+    r = results[scenario]
     assert max(r["loss"], r["grads"], r["params"]) < TOLERANCE, r

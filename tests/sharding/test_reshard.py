@@ -28,9 +28,15 @@ def cli(root: Path, devices: int, *args: str) -> subprocess.CompletedProcess:
 
 def train(*extra: str) -> list[str]:
     return [
-        "run", "gpt/train/pretrain", *TINY, "training.global_batch_size=8",
-        f"training.total_steps={STEPS}", f"checkpoint.every={AT}", "eval.every=0",
-        "sharding.strategy=fsdp", *extra,
+        "run",
+        "gpt/train/pretrain",
+        *TINY,
+        "training.global_batch_size=8",
+        f"training.total_steps={STEPS}",
+        f"checkpoint.every={AT}",
+        "eval.every=0",
+        "sharding.strategy=fsdp",
+        *extra,
     ]
 
 
@@ -52,8 +58,13 @@ def test_checkpoint_restores_on_another_mesh_and_training_continues(original, na
     root, losses = original
     data, fsdp = mesh
     done = cli(
-        root, devices, *train(f"sharding.data={data}", f"sharding.fsdp={fsdp}"),
-        "--name", name, "--branch", f"mesh24@{AT}",
+        root,
+        devices,
+        *train(f"sharding.data={data}", f"sharding.fsdp={fsdp}"),
+        "--name",
+        name,
+        "--branch",
+        f"mesh24@{AT}",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"data={data} x fsdp={fsdp}" in done.stderr

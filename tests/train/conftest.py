@@ -49,7 +49,9 @@ def train_losses(root: Path, name: str) -> dict[int, float]:
     return {m["step"]: m["train/loss"] for m in metrics(root, name) if "train/loss" in m}
 
 
-def kill_after(root: Path, name: str, args: list[str], steps: int, sig: int = signal.SIGKILL) -> int:
+def kill_after(
+    root: Path, name: str, args: list[str], steps: int, sig: int = signal.SIGKILL
+) -> int:
     """Start a run, send `sig` once `steps` steps are in its metrics, return its exit code."""
     process = subprocess.Popen(
         theseus_cmd(*args, "--root", str(root), "--name", name),

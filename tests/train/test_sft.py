@@ -8,15 +8,32 @@ import pytest
 from tests.train.conftest import final_params, metrics, run_cli, train_losses
 
 SMALL = [
-    "model.n_layers=2", "model.d_model=64", "model.n_heads=2", "model.max_seq_len=64",
-    "training.seq_len=32", "training.global_batch_size=8", "logging.every=1",
-    "logging.progress=false", "eval.every=0", "eval.batches=2", "data.num_workers=1",
+    "model.n_layers=2",
+    "model.d_model=64",
+    "model.n_heads=2",
+    "model.max_seq_len=64",
+    "training.seq_len=32",
+    "training.global_batch_size=8",
+    "logging.every=1",
+    "logging.progress=false",
+    "eval.every=0",
+    "eval.batches=2",
+    "data.num_workers=1",
 ]
 
 
 def test_sft_on_addition_learns_the_format(shared_root):
-    result = run_cli(shared_root, "run", "gpt/train/sft", *SMALL, "data.vocab_size=300",
-                     "training.total_steps=40", "optimizer.learning_rate=3e-3", "--name", "sft")
+    result = run_cli(
+        shared_root,
+        "run",
+        "gpt/train/sft",
+        *SMALL,
+        "data.vocab_size=300",
+        "training.total_steps=40",
+        "optimizer.learning_rate=3e-3",
+        "--name",
+        "sft",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     losses = train_losses(shared_root, "sft")
     # the assistant turns are digits and a few symbols: far below ln(300) = 5.7 once learned
@@ -26,13 +43,31 @@ def test_sft_on_addition_learns_the_format(shared_root):
 
 def test_sft_starts_from_the_weights_of_a_pretraining_run(shared_root):
     byte = ["data.tokenizer=byte", "data.max_documents=8"]
-    pre = run_cli(shared_root, "run", "gpt/train/pretrain", *SMALL, *byte, "training.total_steps=3",
-                  "--name", "pre-byte")
+    pre = run_cli(
+        shared_root,
+        "run",
+        "gpt/train/pretrain",
+        *SMALL,
+        *byte,
+        "training.total_steps=3",
+        "--name",
+        "pre-byte",
+    )
     assert pre.returncode == 0, pre.stderr[-3000:]
     # one SFT step with a zero learning rate leaves the weights where init put them
-    sft = run_cli(shared_root, "run", "gpt/train/sft", *SMALL, "data.tokenizer=byte", "data.suffix=byte",
-                  "training.total_steps=1", "optimizer.learning_rate=0", "init.checkpoint=pre-byte",
-                  "--name", "sft-from-pre")
+    sft = run_cli(
+        shared_root,
+        "run",
+        "gpt/train/sft",
+        *SMALL,
+        "data.tokenizer=byte",
+        "data.suffix=byte",
+        "training.total_steps=1",
+        "optimizer.learning_rate=0",
+        "init.checkpoint=pre-byte",
+        "--name",
+        "sft-from-pre",
+    )
     assert sft.returncode == 0, sft.stderr[-3000:]
     before, after = final_params(shared_root, "pre-byte"), final_params(shared_root, "sft-from-pre")
     assert before.keys() == after.keys()
@@ -42,8 +77,17 @@ def test_sft_starts_from_the_weights_of_a_pretraining_run(shared_root):
 
 
 def test_init_from_a_missing_run_is_an_error(shared_root):
-    result = run_cli(shared_root, "run", "gpt/train/sft", *SMALL, "data.tokenizer=byte",
-                     "data.suffix=byte", "init.checkpoint=nowhere", "--name", "sft-bad")
+    result = run_cli(
+        shared_root,
+        "run",
+        "gpt/train/sft",
+        *SMALL,
+        "data.tokenizer=byte",
+        "data.suffix=byte",
+        "init.checkpoint=nowhere",
+        "--name",
+        "sft-bad",
+    )
     assert result.returncode == 2
     assert "init.checkpoint: run 'nowhere' has no checkpoints" in result.stderr
     assert "running prerequisite" not in result.stderr  # refused before any work
@@ -53,37 +97,70 @@ def test_sft_starts_from_hugging_face_weights(shared_root, tmp_path):
     transformers = pytest.importorskip("transformers", reason="needs the parity group")
     import torch
     from flax import nnx
-
     from theseus.data.tokenizers.byte import ByteTokenizer
     from theseus.models.hf import load_hf
 
     vocab = ByteTokenizer().vocab_size
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=vocab, n_positions=64, n_embd=64, n_layer=2, n_head=2,
-                                     bos_token_id=vocab - 1, eos_token_id=vocab - 1)
+    config = transformers.GPT2Config(
+        vocab_size=vocab,
+        n_positions=64,
+        n_embd=64,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=vocab - 1,
+        eos_token_id=vocab - 1,
+    )
     hf_dir = tmp_path / "hf-gpt2"
     transformers.GPT2LMHeadModel(config).save_pretrained(hf_dir)
-    sft = run_cli(shared_root, "run", "gpt/train/sft", *SMALL, "data.tokenizer=byte", "data.suffix=byte",
-                  "training.total_steps=1", "optimizer.learning_rate=0", f"init.hf={hf_dir}",
-                  "--name", "sft-from-hf")
+    sft = run_cli(
+        shared_root,
+        "run",
+        "gpt/train/sft",
+        *SMALL,
+        "data.tokenizer=byte",
+        "data.suffix=byte",
+        "training.total_steps=1",
+        "optimizer.learning_rate=0",
+        f"init.hf={hf_dir}",
+        "--name",
+        "sft-from-hf",
+    )
     assert sft.returncode == 0, sft.stderr[-3000:]
     _, hf_params, _ = nnx.split(load_hf(hf_dir), nnx.Param, ...)
     expected = {key: np.asarray(v) for key, v in _flat(hf_params).items()}
     got = final_params(shared_root, "sft-from-hf")
     assert len(got) == len(expected)
-    assert sorted(np.asarray(v).tobytes() for v in got.values()) == sorted(v.tobytes() for v in expected.values())
+    assert sorted(np.asarray(v).tobytes() for v in got.values()) == sorted(
+        v.tobytes() for v in expected.values()
+    )
 
-    wrong = run_cli(shared_root, "run", "gpt/train/sft", *SMALL, "model.d_ff=128", "data.tokenizer=byte",
-                    "data.suffix=byte", f"init.hf={hf_dir}", "--name", "sft-hf-wrong")
+    wrong = run_cli(
+        shared_root,
+        "run",
+        "gpt/train/sft",
+        *SMALL,
+        "model.d_ff=128",
+        "data.tokenizer=byte",
+        "data.suffix=byte",
+        f"init.hf={hf_dir}",
+        "--name",
+        "sft-hf-wrong",
+    )
     assert wrong.returncode == 2, wrong.stderr[-2000:]
     import re
 
-    assert re.search(r"init.hf: parameter \S+ has shape \(\d+, 256\) in \S+ but \(\d+, 128\) in the model config",
-                     wrong.stderr) or re.search(r"has shape \(256, \d+\) in \S+ but \(128, \d+\) in the model config",
-                                                 wrong.stderr), wrong.stderr
+    assert re.search(
+        r"init.hf: parameter \S+ has shape \(\d+, 256\) in \S+ but \(\d+, 128\) in the model config",
+        wrong.stderr,
+    ) or re.search(
+        r"has shape \(256, \d+\) in \S+ but \(128, \d+\) in the model config", wrong.stderr
+    ), wrong.stderr
 
 
 def _flat(tree):
     import jax
 
-    return {jax.tree_util.keystr(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {
+        jax.tree_util.keystr(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }

@@ -15,14 +15,23 @@ def unigram_entropy(directory) -> float:
     """Entropy (nats) of the token frequencies of a packed dataset's training shards."""
     import numpy as np
 
-    tokens = np.concatenate([np.fromfile(p, dtype=np.uint16) for p in sorted(directory.glob("train-*.bin"))])
+    tokens = np.concatenate(
+        [np.fromfile(p, dtype=np.uint16) for p in sorted(directory.glob("train-*.bin"))]
+    )
     counts = np.bincount(tokens).astype(np.float64)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
 
 
 def train(steps, *extra):
-    return ["run", "gpt/train/pretrain", *TINY, f"training.total_steps={steps}", "eval.every=0", *extra]
+    return [
+        "run",
+        "gpt/train/pretrain",
+        *TINY,
+        f"training.total_steps={steps}",
+        "eval.every=0",
+        *extra,
+    ]
 
 
 def record(root, name):
@@ -31,8 +40,16 @@ def record(root, name):
 
 def test_tokenizes_first_then_trains_with_falling_loss_and_full_metrics(shared_root):
     result = run_cli(
-        shared_root, "run", "gpt/train/pretrain", *TINY, "training.total_steps=30",
-        "optimizer.learning_rate=3e-3", "eval.every=10", "checkpoint.every=10", "--name", "learns",
+        shared_root,
+        "run",
+        "gpt/train/pretrain",
+        *TINY,
+        "training.total_steps=30",
+        "optimizer.learning_rate=3e-3",
+        "eval.every=10",
+        "checkpoint.every=10",
+        "--name",
+        "learns",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (shared_root / "data").is_dir()  # the prerequisite tokenized the corpus
@@ -59,13 +76,21 @@ def test_tokenizes_first_then_trains_with_falling_loss_and_full_metrics(shared_r
 
 
 def test_sigterm_checkpoints_and_exits_with_a_distinct_code_then_resumes(shared_root):
-    code = kill_after(shared_root, "preempted", train(400, "checkpoint.every=1000"), steps=3, sig=signal.SIGTERM)
+    code = kill_after(
+        shared_root, "preempted", train(400, "checkpoint.every=1000"), steps=3, sig=signal.SIGTERM
+    )
     assert code == 3
     rec = record(shared_root, "preempted")
     assert rec["status"] == "preempted" and "checkpoint saved" in rec["error"]
-    saved = [int(p.name) for p in (shared_root / "runs/preempted/checkpoints").iterdir() if p.name.isdigit()]
+    saved = [
+        int(p.name)
+        for p in (shared_root / "runs/preempted/checkpoints").iterdir()
+        if p.name.isdigit()
+    ]
     assert len(saved) == 1 and 3 <= saved[0] < 400
-    resumed = run_cli(shared_root, *train(saved[0] + 2, "checkpoint.every=1000"), "--name", "preempted")
+    resumed = run_cli(
+        shared_root, *train(saved[0] + 2, "checkpoint.every=1000"), "--name", "preempted"
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed preempted from step {saved[0]}" in resumed.stderr
     assert max(train_losses(shared_root, "preempted")) == saved[0] + 1
@@ -95,7 +120,9 @@ def test_torn_latest_checkpoint_falls_back_and_none_readable_is_an_error(shared_
 
 def test_branch_starts_from_a_checkpoint_of_another_run(shared_root):
     assert run_cli(shared_root, *train(4, "checkpoint.every=2"), "--name", "trunk").returncode == 0
-    branch = run_cli(shared_root, *train(4, "checkpoint.every=2"), "--name", "twig", "--branch", "trunk@2")
+    branch = run_cli(
+        shared_root, *train(4, "checkpoint.every=2"), "--name", "twig", "--branch", "trunk@2"
+    )
     assert branch.returncode == 0, branch.stderr[-3000:]
     assert record(shared_root, "twig")["parent"] == "trunk@2"
     assert sorted(train_losses(shared_root, "twig")) == [2, 3]
@@ -115,13 +142,26 @@ def test_fresh_starts_over(shared_root):
 
 
 def test_batch_sizes_that_do_not_divide_are_refused(shared_root):
-    result = run_cli(shared_root, "run", "gpt/train/pretrain", *TINY, "training.per_device_batch_size=3", "--name", "nodiv")
+    result = run_cli(
+        shared_root,
+        "run",
+        "gpt/train/pretrain",
+        *TINY,
+        "training.per_device_batch_size=3",
+        "--name",
+        "nodiv",
+    )
     assert result.returncode == 2
-    assert "training.global_batch_size=4 is not a multiple of training.per_device_batch_size=3" in result.stderr
+    assert (
+        "training.global_batch_size=4 is not a multiple of training.per_device_batch_size=3"
+        in result.stderr
+    )
 
 
 def test_vocab_size_that_disagrees_with_the_tokenizer_is_refused(shared_root):
-    result = run_cli(shared_root, "run", "gpt/train/pretrain", *TINY, "model.vocab_size=1000", "--name", "vocab")
+    result = run_cli(
+        shared_root, "run", "gpt/train/pretrain", *TINY, "model.vocab_size=1000", "--name", "vocab"
+    )
     assert result.returncode == 2
     assert "model.vocab_size=1000 disagrees with the tokenizer's vocabulary of 384" in result.stderr
 
@@ -158,13 +198,23 @@ def nan_env(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", f"{site}:{__import__('os').environ.get('PYTHONPATH', '')}")
 
 
-def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(shared_root, nan_env):
-    args = train(8, "schedule.name=nan-at", "schedule.at=4", "checkpoint.every=2", "checkpoint.asynchronous=false")
+def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
+    shared_root, nan_env
+):
+    args = train(
+        8,
+        "schedule.name=nan-at",
+        "schedule.at=4",
+        "checkpoint.every=2",
+        "checkpoint.asynchronous=false",
+    )
     result = run_cli(shared_root, *args, "--name", "nan")
     assert result.returncode == 2, result.stderr[-2000:]
     # the update of step 4 has a NaN learning rate, so the loss at step 5 is NaN
     assert "loss is nan at step 5 of run nan" in result.stderr
-    kept = sorted(int(p.name) for p in (shared_root / "runs/nan/checkpoints").iterdir() if p.name.isdigit())
+    kept = sorted(
+        int(p.name) for p in (shared_root / "runs/nan/checkpoints").iterdir() if p.name.isdigit()
+    )
     assert kept == [2, 4]
 
     skipping = run_cli(shared_root, *args, "training.skip_nonfinite=true", "--name", "nan-skip")
@@ -236,7 +286,10 @@ def test_a_plugin_logger_is_imported_only_when_enabled(shared_root, tmp_path, mo
 
 def test_an_unknown_or_missing_logger_is_a_clear_error(shared_root):
     unknown = run_cli(shared_root, *train(2), "logging.loggers=[tensorbored]", "--name", "tb1")
-    assert unknown.returncode == 2 and "unknown logger 'tensorbored'; did you mean 'tensorboard'" in unknown.stderr
+    assert (
+        unknown.returncode == 2
+        and "unknown logger 'tensorbored'; did you mean 'tensorboard'" in unknown.stderr
+    )
     try:
         import tensorboardX  # noqa: F401
     except ImportError:

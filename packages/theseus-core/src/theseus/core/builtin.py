@@ -47,7 +47,9 @@ class NoOptions:
 @hookimpl
 def theseus_register_loggers(register):
     target = "theseus.core.train.loggers"
-    register(Component("tensorboard", NoOptions, f"{target}:TensorBoardLogger", "TensorBoard scalars"))
+    register(
+        Component("tensorboard", NoOptions, f"{target}:TensorBoardLogger", "TensorBoard scalars")
+    )
     register(Component("wandb", NoOptions, f"{target}:WandbLogger", "Weights & Biases"))
 
 

@@ -160,7 +160,11 @@ class ConfigTree:
         if leaf == "preset" and key == f"{group}.preset" and isinstance(choice, Choice):
             self._apply_preset(group, choice, parent, value)
             return
-        if isinstance(value, int) and not isinstance(value, bool) and self._field_type(key) is float:
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and self._field_type(key) is float
+        ):
             value = float(value)
         try:
             parent[leaf] = value

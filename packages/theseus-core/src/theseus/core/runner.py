@@ -36,7 +36,9 @@ def job_spec(key: str, registries: Registries) -> JobSpec:
 
 def flatten(data: Any, prefix: str = "", tree: ConfigTree | None = None) -> list[tuple[str, Any]]:
     """Dotted leaves of a nested dict; a field typed as a dict stays one leaf."""
-    if isinstance(data, dict) and not (prefix and tree is not None and tree.is_mapping_field(prefix)):
+    if isinstance(data, dict) and not (
+        prefix and tree is not None and tree.is_mapping_field(prefix)
+    ):
         items: list[tuple[str, Any]] = []
         for key, value in data.items():
             items.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key), tree))

@@ -44,7 +44,9 @@ class FitLineConfig:
 @hookimpl
 def theseus_register_datasets(register):
     register(
-        Component("counting-rhymes", RhymesConfig, "theseus_example.dataset:CountingRhymes", "rhymes")
+        Component(
+            "counting-rhymes", RhymesConfig, "theseus_example.dataset:CountingRhymes", "rhymes"
+        )
     )
 
 

@@ -40,4 +40,6 @@ class DataConfig:
 
 @dataclass
 class SFTDataConfig(DataConfig):
-    dataset: str = option("addition", "registered chat dataset to fine-tune on (tokenized on demand)")
+    dataset: str = option(
+        "addition", "registered chat dataset to fine-tune on (tokenized on demand)"
+    )

@@ -29,14 +29,15 @@ def runs(
     """Table of runs: job, status, step, last loss, parent, start time."""
     from rich.console import Console
     from rich.table import Table
-
     from theseus.core.inspect.runs import run_summaries
 
     table = Table("run", "job", "status", "step", "loss", "parent", "started", box=None)
     for s in run_summaries(_root(root_dir or root)):
         loss = f"{s['loss']:.4f}" if s["loss"] is not None else "-"
         step = str(s["step"]) if s["step"] is not None else "-"
-        table.add_row(s["name"], s["key"], s["status"], step, loss, s["parent"] or "-", s["started"] or "-")
+        table.add_row(
+            s["name"], s["key"], s["status"], step, loss, s["parent"] or "-", s["started"] or "-"
+        )
     Console(width=200).print(table)
 
 
@@ -56,7 +57,10 @@ def show(run: Annotated[str, typer.Argument(help="run name")], root: RootOption 
 
 def plot(
     runs: Annotated[list[str], typer.Argument(help="runs to compare")],
-    metric: Annotated[list[str], typer.Option("--metric", help="metric to plot (repeatable)")] = ["train/loss"],  # noqa: B006
+    metric: Annotated[
+        list[str] | None,
+        typer.Option("--metric", help="metric to plot (repeatable; default train/loss)"),
+    ] = None,
     out: Annotated[str, typer.Option("--out", help="output image path")] = "plot.png",
     smoothing: Annotated[float, typer.Option("--smoothing", help="EMA weight in [0, 1)")] = 0.0,
     root: RootOption = None,
@@ -64,7 +68,7 @@ def plot(
     """Plot metrics of one or more runs into one figure."""
     from theseus.core.inspect.plot import plot_runs
 
-    path = plot_runs(_root(root), runs, metric, out, smoothing)
+    path = plot_runs(_root(root), runs, metric or ["train/loss"], out, smoothing)
     typer.echo(f"wrote {path}")
 
 
@@ -78,16 +82,21 @@ def _shapes(output: object) -> str:
 def inspect(
     run: Annotated[str, typer.Argument(help="run name")],
     step: Annotated[int, typer.Option("--step", help="a checkpointed step")],
-    list_modules: Annotated[bool, typer.Option("--list", help="list module paths with shapes")] = False,
-    module: Annotated[list[str] | None, typer.Option("--module", help="module path to capture")] = None,
-    out: Annotated[str, typer.Option("--out", help="where to write captured arrays (.npz)")] = "acts.npz",
+    list_modules: Annotated[
+        bool, typer.Option("--list", help="list module paths with shapes")
+    ] = False,
+    module: Annotated[
+        list[str] | None, typer.Option("--module", help="module path to capture")
+    ] = None,
+    out: Annotated[
+        str, typer.Option("--out", help="where to write captured arrays (.npz)")
+    ] = "acts.npz",
     replay: Annotated[bool, typer.Option("--replay", help="recompute the step's loss")] = False,
     root: RootOption = None,
 ) -> None:
     """Time travel: restore a run at a step, replay it, capture module activations."""
     import jax
     import numpy as np
-
     from theseus.core.inspect.timetravel import open_step
 
     moment = open_step(_root(root), run, step)
@@ -97,7 +106,9 @@ def inspect(
     if list_modules:
         captures = moment.capture()
         for path, capture in captures.items():
-            typer.echo(f"{path}  {capture.type}  {_shapes(capture.output) if capture.calls else '-'}")
+            typer.echo(
+                f"{path}  {capture.type}  {_shapes(capture.output) if capture.calls else '-'}"
+            )
     if module:
         captures = moment.capture(list(module))
         arrays = {}

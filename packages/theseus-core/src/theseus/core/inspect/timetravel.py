@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from theseus.core.errors import TheseusError
 
 log = logging.getLogger(__name__)
@@ -66,13 +65,14 @@ class Moment:
     def _gradients(self) -> Any:
         import jax
         import jax.numpy as jnp
-
         from theseus.core.train.step import summed_loss
 
         batch = self.batch()
 
         def mean_loss(params: Any) -> Any:
-            total, (_, count, _) = summed_loss(self.trainer.graphdef, params, self.trainer.rest, batch)
+            total, (_, count, _) = summed_loss(
+                self.trainer.graphdef, params, self.trainer.rest, batch
+            )
             return total / jnp.maximum(count, 1.0)
 
         return jax.jit(jax.grad(mean_loss))(self.state["params"])
@@ -91,21 +91,29 @@ class Moment:
             raise InspectError(f"no module {path!r} in run {self.trainer.run.name}{hint}")
         return modules[path]
 
-    def capture(self, paths: list[str] | None = None, type_name: str | None = None) -> dict[str, Any]:
+    def capture(
+        self, paths: list[str] | None = None, type_name: str | None = None
+    ) -> dict[str, Any]:
         """Inputs and outputs of the named modules (or all of one type) on the step's batch."""
         from theseus.core.inspect.capture import recording
 
         if paths is None and type_name is None:
             chosen = {p: m for p, m in self.modules().items() if p}
         elif type_name is not None:
-            chosen = {p: m for p, m in self.modules().items() if p and type(m).__name__ == type_name}
+            chosen = {
+                p: m for p, m in self.modules().items() if p and type(m).__name__ == type_name
+            }
             if not chosen:
-                raise InspectError(f"no module of type {type_name!r} in run {self.trainer.run.name}")
+                raise InspectError(
+                    f"no module of type {type_name!r} in run {self.trainer.run.name}"
+                )
         else:
             chosen = {p: self.module(p) for p in paths}
         batch = self.batch()
         with recording(chosen) as captures:
-            self.model(batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"])
+            self.model(
+                batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
+            )
         return captures
 
 

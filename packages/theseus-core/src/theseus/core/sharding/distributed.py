@@ -88,10 +88,14 @@ def process_group(env: Mapping[str, str] | None = None) -> ProcessGroup | None:
     if num <= 1:
         return None
     if not 0 <= process_id < num:
-        raise DistributedError(f"{source} process id {pid} is not in [0, {num}) (set THESEUS_PROCESS_ID)")
+        raise DistributedError(
+            f"{source} process id {pid} is not in [0, {num}) (set THESEUS_PROCESS_ID)"
+        )
     coordinator = env.get("THESEUS_COORDINATOR_ADDRESS") or (f"{host}:{port}" if host else "")
     if not coordinator:
-        raise DistributedError(f"{num} processes but no coordinator: set THESEUS_COORDINATOR_ADDRESS=host:port")
+        raise DistributedError(
+            f"{num} processes but no coordinator: set THESEUS_COORDINATOR_ADDRESS=host:port"
+        )
     return ProcessGroup(coordinator, num, process_id, source)
 
 
@@ -115,6 +119,11 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> ProcessGroup | 
         )
     except RuntimeError as error:
         raise DistributedError(f"jax.distributed.initialize failed ({group}): {error}") from error
-    log.info("process %d of %d (coordinator %s, from %s)", group.process_id, group.num_processes,
-             group.coordinator, group.source)
+    log.info(
+        "process %d of %d (coordinator %s, from %s)",
+        group.process_id,
+        group.num_processes,
+        group.coordinator,
+        group.source,
+    )
     return group

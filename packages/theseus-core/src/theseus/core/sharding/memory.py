@@ -35,8 +35,11 @@ def vocab_size(config: Any, root: str) -> tuple[int, str]:
         from theseus.core.data.api import open_training_data
 
         data = open_training_data(
-            root, config.data, seq_len=int(config.training.seq_len),
-            global_batch_size=int(config.training.global_batch_size), seed=0,
+            root,
+            config.data,
+            seq_len=int(config.training.seq_len),
+            global_batch_size=int(config.training.global_batch_size),
+            seed=0,
         )
         return int(data.vocab_size), "tokenized data"
     except Exception:  # not tokenized yet: the configured tokenizer size
@@ -75,7 +78,12 @@ def report(config: Any, root: str) -> dict[str, Any]:
     def fresh() -> dict:
         _, params, _ = nnx.split(build(), nnx.Param, ...)
         zero = jnp.zeros((), jnp.int32)
-        return {"params": params, "opt_state": optimizer.init(params), "step": zero, "skipped": zero}
+        return {
+            "params": params,
+            "opt_state": optimizer.init(params),
+            "step": zero,
+            "skipped": zero,
+        }
 
     graphdef, _, rest = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
     abstract = jax.eval_shape(fresh)
@@ -85,12 +93,23 @@ def report(config: Any, root: str) -> dict[str, Any]:
     )
     batch_arrays = {
         name: jax.ShapeDtypeStruct((batch, seq_len), dtype, sharding=layout.batch_sharding)
-        for name, dtype in [("inputs", np.int32), ("targets", np.int32), ("positions", np.int32),
-                            ("segment_ids", np.int32), ("loss_mask", np.float32)]
+        for name, dtype in [
+            ("inputs", np.int32),
+            ("targets", np.int32),
+            ("positions", np.int32),
+            ("segment_ids", np.int32),
+            ("loss_mask", np.float32),
+        ]
     }
     step = make_train_step(
-        graphdef, rest, optimizer, schedule, micro_steps, bool(training.skip_nonfinite),
-        micro_sharding=layout.micro_sharding(), grad_shardings=layout.grad_shardings(abstract),
+        graphdef,
+        rest,
+        optimizer,
+        schedule,
+        micro_steps,
+        bool(training.skip_nonfinite),
+        micro_sharding=layout.micro_sharding(),
+        grad_shardings=layout.grad_shardings(abstract),
         remat=check_remat(config.sharding),
     )
     compiled = layout.jit_step(step, shardings).lower(state, batch_arrays).compile()

@@ -41,14 +41,19 @@ def logical_axes(variable: Any) -> tuple[str | None, ...] | None:
 
 
 def spec_for(
-    name: str, shape: tuple[int, ...], logical: Sequence[str | None] | None, rules: Rules,
+    name: str,
+    shape: tuple[int, ...],
+    logical: Sequence[str | None] | None,
+    rules: Rules,
     sizes: dict[str, int],
 ) -> PartitionSpec:
     """The PartitionSpec of one array; a dimension its mesh axes do not divide is an error."""
     if not logical:
         return PartitionSpec()
     if len(logical) != len(shape):
-        raise ShardingError(f"parameter {name} of shape {shape} names {len(logical)} axes {logical}")
+        raise ShardingError(
+            f"parameter {name} of shape {shape} names {len(logical)} axes {logical}"
+        )
     parts: list[Any] = []
     used: set[str] = set()
     for dim, axis_name in zip(shape, logical, strict=True):

@@ -39,7 +39,9 @@ def checkpoint_blocks(model: Any, mode: str) -> None:
         raise ShardingError(f"sharding.remat={mode!r} is not one of none, {', '.join(POLICIES)}")
     blocks = getattr(model, "blocks", None)
     if blocks is None:
-        raise ShardingError(f"sharding.remat={mode}: {type(model).__name__} has no .blocks to checkpoint")
+        raise ShardingError(
+            f"sharding.remat={mode}: {type(model).__name__} has no .blocks to checkpoint"
+        )
     for index in range(len(blocks)):
         if not isinstance(blocks[index], Rematerialized):
             blocks[index] = Rematerialized(blocks[index], mode)

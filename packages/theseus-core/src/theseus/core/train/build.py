@@ -17,7 +17,9 @@ def component_config(registries: Any, kind: str, node: Any, **overrides: Any) ->
     return component.config(**values)
 
 
-def build_model(registries: Any, model_node: Any, vocab_size: int, seq_len: int, key: Any, dtype: str = "") -> Any:
+def build_model(
+    registries: Any, model_node: Any, vocab_size: int, seq_len: int, key: Any, dtype: str = ""
+) -> Any:
     """The model named by ``model.name`` with the data's vocabulary, initialised from ``key``."""
     from flax import nnx
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
-
 from theseus.core.errors import TheseusError
 
 log = logging.getLogger(__name__)
@@ -26,7 +25,9 @@ class CheckpointError(TheseusError):
 
 
 class Checkpoints:
-    def __init__(self, directory: Path, keep_last: int, keep_every: int, asynchronous: bool) -> None:
+    def __init__(
+        self, directory: Path, keep_last: int, keep_every: int, asynchronous: bool
+    ) -> None:
         self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max(1, keep_last),
@@ -71,8 +72,15 @@ class Checkpoints:
             try:
                 state, rng, meta = self.restore(step, abstract_state, abstract_rng)
             except Exception as error:  # torn or unreadable: try the previous one
-                reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-                log.warning("checkpoint %d in %s is unreadable (%s); trying the previous one", step, self.directory, reason)
+                reason = (
+                    f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                )
+                log.warning(
+                    "checkpoint %d in %s is unreadable (%s); trying the previous one",
+                    step,
+                    self.directory,
+                    reason,
+                )
                 failures.append(f"{step} ({reason})")
                 continue
             self._set_aside([int(f.split()[0]) for f in failures])
@@ -105,5 +113,6 @@ class Checkpoints:
 def abstract_of(tree: Any) -> Any:
     """ShapeDtypeStructs (with shardings) of a pytree of arrays."""
     return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), tree
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
+        tree,
     )

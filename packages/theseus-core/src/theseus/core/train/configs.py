@@ -25,7 +25,9 @@ class TrainingConfig:
 class CheckpointConfig:
     every: int = option(50, "save a checkpoint every this many steps (and at the end)")
     keep_last: int = option(3, "keep the last this many checkpoints")
-    keep_every: int = option(0, "also keep every checkpoint whose step is a multiple of this (0: off)")
+    keep_every: int = option(
+        0, "also keep every checkpoint whose step is a multiple of this (0: off)"
+    )
     asynchronous: bool = option(True, "write checkpoints in the background")
 
 
@@ -33,8 +35,12 @@ class CheckpointConfig:
 class LoggingConfig:
     every: int = option(10, "record metrics every this many steps")
     progress: bool = option(True, "show a progress bar when the output is a terminal")
-    loggers: list[str] = option(help="extra metric loggers by name (e.g. tensorboard, wandb)", factory=list)
-    peak_flops: float = option(0.0, "peak FLOP/s per device for MFU (0: chip table, or measure on CPU)")
+    loggers: list[str] = option(
+        help="extra metric loggers by name (e.g. tensorboard, wandb)", factory=list
+    )
+    peak_flops: float = option(
+        0.0, "peak FLOP/s per device for MFU (0: chip table, or measure on CPU)"
+    )
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-
 from theseus.core.components import load_target
 from theseus.core.errors import ConfigError
 

@@ -53,8 +53,12 @@ class WandbLogger:
         try:
             import wandb
         except ImportError as error:
-            raise LoggerError("logging.loggers: 'wandb' needs the wandb package (pip install wandb)") from error
-        self.run = wandb.init(name=run_dir.name, dir=str(run_dir.path), resume="allow", id=run_dir.name)
+            raise LoggerError(
+                "logging.loggers: 'wandb' needs the wandb package (pip install wandb)"
+            ) from error
+        self.run = wandb.init(
+            name=run_dir.name, dir=str(run_dir.path), resume="allow", id=run_dir.name
+        )
 
     def log(self, record: dict) -> None:
         step = record.get("step")

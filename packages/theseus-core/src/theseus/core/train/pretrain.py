@@ -29,7 +29,6 @@ def check_init(config: Any, root: str) -> None:
 def check_evaluations(config: Any) -> None:
     """Unknown ``eval.tasks`` or options fail at start-up, not at the first evaluation."""
     from omegaconf import OmegaConf
-
     from theseus.core.evaluate.runner import check
     from theseus.core.plugins import registries
 

@@ -118,7 +118,9 @@ def make_train_step(
     return step
 
 
-def make_eval_step(graphdef: nnx.GraphDef, rest: Any) -> Callable[[Any, Batch], tuple[jax.Array, jax.Array]]:
+def make_eval_step(
+    graphdef: nnx.GraphDef, rest: Any
+) -> Callable[[Any, Batch], tuple[jax.Array, jax.Array]]:
     """``eval_step(params, batch) -> (summed loss, token count)``."""
 
     def eval_step(params: Any, batch: Batch) -> tuple[jax.Array, jax.Array]:

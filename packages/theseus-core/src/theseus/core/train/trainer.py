@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
 from theseus.core.errors import ConfigError, JobError, PreemptedError, TheseusError
 from theseus.core.evaluate.training import run_training_evaluations
 from theseus.core.optim.build import build_optimizer
@@ -171,7 +170,10 @@ class Trainer:
         if self.config.init.hf:  # Hugging Face weights, a new optimizer and step 0
             from theseus.core.train.hf_init import params_from_hf
 
-            return {**self.initial, "params": params_from_hf(self.config.init.hf, self.initial["params"])}
+            return {
+                **self.initial,
+                "params": params_from_hf(self.config.init.hf, self.initial["params"]),
+            }
         return self.initial
 
     def _from_other_run(self, reference: str, abstract: Any, abstract_rng: Any) -> dict:
@@ -200,13 +202,24 @@ class Trainer:
         peak, peak_source = device_peak_flops(float(self.config.logging.peak_flops))
         log.info(
             "training %s: steps %d -> %d, %d devices (%s, %s), micro-steps %d, peak %.3g FLOP/s (%s)",
-            self.run.name, start, self.total_steps, len(self.devices), describe(self.layout.mesh),
-            self.config.sharding.strategy, self.micro_steps, peak, peak_source,
+            self.run.name,
+            start,
+            self.total_steps,
+            len(self.devices),
+            describe(self.layout.mesh),
+            self.config.sharding.strategy,
+            self.micro_steps,
+            peak,
+            peak_source,
         )
         from theseus.core.train.loggers import build_loggers
 
         main_process = jax.process_index() == 0
-        loggers = build_loggers(self.registries, list(self.config.logging.loggers), self.run) if main_process else []
+        loggers = (
+            build_loggers(self.registries, list(self.config.logging.loggers), self.run)
+            if main_process
+            else []
+        )
         writer = MetricsWriter(self.run.metrics_path, enabled=main_process, loggers=loggers)
         tracker = _Tracker(self, writer, peak * len(self.devices))
         batches = self.data.iterator(start)
@@ -221,7 +234,9 @@ class Trainer:
                     done = step + 1
                     if self._due(done, self.config.eval.every):
                         tracker.flush()
-                        writer.write({"step": done, "val/loss": self.validation_loss(state["params"])})
+                        writer.write(
+                            {"step": done, "val/loss": self.validation_loss(state["params"])}
+                        )
                         run_training_evaluations(self, state["params"], done, writer)
                     if self._due(done, self.config.checkpoint.every) or self.preempted:
                         tracker.flush()
@@ -238,7 +253,11 @@ class Trainer:
             final = int(state["step"])
             if final != last_saved:
                 self.save(final, state)
-            summary = {"step": final, "train/loss": tracker.last_loss, "skipped": int(state["skipped"])}
+            summary = {
+                "step": final,
+                "train/loss": tracker.last_loss,
+                "skipped": int(state["skipped"]),
+            }
             summary["val/loss"] = self.validation_loss(state["params"])
             writer.write({"step": final, "val/loss": summary["val/loss"]})
             run_training_evaluations(self, state["params"], final, writer)
@@ -252,7 +271,12 @@ class Trainer:
         return bool(every) and done % every == 0 and done < self.total_steps
 
     def save(self, step: int, state: dict) -> None:
-        meta = {"step": step, "run": self.run.name, "data_position": step, "total_steps": self.total_steps}
+        meta = {
+            "step": step,
+            "run": self.run.name,
+            "data_position": step,
+            "total_steps": self.total_steps,
+        }
         self.checkpoints.save(step, state, self.rng_data, meta)
 
     def validation_loss(self, params: Any) -> float:
@@ -351,7 +375,9 @@ def _progress(trainer: Trainer, start: int) -> Iterator[Any]:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(
-        TextColumn(f"[bold]{trainer.run.name}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TextColumn(f"[bold]{trainer.run.name}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
         TimeRemainingColumn(),
     ) as progress:
         task = progress.add_task("train", total=trainer.total_steps, completed=start)
