@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -27,6 +29,7 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert 'eval "$README_TEST_COMMAND"' in ci
 
 
+@pytest.mark.slow
 def test_readme_main_job_runs(tmp_path: Path):
     main_job = readme_commands()[0]
     args = main_job.split()[2:]  # drop "uv run": we are already inside the environment

@@ -7,6 +7,13 @@ import pytest
 
 from tests.train.conftest import final_params, metrics, run_cli, train_losses
 
+
+@pytest.fixture(scope="module")
+def sft_root(tmp_path_factory):
+    """A root of its own: other modules tokenize the same datasets with other settings."""
+    return tmp_path_factory.mktemp("sft-root")
+
+
 SMALL = [
     "model.n_layers=2",
     "model.d_model=64",
@@ -22,9 +29,9 @@ SMALL = [
 ]
 
 
-def test_sft_on_addition_learns_the_format(shared_root):
+def test_sft_on_addition_learns_the_format(sft_root):
     result = run_cli(
-        shared_root,
+        sft_root,
         "run",
         "gpt/train/sft",
         *SMALL,
@@ -35,16 +42,16 @@ def test_sft_on_addition_learns_the_format(shared_root):
         "sft",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    losses = train_losses(shared_root, "sft")
+    losses = train_losses(sft_root, "sft")
     # the assistant turns are digits and a few symbols: far below ln(300) = 5.7 once learned
     assert losses[0] > 5.0 and np.mean([losses[s] for s in range(35, 40)]) < 3.5
-    assert metrics(shared_root, "sft")[-1]["val/loss"] < 3.5
+    assert metrics(sft_root, "sft")[-1]["val/loss"] < 3.5
 
 
-def test_sft_starts_from_the_weights_of_a_pretraining_run(shared_root):
+def test_sft_starts_from_the_weights_of_a_pretraining_run(sft_root):
     byte = ["data.tokenizer=byte", "data.max_documents=8"]
     pre = run_cli(
-        shared_root,
+        sft_root,
         "run",
         "gpt/train/pretrain",
         *SMALL,
@@ -56,7 +63,7 @@ def test_sft_starts_from_the_weights_of_a_pretraining_run(shared_root):
     assert pre.returncode == 0, pre.stderr[-3000:]
     # one SFT step with a zero learning rate leaves the weights where init put them
     sft = run_cli(
-        shared_root,
+        sft_root,
         "run",
         "gpt/train/sft",
         *SMALL,
@@ -69,16 +76,16 @@ def test_sft_starts_from_the_weights_of_a_pretraining_run(shared_root):
         "sft-from-pre",
     )
     assert sft.returncode == 0, sft.stderr[-3000:]
-    before, after = final_params(shared_root, "pre-byte"), final_params(shared_root, "sft-from-pre")
+    before, after = final_params(sft_root, "pre-byte"), final_params(sft_root, "sft-from-pre")
     assert before.keys() == after.keys()
     for key in before:
         assert np.array_equal(before[key], after[key]), key
-    assert sorted(train_losses(shared_root, "sft-from-pre")) == [0]  # weights only: step 0
+    assert sorted(train_losses(sft_root, "sft-from-pre")) == [0]  # weights only: step 0
 
 
-def test_init_from_a_missing_run_is_an_error(shared_root):
+def test_init_from_a_missing_run_is_an_error(sft_root):
     result = run_cli(
-        shared_root,
+        sft_root,
         "run",
         "gpt/train/sft",
         *SMALL,
@@ -93,7 +100,7 @@ def test_init_from_a_missing_run_is_an_error(shared_root):
     assert "running prerequisite" not in result.stderr  # refused before any work
 
 
-def test_sft_starts_from_hugging_face_weights(shared_root, tmp_path):
+def test_sft_starts_from_hugging_face_weights(sft_root, tmp_path):
     transformers = pytest.importorskip("transformers", reason="needs the parity group")
     import torch
     from flax import nnx
@@ -114,7 +121,7 @@ def test_sft_starts_from_hugging_face_weights(shared_root, tmp_path):
     hf_dir = tmp_path / "hf-gpt2"
     transformers.GPT2LMHeadModel(config).save_pretrained(hf_dir)
     sft = run_cli(
-        shared_root,
+        sft_root,
         "run",
         "gpt/train/sft",
         *SMALL,
@@ -129,14 +136,14 @@ def test_sft_starts_from_hugging_face_weights(shared_root, tmp_path):
     assert sft.returncode == 0, sft.stderr[-3000:]
     _, hf_params, _ = nnx.split(load_hf(hf_dir), nnx.Param, ...)
     expected = {key: np.asarray(v) for key, v in _flat(hf_params).items()}
-    got = final_params(shared_root, "sft-from-hf")
+    got = final_params(sft_root, "sft-from-hf")
     assert len(got) == len(expected)
     assert sorted(np.asarray(v).tobytes() for v in got.values()) == sorted(
         v.tobytes() for v in expected.values()
     )
 
     wrong = run_cli(
-        shared_root,
+        sft_root,
         "run",
         "gpt/train/sft",
         *SMALL,

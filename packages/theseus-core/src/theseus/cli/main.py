@@ -118,7 +118,7 @@ def run(
             report(prepared.tree.node, prepared.root)
         return
     prepared()
-    typer.echo(f"run {prepared.name}: {prepared.run_dir.path}")
+    typer.echo(f"run {prepared.name}: {prepared.run_dir.path.resolve()}")
 
 
 def _add_plugin_commands() -> None:

@@ -160,12 +160,8 @@ class ConfigTree:
         if leaf == "preset" and key == f"{group}.preset" and isinstance(choice, Choice):
             self._apply_preset(group, choice, parent, value)
             return
-        if (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and self._field_type(key) is float
-        ):
-            value = float(value)
+        if self._field_type(key) is float and not isinstance(value, bool):
+            value = _as_float(value)
         try:
             parent[leaf] = value
         except oc_errors.ValidationError as error:
@@ -299,6 +295,18 @@ class ConfigTree:
             comment = f"# {row['type']}" + (f": {row['help']}" if row["help"] else "")
             lines.append("  " * (len(parts) - 1) + f"{parts[-1]}: {shown}  {comment}")
         return "\n".join(lines) + "\n"
+
+
+def _as_float(value: Any) -> Any:
+    """Ints and numeric strings ("3e-3", which YAML reads as a string) become floats."""
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value  # OmegaConf reports the type error with the key
+    return value
 
 
 def _has(node: DictConfig, key: str) -> bool:
