@@ -53,9 +53,10 @@ def build(family: str, preset: str, seq_len: int):
 
 
 def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
+    sys.path.insert(0, str(Path(__file__).parent))
     import jax
     import jax.numpy as jnp
-    import numpy as np
+    from synthetic import synthetic_batch, timed_steps
     from theseus.core.train.metrics import device_peak_flops
 
     model, params, optimizer, step, vocab = build(family, preset, seq_len)
@@ -70,34 +71,12 @@ def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
                 "step": jnp.zeros((), jnp.int32),
                 "skipped": jnp.zeros((), jnp.int32),
             }
-            tokens = (
-                np.random.default_rng(0)
-                .integers(0, vocab, (batch_size, seq_len + 1))
-                .astype(np.int32)
-            )
-            batch = jax.device_put(
-                {
-                    "inputs": tokens[:, :-1],
-                    "targets": tokens[:, 1:],
-                    "positions": np.broadcast_to(
-                        np.arange(seq_len, dtype=np.int32), (batch_size, seq_len)
-                    ).copy(),
-                    "segment_ids": np.ones((batch_size, seq_len), np.int32),
-                    "loss_mask": np.ones((batch_size, seq_len), np.float32),
-                }
-            )
+            batch = jax.device_put(synthetic_batch(batch_size, seq_len, vocab))
             start = time.perf_counter()
             state, metrics = step(state, batch)
             metrics["loss"].block_until_ready()
             compile_s = time.perf_counter() - start
-            for _ in range(2):
-                state, metrics = step(state, batch)
-            metrics["loss"].block_until_ready()
-            start = time.perf_counter()
-            for _ in range(STEPS):
-                state, metrics = step(state, batch)
-            metrics["loss"].block_until_ready()
-            elapsed = time.perf_counter() - start
+            state, metrics, elapsed = timed_steps(step, state, batch, 2, STEPS)
             tps = STEPS * batch_size * seq_len / elapsed
             best = {
                 "family": family,

@@ -19,10 +19,11 @@ WARMUP = 3
 
 
 def theseus_tokens_per_sec() -> dict:
+    sys.path.insert(0, str(Path(__file__).parent))
     import jax
     import jax.numpy as jnp
-    import numpy as np
     from flax import nnx
+    from synthetic import synthetic_batch, timed_steps
     from theseus.core.components import Choice, JobSpec
     from theseus.core.config import ConfigTree
     from theseus.core.optim.build import build_optimizer, build_schedule
@@ -64,16 +65,8 @@ def theseus_tokens_per_sec() -> dict:
         "step": jnp.zeros((), jnp.int32),
         "skipped": jnp.zeros((), jnp.int32),
     }
-    rng = np.random.default_rng(0)
     b, t = SHAPE["batch"], SHAPE["seq_len"]
-    tokens = rng.integers(0, SHAPE["vocab"], (b, t + 1)).astype(np.int32)
-    batch = {
-        "inputs": tokens[:, :-1],
-        "targets": tokens[:, 1:],
-        "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
-        "segment_ids": np.ones((b, t), np.int32),
-        "loss_mask": np.ones((b, t), np.float32),
-    }
+    batch = synthetic_batch(b, t, SHAPE["vocab"])
     batch = jax.device_put(batch)
     start = time.perf_counter()
     compiled = step.lower(state, batch).compile()
@@ -82,14 +75,7 @@ def theseus_tokens_per_sec() -> dict:
     state, metrics = compiled(state, batch)
     metrics["loss"].block_until_ready()
     first_step_s = time.perf_counter() - start
-    for _ in range(WARMUP):
-        state, metrics = compiled(state, batch)
-    metrics["loss"].block_until_ready()
-    start = time.perf_counter()
-    for _ in range(STEPS):
-        state, metrics = compiled(state, batch)
-    metrics["loss"].block_until_ready()
-    elapsed = time.perf_counter() - start
+    state, metrics, elapsed = timed_steps(compiled, state, batch, WARMUP, STEPS)
     tps = STEPS * b * t / elapsed
     peak = measure_matmul_peak(2048)
     return {

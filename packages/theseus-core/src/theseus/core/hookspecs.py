@@ -37,8 +37,8 @@ def theseus_register_models(register: Callable[..., None]) -> None:
     Call ``register(Component(name="gpt", config=GPTConfig, target="pkg.module:GPT"))``.
     ``config`` is the model's config dataclass; ``target`` names the class that builds the
     model from it (see ``theseus.core.model.ModelFamily`` for what that class provides).
-    Each registered model also gets the training jobs ``<name>/train/pretrain`` and
-    ``<name>/train/sft`` and the job ``<name>/generate`` from core.
+    Core gives each registered model the jobs ``<name>/train/pretrain``,
+    ``<name>/train/sft`` and ``<name>/evaluate`` (theseus-models adds ``<name>/generate``).
     """
 
 

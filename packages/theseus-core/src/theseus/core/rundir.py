@@ -19,8 +19,6 @@ from typing import Any
 
 from theseus.core.errors import JobError
 
-STATUSES = ("created", "running", "finished", "failed", "preempted")
-
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -17,7 +17,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 from theseus.core.errors import ConfigError, JobError, PreemptedError, TheseusError
 from theseus.core.evaluate.training import run_training_evaluations
@@ -382,7 +381,3 @@ def _progress(trainer: Trainer, start: int) -> Iterator[Any]:
     ) as progress:
         task = progress.add_task("train", total=trainer.total_steps, completed=start)
         yield lambda: progress.advance(task)
-
-
-def to_numpy(tree: Any) -> Any:
-    return jax.tree.map(np.asarray, tree)
