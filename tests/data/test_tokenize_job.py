@@ -19,6 +19,7 @@ from datatest_helpers import STDLIB_SMALL, checksums, data_config, tokenize
 from theseus.core.data import DataError, SettingsConflictError, TokenizedDataset
 from theseus.core.data.api import open_training_data
 from theseus.core.plugins import registries
+from theseus.data.tokenize.units import finished_units
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -155,7 +156,7 @@ def _theseus(*args: str, root: Path) -> subprocess.Popen:
 def test_resume_after_sigkill_is_byte_identical(tmp_path):
     args = [
         "data/tokenize/python-stdlib",
-        "data.max_documents=150",
+        "data.max_documents=500",  # about 120 units: the kill lands with most still to do
         "data.unit_bytes=40000",
         "tokenizer.name=byte",
         "data.validation_fraction=0.05",
@@ -164,20 +165,27 @@ def test_resume_after_sigkill_is_byte_identical(tmp_path):
     work = killed_root / "data" / "python-stdlib" / ".work"
     process = _theseus(*args, "data.num_workers=2", root=killed_root)
     deadline = time.time() + 120
-    while len(list(work.glob("unit-*.npz"))) < 3:
+    while len(finished_units(work)) < 3:
         assert process.poll() is None, process.stdout.read()
         assert time.time() < deadline
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    done_before = len(list(work.glob("unit-*.npz")))
+    done_before = len(finished_units(work))
     assert not (killed_root / "data" / "python-stdlib" / "metadata.json").exists()
 
     rerun = _theseus(*args, "data.num_workers=2", root=killed_root)
     output, _ = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, output
     assert f"resuming: {done_before} of" in output
-    assert "tokenized now by 2 worker processes" in output  # really split across processes
+    summary = re.search(
+        r"(\d+) units tokenized now by (\d+) worker processes, (\d+) by an earlier run", output
+    )
+    assert summary, output
+    now, workers, earlier = map(int, summary.groups())
+    assert earlier == done_before, output
+    assert now > 0, "the kill landed after every unit was written: nothing was resumed"
+    assert workers == 2  # the remaining units really were split across processes
     clean = _theseus(*args, "data.num_workers=1", root=clean_root)
     output, _ = clean.communicate(timeout=300)
     assert clean.returncode == 0, output

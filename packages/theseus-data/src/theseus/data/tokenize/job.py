@@ -26,8 +26,10 @@ from theseus.data.tokenize.progress import TokenizeMeter
 from theseus.data.tokenize.units import (
     Prefix,
     encode_unit,
+    finished_units,
     init_worker,
     plan_units,
+    remove_partial_units,
     unit_path,
     unit_summary,
 )
@@ -190,7 +192,9 @@ class TokenizeJob(Job):
             shutil.rmtree(work)  # units of another size cannot be mixed
             work.mkdir()
         fmt.write_json_atomic(plan_file, {"unit_bytes": unit_bytes})
-        done = len(list(work.glob("unit-*.npz")))
+        if partial := remove_partial_units(work):
+            log.info("removed %d unit files a stopped run left half written", partial)
+        done = len(finished_units(work))
         if done:
             log.info("resuming: %d of the units are already tokenized", done)
         context = multiprocessing.get_context("spawn")

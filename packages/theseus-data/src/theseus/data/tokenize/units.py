@@ -56,8 +56,24 @@ def record_bytes(record: Any) -> int:
     return sum(len(m["content"]) for m in record)
 
 
+PARTIAL_SUFFIX = ".partial"
+
+
 def unit_path(work_dir: Path, index: int) -> Path:
     return work_dir / f"unit-{index:07d}.npz"
+
+
+def finished_units(work_dir: Path) -> list[Path]:
+    """Unit files that were completely written (a write in progress has another suffix)."""
+    return sorted(work_dir.glob("unit-???????.npz"))
+
+
+def remove_partial_units(work_dir: Path) -> int:
+    """Delete writes that a killed run left half done; returns how many there were."""
+    partial = list(work_dir.glob("unit-*" + PARTIAL_SUFFIX))
+    for path in partial:
+        path.unlink()
+    return len(partial)
 
 
 # ----------------------------------------------------------------------------- workers
@@ -114,7 +130,7 @@ def write_unit(
     digest: str,
 ) -> None:
     """Write a unit aside, then rename it into place (a unit file is always complete)."""
-    tmp = path.with_name(path.stem + ".tmp.npz")
+    tmp = path.with_name(path.name + PARTIAL_SUFFIX)
     arrays = {"tokens": tokens, "lengths": lengths, "sizes": sizes, "digest": np.array(digest)}
     if mask is not None:
         arrays["mask"] = mask
