@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from theseus.models.layers import Attention
+from theseus.models.layers.attention import heads_first
 from theseus.models.llama import Llama
 
 from tests.models.conftest import VOCAB, needs_parity, tiny
@@ -65,6 +66,7 @@ def test_overriding_scores_changes_exactly_the_scores():
     q, k, v = attn.project_qkv(h)
     for mine, theirs in zip((q, k, v), ref.project_qkv(h), strict=True):
         np.testing.assert_array_equal(mine, theirs)
+    q, k = heads_first(q), heads_first(k)  # the score stages take the heads first
     with cap(1e-3):
         s, s_ref = attn.scores(q, k), ref.scores(q, k)
         np.testing.assert_allclose(s, 1e-3 * jnp.tanh(s_ref / 1e-3), rtol=1e-5, atol=1e-9)

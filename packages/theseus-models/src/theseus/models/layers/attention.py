@@ -1,9 +1,18 @@
 """Causal self-attention (MHA, GQA, MQA) with padding, per-document and sliding-window masks.
 
 The forward is a sequence of stages, each a small method to override in a subclass:
-``project_qkv`` -> ``normalize_qk`` -> ``apply_positions`` -> (cache) -> ``scores`` ->
-``mask`` -> ``weights`` -> ``combine`` -> ``output``.
+``project_qkv`` -> ``normalize_qk`` -> ``apply_positions`` -> (heads first, cache) ->
+``scores`` -> ``mask`` -> ``weights`` -> ``combine`` -> ``output``.
 Shapes: B batch, T queries, S keys, D d_model, H query heads, G kv heads, R = H / G, K head_dim.
+Projections and positions work on BxTxHxK; from ``scores`` to ``combine`` the heads come first
+(BxHxTxK, BxGxSxK), so every product is a plain batched matmul over (B, G).
+
+Without a cache the queries go through the score/mask/softmax/combine stages in blocks of
+``query_block`` rows, each against only the keys it can see (up to its last query, and from the
+first key its sliding window reaches). On CPU that keeps the score blocks in cache and skips
+the fully masked half of the causal square; the result is the same attention. A subclass that
+overrides ``mask`` with something that is not causal (keys after the query allowed) must set
+``causal = False``, which turns the skipping off.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ class MaskInfo(NamedTuple):
 
 
 class LayerCache(NamedTuple):
-    """One layer's keys and values (BxSxGxK) and where the new ones are written."""
+    """One layer's keys and values (BxGxSxK) and where the new ones are written."""
 
     k: jax.Array
     v: jax.Array
@@ -42,7 +51,7 @@ class LayerCache(NamedTuple):
 
 
 class KVCache(NamedTuple):
-    """Keys/values of every layer (LxBxSxGxK), key segment ids (BxS) and the fill index."""
+    """Keys/values of every layer (LxBxGxSxK), key segment ids (BxS) and the fill index."""
 
     k: jax.Array
     v: jax.Array
@@ -59,7 +68,7 @@ class KVCache(NamedTuple):
         head_dim: int,
         dtype=jnp.float32,
     ) -> KVCache:
-        shape = (n_layers, batch, length, n_kv_heads, head_dim)
+        shape = (n_layers, batch, n_kv_heads, length, head_dim)
         return cls(
             jnp.zeros(shape, dtype),
             jnp.zeros(shape, dtype),
@@ -67,8 +76,15 @@ class KVCache(NamedTuple):
             jnp.zeros((), jnp.int32),
         )
 
+    @property
+    def length(self) -> int:
+        return self.k.shape[3]
+
 
 class Attention(nnx.Module):
+    causal = True  # the mask never lets a query see a later key (see the module docstring)
+    query_block = 64  # rows of queries per block when there is no cache; 0: one block
+
     def __init__(
         self,
         d_model: int,
@@ -128,43 +144,71 @@ class Attention(nnx.Module):
             return q, k
         return self.rope(q, positions_BxT), self.rope(k, positions_BxT)
 
-    def scores(self, q_BxTxHxK: jax.Array, k_BxSxGxK: jax.Array) -> jax.Array:
+    def scores(self, q_BxHxTxK: jax.Array, k_BxGxSxK: jax.Array) -> jax.Array:
         """Scaled dot products, BxGxRxTxS in float32."""
-        B, T, H, K = q_BxTxHxK.shape
-        G = self.n_kv_heads
-        q = q_BxTxHxK * (K**-0.5)
-        f32 = jnp.float32
-        if G == H:  # plain multi-head: 4-D einsums need fewer layout copies on CPU
-            return jnp.einsum("bthk,bshk->bhts", q, k_BxSxGxK, preferred_element_type=f32)[
-                :, :, None
-            ]
-        q = q.reshape(B, T, G, H // G, K)
-        return jnp.einsum("btgrk,bsgk->bgrts", q, k_BxSxGxK, preferred_element_type=f32)
+        B, H, T, K = q_BxHxTxK.shape
+        G, S = k_BxGxSxK.shape[1], k_BxGxSxK.shape[2]
+        q = (q_BxHxTxK * (K**-0.5)).reshape(B, G, (H // G) * T, K)  # h = g * R + r
+        s = jnp.einsum("bgmk,bgsk->bgms", q, k_BxGxSxK, preferred_element_type=jnp.float32)
+        return s.reshape(B, G, H // G, T, S)
 
     def mask(self, scores_BxGxRxTxS: jax.Array, info: MaskInfo) -> jax.Array:
-        """Causal within a segment (and a sliding window when set); masked scores -> -inf."""
+        """Causal within a segment (and a sliding window when set); masked scores -> -inf.
+
+        The mask is added rather than selected: its gradient is then the identity.
+        """
         q = info.q_slot[:, :, None]
         k = info.k_slot[:, None, :]
         allowed_BxTxS = (k <= q) & (info.q_segment[:, :, None] == info.k_segment[:, None, :])
         if self.sliding_window:
             allowed_BxTxS &= q - k < self.sliding_window
-        return jnp.where(allowed_BxTxS[:, None, None], scores_BxGxRxTxS, NEG_INF)
+        bias = jnp.where(allowed_BxTxS, 0.0, NEG_INF).astype(scores_BxGxRxTxS.dtype)
+        return scores_BxGxRxTxS + bias[:, None, None]
 
     def weights(self, scores_BxGxRxTxS: jax.Array) -> jax.Array:
         return jax.nn.softmax(scores_BxGxRxTxS.astype(jnp.float32), axis=-1)
 
-    def combine(self, probs_BxGxRxTxS: jax.Array, v_BxSxGxK: jax.Array) -> jax.Array:
+    def combine(self, probs_BxGxRxTxS: jax.Array, v_BxGxSxK: jax.Array) -> jax.Array:
+        """Probability-weighted values, BxHxTxK."""
         B, G, R, T, S = probs_BxGxRxTxS.shape
-        probs = probs_BxGxRxTxS.astype(self.dtype)
-        if R == 1:
-            return jnp.einsum("bhts,bshk->bthk", probs[:, :, 0], v_BxSxGxK)
-        out = jnp.einsum("bgrts,bsgk->btgrk", probs, v_BxSxGxK)
-        return out.reshape(B, T, G * R, -1)
+        probs = probs_BxGxRxTxS.astype(self.dtype).reshape(B, G, R * T, S)
+        out = jnp.einsum("bgms,bgsk->bgmk", probs, v_BxGxSxK)
+        return out.reshape(B, G * R, T, -1)
 
     def output(self, o_BxTxHxK: jax.Array) -> jax.Array:
         return self.o_proj(o_BxTxHxK)
 
     # ------------------------------------------------------------------ the forward
+
+    def attend(
+        self, q_BxHxTxK: jax.Array, k_BxGxSxK: jax.Array, v_BxGxSxK: jax.Array, info: MaskInfo
+    ) -> jax.Array:
+        """scores -> mask -> weights -> combine over all the keys, BxHxTxK."""
+        scores = self.mask(self.scores(q_BxHxTxK, k_BxGxSxK), info)
+        return self.combine(self.weights(scores), v_BxGxSxK)
+
+    def attend_in_blocks(
+        self, q_BxHxTxK: jax.Array, k_BxGxTxK: jax.Array, v_BxGxTxK: jax.Array, info: MaskInfo
+    ) -> jax.Array:
+        """``attend`` for self-attention, one block of queries at a time against the keys it
+        can see; the keys a block skips are ones the causal (and window) mask removes."""
+        T = q_BxHxTxK.shape[2]
+        size = self.query_block
+        if not self.causal or not size or T <= size:
+            return self.attend(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info)
+        blocks = []
+        for start in range(0, T, size):
+            end = min(start + size, T)
+            first = max(0, start - self.sliding_window + 1) if self.sliding_window else 0
+            part = MaskInfo(
+                info.q_slot[:, start:end],
+                info.k_slot[:, first:end],
+                info.q_segment[:, start:end],
+                info.k_segment[:, first:end],
+            )
+            keys, values = k_BxGxTxK[:, :, first:end], v_BxGxTxK[:, :, first:end]
+            blocks.append(self.attend(q_BxHxTxK[:, :, start:end], keys, values, part))
+        return jnp.concatenate(blocks, axis=2)
 
     def __call__(
         self,
@@ -176,12 +220,18 @@ class Attention(nnx.Module):
         q, k, v = self.project_qkv(x_BxTxD)
         q, k = self.normalize_qk(q, k)
         q, k = self.apply_positions(q, k, positions_BxT)
-        if cache is not None:
-            start = (0, cache.index, 0, 0)
+        q, k, v = (heads_first(z) for z in (q, k, v))
+        if cache is None:
+            out = self.attend_in_blocks(q, k, v, info)
+        else:
+            start = (0, 0, cache.index, 0)
             k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
             v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
             cache = LayerCache(k_all, v_all, cache.index)
-            k, v = k_all.astype(self.dtype), v_all.astype(self.dtype)
-        scores = self.mask(self.scores(q, k), info)
-        out = self.combine(self.weights(scores), v)
-        return self.output(out), cache
+            out = self.attend(q, k_all.astype(self.dtype), v_all.astype(self.dtype), info)
+        return self.output(heads_first(out)), cache
+
+
+def heads_first(x: jax.Array) -> jax.Array:
+    """BxTxHxK <-> BxHxTxK (the same swap both ways)."""
+    return x.transpose(0, 2, 1, 3)

@@ -139,7 +139,7 @@ class DecoderLM(nnx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array], dict[str, jax.Array], KVCache | None]:
         """Logits (BxTxV, float32), weighted aux losses, statistics, and the updated cache."""
         B, T = tokens_BxT.shape
-        self.check_length(T if cache is None else cache.k.shape[2])
+        self.check_length(T if cache is None else cache.length)
         if segment_ids is None:
             segment_ids = jnp.ones((B, T), jnp.int32)
         if positions is None:
@@ -148,7 +148,7 @@ class DecoderLM(nnx.Module):
         if cache is None:
             info = MaskInfo(q_slot, q_slot, segment_ids, segment_ids)
         else:
-            S = cache.k.shape[2]
+            S = cache.length
             k_segment = jax.lax.dynamic_update_slice(
                 cache.segment_ids, segment_ids.astype(jnp.int32), (0, cache.index)
             )
