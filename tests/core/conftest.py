@@ -32,7 +32,7 @@ class Producer(Job):
     def __call__(self):
         out = self.run.path / "produced.json"
         calls = json.loads(out.read_text())["calls"] + 1 if out.exists() else 1
-        upto = self.config.count.upto if "count" in self.config else None
+        upto = self.config.count.upto if hasattr(self.config, "count") else None
         out.write_text(json.dumps({"calls": calls, "upto": upto}))
         return calls
 

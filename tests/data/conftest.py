@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="theseus-hf-cache-"))
 from datatest_helpers import STDLIB_SMALL, data_config, tokenize  # noqa: E402
+from theseus.core.data import DataConfig  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +33,7 @@ def stdlib_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def stdlib_data() -> object:
+def stdlib_data() -> DataConfig:
     """The DataConfig matching ``stdlib_root``."""
     return data_config(vocab_size=512, max_documents=40, validation_fraction=0.1)
 

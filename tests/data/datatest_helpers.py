@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from omegaconf import OmegaConf
 from theseus.core.data import DataConfig
 from theseus.core.runner import run
 
@@ -22,5 +21,6 @@ def checksums(directory: Path) -> dict:
     return json.loads((directory / "metadata.json").read_text())["files"]
 
 
-def data_config(**values) -> object:
-    return OmegaConf.structured(DataConfig(**values))
+def data_config(**values: object) -> DataConfig:
+    """The trainer's typed ``data`` group with these values."""
+    return DataConfig(**values)

@@ -18,9 +18,11 @@ from theseus.data.errors import BadRecordError
 from theseus.data.tokenize.options import job_schema
 
 
-def node(schema, **values):
-    """The ``data`` node a tokenize job gives the dataset (its options + the job's)."""
-    return OmegaConf.merge(OmegaConf.structured(job_schema("test", schema)), values)
+def node(schema: type, **values: object) -> object:
+    """The typed ``data`` group a tokenize job gives the dataset (its options + the job's)."""
+    return OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(job_schema("test", schema)), values)
+    )
 
 
 def test_stdlib_corpus_is_large_real_and_ordered():

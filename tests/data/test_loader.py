@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -100,17 +101,11 @@ def test_document_masking_segments_and_positions(stdlib_root, stdlib_data):
     assert boundaries > 0
     plain = open_data(
         stdlib_root,
-        data_config(**{**_fields(stdlib_data), "document_masking": False}),
+        dataclasses.replace(stdlib_data, document_masking=False),
         seq_len=1024,
     ).batch(0)
     assert (plain["segment_ids"] == 1).all() and (plain["loss_mask"] == 1).all()
     assert (plain["positions"] == np.arange(1024)).all()
-
-
-def _fields(config):
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(config)
 
 
 def test_validation_stream_is_fixed_and_separate(stdlib_root, stdlib_data):
@@ -170,13 +165,8 @@ def test_sequence_longer_than_the_data(stdlib_root, stdlib_data):
 @pytest.fixture(scope="module")
 def mixture_root(stdlib_root, stdlib_data):
     """python-stdlib (bpe) plus the addition set tokenized with the same vocabulary."""
-    data = data_config(
-        **{
-            **_fields(stdlib_data),
-            "mixture": {"python-stdlib": 3.0, "addition": 1.0},
-            "dataset_options": {},
-        }
-    )
+    mixture = {"python-stdlib": 3.0, "addition": 1.0}
+    data = dataclasses.replace(stdlib_data, mixture=mixture, dataset_options={})
     prerequisites = tokenize_prerequisites(data, stdlib_root)
     assert [p.key for p in prerequisites] == [
         "data/tokenize/python-stdlib",

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from theseus.data import load_tokenizer
 from theseus.data.datasets.stdlib import stdlib_files
 from theseus.data.errors import TokenizerError
 from theseus.data.tokenizers.byte import ByteTokenizer
-from theseus.data.tokenizers.huggingface import BPETokenizer, HFTokenizer
-from theseus.data.tokenizers.tiktoken_tokenizer import TiktokenTokenizer
+from theseus.data.tokenizers.huggingface import BPEConfig, BPETokenizer, HFConfig, HFTokenizer
+from theseus.data.tokenizers.tiktoken_tokenizer import TiktokenConfig, TiktokenTokenizer
 
 TEXT = "def f(x):\n    return x + 1  # héllo ✓\n"
 
@@ -19,8 +17,8 @@ def corpus():
     return (p.read_text() for p in stdlib_files()[:20])
 
 
-def bpe_config(vocab_size=400):
-    return SimpleNamespace(vocab_size=vocab_size, min_frequency=2, train_bytes=300_000)
+def bpe_config(vocab_size: int = 400) -> BPEConfig:
+    return BPEConfig(vocab_size=vocab_size, min_frequency=2, train_bytes=300_000)
 
 
 def test_byte_roundtrip_and_specials(tmp_path):
@@ -57,17 +55,15 @@ def test_hf_tokenizer_json_file(tmp_path):
     bpe = BPETokenizer.create(bpe_config(), corpus)
     path = tmp_path / "tokenizer.json"
     path.write_text(bpe.json_text)
-    hf = HFTokenizer.create(SimpleNamespace(path=str(path), eos_token=""), corpus)
+    hf = HFTokenizer.create(HFConfig(path=str(path)), corpus)
     assert hf.encode(TEXT) == bpe.encode(TEXT)
     assert hf.fingerprint() == bpe.fingerprint()  # same vocabulary, same fingerprint
     with pytest.raises(TokenizerError, match="no-such.json"):
-        HFTokenizer.create(
-            SimpleNamespace(path=str(tmp_path / "no-such.json"), eos_token=""), corpus
-        )
+        HFTokenizer.create(HFConfig(path=str(tmp_path / "no-such.json")), corpus)
 
 
 def test_tiktoken_cl100k_offline(tmp_path):
-    tok = TiktokenTokenizer.create(SimpleNamespace(encoding="cl100k_base"), corpus)
+    tok = TiktokenTokenizer.create(TiktokenConfig(encoding="cl100k_base"), corpus)
     assert tok.encode("hello world") == [15339, 1917]
     assert tok.vocab_size == 100277 and tok.eos_id == 100257
     assert tok.decode(tok.encode(TEXT)) == TEXT
@@ -77,6 +73,6 @@ def test_tiktoken_cl100k_offline(tmp_path):
 
 def test_tiktoken_other_encodings_say_they_need_network():
     with pytest.raises(TokenizerError, match="'gpt2' needs network access"):
-        TiktokenTokenizer.create(SimpleNamespace(encoding="gpt2"), corpus)
+        TiktokenTokenizer.create(TiktokenConfig(encoding="gpt2"), corpus)
     with pytest.raises(TokenizerError, match="'nope' is not a tiktoken encoding"):
-        TiktokenTokenizer.create(SimpleNamespace(encoding="nope"), corpus)
+        TiktokenTokenizer.create(TiktokenConfig(encoding="nope"), corpus)

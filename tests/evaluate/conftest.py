@@ -145,9 +145,8 @@ def untrained(target, run: str = RUN, step: int = STEPS):
     """The same model at its initialisation (the run's seed), as a target."""
     import dataclasses
 
-    from flax import nnx
     from theseus.core.inspect.timetravel import open_step
 
-    trainer = open_step(target.root, run, step).trainer
-    model = nnx.merge(trainer.graphdef, trainer.initial["params"], trainer.rest)
+    setup = open_step(target.root, run, step).setup
+    model = setup.model(setup.init_state()["params"])
     return dataclasses.replace(target, model=model, _scorer=None)

@@ -109,13 +109,7 @@ def run(
 
     prepared = prepare(job, overrides or [], root=root, name=name, fresh=fresh, branch=branch)
     if dry_run:
-        prepared.tree.validate()
-        job_class = prepared.spec.load()
-        report = getattr(job_class, "dry_run", None)
-        if report is None:
-            typer.echo(prepared.tree.to_yaml(), nl=False)
-        else:
-            report(prepared.tree.node, prepared.root)
+        prepared.dry_run()
         return
     prepared()
     typer.echo(f"run {prepared.name}: {prepared.run_dir.path.resolve()}")

@@ -1,4 +1,4 @@
-"""Core's own plugin: optimizers, schedules and the core jobs.
+"""Core's own plugin: optimizers, schedules, loggers, evaluations, commands and the core jobs.
 
 Registered through the entry point ``core = "theseus.core.builtin"`` exactly like any
 third-party plugin.
@@ -54,6 +54,13 @@ def theseus_register_loggers(register):
 
 
 @hookimpl
+def theseus_register_evaluations(register):
+    from theseus.core.evaluate.builtin import register_evaluations
+
+    register_evaluations(register)
+
+
+@hookimpl
 def theseus_register_commands(register):
     from theseus.core.inspect import commands
 
@@ -80,5 +87,3 @@ def theseus_register_jobs(register, registries):
 
     register_evaluate_jobs(register, registries)
 
-
-from theseus.core.evaluate.plugin_hooks import theseus_register_evaluations  # noqa: E402, F401

@@ -9,6 +9,7 @@ schema. Every node is in struct mode: unknown keys and wrongly typed values are 
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Iterable, Iterator
 from difflib import get_close_matches
@@ -24,16 +25,17 @@ NAME_HELP = "which registered component to use; choosing one swaps in its own op
 
 
 def component_schema(group: str, component_name: str, config_type: type) -> type:
-    """The group schema of a chosen component: a ``name`` field plus the component's fields."""
-    fields = [
-        ("name", str, option(component_name, NAME_HELP)),
-    ]
-    for f in dataclasses.fields(config_type):
-        if f.name == "name":
-            continue
-        fields.append((f.name, f.type, f))
+    """The group schema of a chosen component: its config dataclass plus a leading ``name``.
+
+    The schema subclasses the component's own config, so the typed config a job receives
+    *is* an instance of it (``isinstance(config.optimizer, AdamWConfig)``), with ``name``
+    first in the YAML. Hashable, so a model config can be a static argument of ``jax.jit``.
+    """
+    named = dataclasses.make_dataclass(
+        f"Named{config_type.__name__}", [("name", str, option(component_name, NAME_HELP))]
+    )
     return dataclasses.make_dataclass(
-        f"{group.title()}{config_type.__name__}", fields, bases=(), namespace={}
+        f"{group.title()}{config_type.__name__}", [], bases=(config_type, named), unsafe_hash=True
     )
 
 
@@ -212,16 +214,25 @@ class ConfigTree:
         expected = _type_name(self._field_type(key))
         return f"config key {key!r} expects {expected}, got {value!r} ({type(value).__name__})"
 
-    def _field_type(self, key: str) -> Any:
+    def _field(self, key: str) -> tuple[Any, str]:
+        """(type, help) of the schema field at dotted ``key``; ``(Any, "")`` past the schema."""
         parts = key.split(".")
         schema: Any = self.schemas.get(parts[0])
+        field_type: Any = schema if schema is not None else Any
+        help_text = ""
         for part in parts[1:]:
-            fields = {f.name: f for f in dataclasses.fields(schema)} if schema else {}
+            if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
+                return Any, help_text
+            fields = {f.name: f for f in dataclasses.fields(schema)}
             if part not in fields:
-                return Any
-            hints = typing.get_type_hints(schema) if schema else {}
-            schema = hints.get(part, fields[part].type)
-        return schema
+                return Any, ""
+            help_text = fields[part].metadata.get("help", "")
+            field_type = typing.get_type_hints(schema).get(part, fields[part].type)
+            schema = field_type
+        return field_type, help_text
+
+    def _field_type(self, key: str) -> Any:
+        return self._field(key)[0]
 
     def is_mapping_field(self, key: str) -> bool:
         """Whether ``key`` is a field typed as a dict (its keys are data, not schema)."""
@@ -245,6 +256,21 @@ class ConfigTree:
         for key, _ in _walk(self.node, ""):
             yield key
 
+    def to_object(self, config_type: type | None = None) -> Any:
+        """The validated config as typed objects: each group an instance of its schema.
+
+        ``config_type`` (a dataclass with one field per group, e.g. ``TrainJobConfig``) gets
+        the groups as keyword arguments; without it, a dataclass made from the groups.
+        """
+        self.validate()
+        groups = {str(k): OmegaConf.to_object(self.node[k]) for k in self.node.keys()}
+        if config_type is None:
+            name = "".join(w.title() for w in re.split(r"[/_.-]", self.spec.key)) + "Config"
+            config_type = dataclasses.make_dataclass(
+                name, [(group, self.schemas[group]) for group in groups]
+            )
+        return config_type(**groups)
+
     def to_container(self) -> dict[str, Any]:
         return OmegaConf.to_container(self.node, resolve=True, throw_on_missing=False)
 
@@ -260,24 +286,10 @@ class ConfigTree:
                     "key": key,
                     "value": value,
                     "type": _type_name(self._field_type(key)),
-                    "help": self._field_help(key),
+                    "help": self._field(key)[1],
                 }
             )
         return rows
-
-    def _field_help(self, key: str) -> str:
-        parts = key.split(".")
-        schema: Any = self.schemas.get(parts[0])
-        help_text = ""
-        for part in parts[1:]:
-            if schema is None or not dataclasses.is_dataclass(schema):
-                return help_text
-            fields = {f.name: f for f in dataclasses.fields(schema)}
-            if part not in fields:
-                return help_text
-            help_text = fields[part].metadata.get("help", "")
-            schema = typing.get_type_hints(schema).get(part)
-        return help_text
 
     def annotated_yaml(self) -> str:
         """YAML of the resolved config, each leaf followed by its type and help."""

@@ -1,19 +1,35 @@
-"""Every extension point of theseus, in one place.
+"""Every extension point of theseus, in one place, in the order theseus calls them.
 
 A plugin is a module named by an entry point in the group ``theseus``::
 
     [project.entry-points.theseus]
     myplugin = "myplugin.plugin"
 
-The module defines functions decorated with :data:`hookimpl` whose names match the
-specs below. Each ``theseus_register_*`` hook receives a ``register`` callback; call it
-once per thing you provide. Register *descriptions* (a config dataclass plus an import
-path), not loaded objects: the module holding your hooks is imported by every ``theseus``
-command, so it must stay cheap to import (no JAX, no torch at module level).
+The module defines functions decorated with :data:`hookimpl` whose names match the specs
+below; it may implement any subset. Core's own features (optimizers, schedules, the
+training jobs) and theseus-models, theseus-data and theseus-dispatch register through these
+same hooks, exactly like a third-party package. Core never imports a plugin package: where
+it needs a tokenizer, Hugging Face weights, generation or a dataset, it asks these hooks.
 
-Hooks are called in the order they appear here: components first, then jobs (which may
-be generated from the components, e.g. one training job per registered model), then
-dispatch targets and CLI commands.
+The module holding your hooks is imported by every ``theseus`` command, so keep it cheap
+to import (no JAX, no torch at module level; import them inside the hook bodies).
+
+Call order (``theseus.core.plugins.load_registries`` and the runner/trainer follow it):
+
+1. **Registration**, once per process, when the registries are first needed:
+   ``models``, ``datasets``, ``tokenizers``, ``optimizers``, ``schedules``, ``evaluations``,
+   ``loggers``, ``dispatch_targets`` (each gets a ``register`` callback), then ``jobs``
+   (which sees the filled component registries), then ``commands``.
+2. **Before a job runs**: ``theseus_job_prerequisites`` (jobs that must have finished first),
+   which for training jobs includes ``theseus_prepare_dataset`` (the job that tokenizes each
+   dataset of the ``data`` config).
+3. **Services while a job runs** (``firstresult``: the first plugin that answers wins, the
+   others are not called; answer ``None`` for inputs you do not handle):
+   ``theseus_load_tokenizer``, ``theseus_load_hf_model``, ``theseus_save_hf_model``,
+   ``theseus_generate``.
+4. **Training lifecycle**, in the trainer's loop: ``theseus_on_train_start``, then per
+   recorded step ``theseus_on_step_end``, at each evaluation ``theseus_on_eval``, after each
+   checkpoint ``theseus_on_checkpoint``, and once at the end ``theseus_on_train_end``.
 """
 
 from __future__ import annotations
@@ -27,16 +43,17 @@ PROJECT = "theseus"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-# ----------------------------------------------------------------------------- components
+# ============================================================================ 1. registration
 
 
 @hookspec
 def theseus_register_models(register: Callable[..., None]) -> None:
     """Register model families.
 
-    Call ``register(Component(name="gpt", config=GPTConfig, target="pkg.module:GPT"))``.
-    ``config`` is the model's config dataclass; ``target`` names the class that builds the
-    model from it (see ``theseus.core.model.ModelFamily`` for what that class provides).
+    Call ``register(Component(name="gpt", config=GPTConfig, target="pkg.module:GPT",
+    extra={"presets": {"124m": {...}}}))``. ``config`` is the family's config dataclass;
+    ``target`` names the ``flax.nnx.Module`` class built as ``Model(config, rngs=...)``;
+    ``theseus.core.model`` documents what that class provides (``LanguageModel``).
     Core gives each registered model the jobs ``<name>/train/pretrain``,
     ``<name>/train/sft`` and ``<name>/evaluate`` (theseus-models adds ``<name>/generate``).
     """
@@ -44,16 +61,20 @@ def theseus_register_models(register: Callable[..., None]) -> None:
 
 @hookspec
 def theseus_register_datasets(register: Callable[..., None]) -> None:
-    """Register datasets.
+    """Register datasets: ``register(Component(name, config, target="pkg.module:Dataset"))``.
 
-    Call ``register(Component(name=..., config=..., target="pkg.module:Dataset"))``. Each
-    registered dataset gets a ``data/tokenize/<name>`` job.
+    theseus-data gives each registered dataset a ``data/tokenize/<name>`` job and prepares
+    it for trainers through :func:`theseus_prepare_dataset`.
     """
 
 
 @hookspec
 def theseus_register_tokenizers(register: Callable[..., None]) -> None:
-    """Register tokenizer kinds (``bpe``, ``hf``, ``tiktoken``, ``byte``, ...)."""
+    """Register tokenizer kinds (``bpe``, ``hf``, ``tiktoken``, ``byte``, ...).
+
+    ``extra={"trained": True}`` marks a kind trained on its dataset (a mixture then shares
+    the vocabulary trained on its first dataset).
+    """
 
 
 @hookspec
@@ -75,18 +96,21 @@ def theseus_register_schedules(register: Callable[..., None]) -> None:
 
 @hookspec
 def theseus_register_evaluations(register: Callable[..., None]) -> None:
-    """Register evaluations (perplexity, multiple choice, generation with exact match...)."""
+    """Register evaluations: ``target`` names ``run(config, target: EvalTarget) -> dict``."""
 
 
 @hookspec
 def theseus_register_loggers(register: Callable[..., None]) -> None:
-    """Register metric loggers (JSON lines, TensorBoard, Weights & Biases...).
+    """Register metric loggers (TensorBoard, Weights & Biases...).
 
-    A logger's module is imported only when the user enables it.
+    ``target`` names a class ``Logger(run_dir)`` with ``log(record: dict)`` and ``close()``;
+    its module is imported only when the user enables it (``logging.loggers=[name]``).
     """
 
 
-# ----------------------------------------------------------------------------- jobs
+@hookspec
+def theseus_register_dispatch_targets(register: Callable[..., None]) -> None:
+    """Register dispatch backends (``ssh``, ``slurm``, ``volcano``, ``gcp-tpu``, ...)."""
 
 
 @hookspec
@@ -96,18 +120,9 @@ def theseus_register_jobs(register: Callable[..., None], registries: Any) -> Non
     Call ``register(JobSpec(key="data/tokenize/fineweb", target="pkg.module:Job",
     description="...", groups={...}))``. ``registries`` holds every component registry
     filled by the hooks above, so a plugin can generate one job per model or dataset.
+    The job class subclasses ``theseus.core.jobs.Job``: it receives its typed config (the
+    groups as dataclass instances) and may override ``prerequisites`` and ``dry_run``.
     """
-
-
-# ----------------------------------------------------------------------------- dispatch
-
-
-@hookspec
-def theseus_register_dispatch_targets(register: Callable[..., None]) -> None:
-    """Register dispatch backends (``ssh``, ``slurm``, ``volcano``, ``gcp-tpu``, ...)."""
-
-
-# ----------------------------------------------------------------------------- CLI
 
 
 @hookspec
@@ -118,3 +133,102 @@ def theseus_register_commands(register: Callable[..., None]) -> None:
     and docstring become the command's arguments and help), or ``register(name, typer_app)``
     for a group of sub-commands. Keep heavy imports inside the function body.
     """
+
+
+# ============================================================================ 2. before a job
+
+
+@hookspec
+def theseus_job_prerequisites(key: str, config: Any, root: str) -> list[Any]:
+    """Jobs that must have finished, in the same root, before job ``key`` runs.
+
+    Return a list of ``theseus.core.jobs.Prerequisite`` (possibly empty). ``config`` is the
+    job's typed config. Called after the job's own ``Job.prerequisites``; every plugin's
+    answer is used, in plugin order.
+    """
+
+
+@hookspec(firstresult=True)
+def theseus_prepare_dataset(data: Any, name: str, primary: str, root: str) -> Any:
+    """The job that prepares dataset ``name`` of a trainer's ``data`` config, or ``None``.
+
+    ``data`` is a ``theseus.core.data.DataConfig``; ``primary`` is the first dataset of the
+    mixture (a mixture shares its tokenizer). Return a ``Prerequisite`` whose job writes
+    ``<root>/data/<name>[-<suffix>]/`` in the format ``theseus.core.data.format`` reads;
+    its ``key`` and ``overrides`` also form the command named when the data is missing.
+    """
+
+
+# ============================================================================ 3. services
+
+
+@hookspec(firstresult=True)
+def theseus_load_tokenizer(path: str) -> Any:
+    """A tokenizer (``theseus.core.tokenizer.Tokenizer``) from ``path``, or ``None``.
+
+    ``path`` is a tokenized dataset's ``tokenizer/`` directory, a directory holding a
+    ``tokenizer.json``, or such a file.
+    """
+
+
+@hookspec(firstresult=True)
+def theseus_load_hf_model(directory: str, dtype: str) -> Any:
+    """A model (``LanguageModel``) from a Hugging Face checkpoint directory, or ``None``.
+
+    ``dtype`` is the compute dtype (``""`` keeps the family's default). Raise a
+    ``TheseusError`` for an architecture you recognise but cannot build.
+    """
+
+
+@hookspec(firstresult=True)
+def theseus_save_hf_model(model: Any, directory: str) -> Any:
+    """Write ``model`` as a Hugging Face checkpoint directory; return its path, or ``None``."""
+
+
+@hookspec(firstresult=True)
+def theseus_generate(
+    model: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    stop_tokens: list[int],
+    pad_id: int,
+) -> Any:
+    """Greedy continuations (token ids, prompt excluded) of each prompt, or ``None``.
+
+    Used by the generation evaluations; answer ``None`` for a model you cannot decode.
+    """
+
+
+# ============================================================================ 4. training
+
+
+@hookspec
+def theseus_on_train_start(setup: Any, run: Any, step: int) -> None:
+    """Training of ``run`` (a ``RunDir``) starts, or resumes, at ``step``.
+
+    ``setup`` is the ``TrainSetup``: typed config, model graph, optimizer, mesh, steps.
+    """
+
+
+@hookspec
+def theseus_on_step_end(step: int, metrics: dict[str, Any], setup: Any) -> dict[str, Any]:
+    """A training step's metrics are about to be recorded (every ``logging.every`` steps).
+
+    ``metrics`` holds host floats (``train/loss``, ``perf/mfu``...). Return a dict of extra
+    metrics to record in the same line (or ``None``); do not mutate ``metrics``.
+    """
+
+
+@hookspec
+def theseus_on_eval(step: int, results: dict[str, Any], run: Any) -> None:
+    """Validation loss and ``eval.tasks`` results at ``step`` were recorded."""
+
+
+@hookspec
+def theseus_on_checkpoint(step: int, run: Any) -> None:
+    """A checkpoint of ``step`` was handed to the (possibly asynchronous) writer."""
+
+
+@hookspec
+def theseus_on_train_end(summary: dict[str, Any], run: Any) -> None:
+    """Training finished; ``summary`` is what ``summary.json`` will hold."""

@@ -6,7 +6,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig
 from theseus.core.errors import JobError
 from theseus.core.rundir import RunDir
 
@@ -57,9 +56,18 @@ class JobContext:
 
 
 class Job:
-    """Base class of jobs. Subclasses implement ``__call__`` and may declare prerequisites."""
+    """Base class of jobs: a typed config in, ``__call__`` does the work.
 
-    def __init__(self, config: DictConfig, context: JobContext) -> None:
+    ``config_type`` (optional) is a dataclass with one field per config group; the runner
+    builds it from the validated config tree, so ``self.config.training.seq_len`` is an
+    ``int`` (no casts). Without it the job gets a dataclass made from its groups.
+    Subclasses may override :meth:`prerequisites` (jobs to finish first) and
+    :meth:`dry_run` (``theseus run KEY --dry-run``).
+    """
+
+    config_type: type | None = None
+
+    def __init__(self, config: Any, context: JobContext) -> None:
         self.config = config
         self.context = context
 
@@ -68,8 +76,18 @@ class Job:
         return self.context.run
 
     @classmethod
-    def prerequisites(cls, config: DictConfig, root: str) -> list[Prerequisite]:
+    def prerequisites(cls, config: Any, root: str) -> list[Prerequisite]:
+        """Jobs that must have finished in ``root`` before this one (default: none)."""
         return []
+
+    @classmethod
+    def dry_run(cls, config: Any, root: str) -> Any:
+        """Plan without running: the default prints the typed config as YAML."""
+        import dataclasses
+
+        import yaml
+
+        print(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False), end="")
 
     def __call__(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

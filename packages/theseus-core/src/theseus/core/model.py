@@ -1,4 +1,4 @@
-"""What the trainer expects of a registered model family (documentation and a Protocol).
+"""What core expects of a registered model family's class (checked when a run is set up).
 
 A model family is registered as ``Component(name, config=<Config dataclass>,
 target="pkg.module:Model", extra={"presets": {"tiny": {...}, "124m": {...}}})``.
@@ -8,28 +8,38 @@ The config dataclass has at least:
 * ``preset: str``        -- the size preset applied (``""`` for none)
 * ``vocab_size: int``    -- ``0`` means "take it from the tokenized data" (the trainer fills it)
 * ``max_seq_len: int``   -- the longest sequence the model accepts
+* ``dtype: str``         -- the compute dtype (``precision.compute_dtype`` overrides it)
 
-The target class is a ``flax.nnx.Module``::
+It must be hashable (``@dataclass(unsafe_hash=True)``): the model's graph definition is a
+static argument of ``jax.jit``. The model is built as ``Model(config, rngs=nnx.Rngs(params=key))``
+from the typed config (an instance of the config dataclass, never a mapping).
 
-    model = Model(config, rngs=nnx.Rngs(params=key))
-    logits_BxTxV = model(tokens_BxT, positions=positions_BxT, segment_ids=segment_ids_BxT)
-    logits_BxTxV, aux = model.forward_with_aux(tokens_BxT, positions=..., segment_ids=...)
-    model.flops_per_token(seq_len)   # training FLOPs per token (forward + backward)
-
-``segment_ids`` (int, 0 = padding) restricts attention to tokens of the same document;
-``positions`` restart at 0 in each document of a packed row. ``aux`` is a dict of scalar
-auxiliary losses already weighted (e.g. the MoE load-balancing loss); the trainer adds them.
 Parameters carry logical axis names (``vocab``, ``embed``, ``mlp``, ``heads``, ``kv_heads``,
-``head_dim``, ``experts``, ``layers``) in their ``sharding`` metadata.
+``head_dim``, ``experts``) in their ``sharding`` metadata; ``theseus.core.sharding.rules``
+maps them onto the mesh.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+from theseus.core.errors import PluginError
 
 
+@runtime_checkable
 class LanguageModel(Protocol):
+    """The members the trainer, time travel and the evaluations use.
+
+    * ``model(tokens_BxT, positions=, segment_ids=) -> logits_BxTxV`` (``segment_ids``:
+      0 = padding, attention stays within a document; ``positions`` restart per document).
+    * ``forward_with_aux(...) -> (logits_BxTxV, aux)``: ``aux`` maps names to scalar
+      auxiliary losses already weighted (e.g. MoE load balancing); the trainer adds them.
+    * ``flops_per_token(seq_len)``: training FLOPs per token (forward + backward).
+    * ``blocks``: the sequence of transformer blocks (``sharding.remat`` wraps each).
+    """
+
     config: Any
+    blocks: Any
 
     def __call__(self, tokens: Any, *, positions: Any = None, segment_ids: Any = None) -> Any: ...
 
@@ -38,3 +48,26 @@ class LanguageModel(Protocol):
     ) -> tuple[Any, dict[str, Any]]: ...
 
     def flops_per_token(self, seq_len: int) -> float: ...
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """What generation needs besides :class:`LanguageModel`: a KV cache.
+
+    * ``init_cache(batch, length)``: an empty cache for ``length`` positions.
+    * ``decode(tokens_BxT, cache, positions=, segment_ids=) -> (logits_BxTxV, cache)``.
+    """
+
+    def init_cache(self, batch: int, length: int) -> Any: ...
+
+    def decode(self, tokens: Any, cache: Any, *, positions: Any, segment_ids: Any) -> Any: ...
+
+
+def check_model(model: Any, name: str) -> None:
+    """A one-line error naming what a registered model class lacks."""
+    missing = [m for m in ("config", "blocks", "forward_with_aux", "flops_per_token") if not hasattr(model, m)]
+    if missing or not isinstance(model, LanguageModel):
+        raise PluginError(
+            f"model {name!r} ({type(model).__name__}) does not implement "
+            f"theseus.core.model.LanguageModel: missing {', '.join(missing) or '__call__'}"
+        )

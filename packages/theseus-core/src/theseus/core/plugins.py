@@ -104,9 +104,21 @@ class Registries:
         self.jobs = Registry("job")
         self.commands = Registry("command")
         self.plugins: list[PluginInfo] = []
+        self.manager = _manager()
+
+    @property
+    def hook(self) -> Any:
+        """The run-time hooks (``theseus.core.hookspecs`` groups 2-4), called by keyword."""
+        return self.manager.hook
 
     def component(self, kind: str) -> Registry:
         return getattr(self, kind)
+
+
+def _manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
 
 
 def _wanted_plugins() -> tuple[bool, set[str] | None]:
@@ -190,8 +202,7 @@ def _call_each(
 def load_registries() -> Registries:
     """Discover plugins and fill every registry. Cheap: plugin modules import no JAX."""
     registries = Registries()
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
+    pm = registries.manager
     infos: dict[str, PluginInfo] = {}
     for info, module in _discover():
         registries.plugins.append(info)

@@ -87,10 +87,28 @@ class PreparedRun:
     def config(self) -> Any:
         return self.tree.node
 
-    def __call__(self) -> Any:
-        self.tree.validate()
+    def typed_config(self, job_class: Any = None) -> Any:
+        """The validated config as the job's typed dataclasses (built once per call)."""
+        job_class = job_class or self.spec.load()
+        return self.tree.to_object(job_class.config_type)
+
+    def prerequisites(self, job_class: Any, config: Any) -> list[Any]:
+        """The job's own prerequisites, then those every plugin adds for its key."""
+        own = list(job_class.prerequisites(config, self.root))
+        added = self.registries.hook.theseus_job_prerequisites(
+            key=self.spec.key, config=config, root=self.root
+        )
+        return own + [p for answer in added for p in answer]
+
+    def dry_run(self) -> Any:
+        """``--dry-run``: the job's plan (memory report for training jobs), nothing run."""
         job_class = self.spec.load()
-        for prerequisite in job_class.prerequisites(self.tree.node, self.root):
+        return job_class.dry_run(self.typed_config(job_class), self.root)
+
+    def __call__(self) -> Any:
+        job_class = self.spec.load()
+        config = self.typed_config(job_class)
+        for prerequisite in self.prerequisites(job_class, config):
             run_prerequisite(prerequisite, self.root, self.registries)
         if self.fresh and self.run_dir.path.exists():
             shutil.rmtree(self.run_dir.path)
@@ -102,7 +120,7 @@ class PreparedRun:
         context = JobContext(root=self.root, run=self.run_dir, registries=self.registries)
         handler = _file_handler(self.run_dir.log_path)
         try:
-            job = job_class(self.tree.node, context)
+            job = job_class(config, context)
             result = job()
         except PreemptedError as error:
             self.run_dir.update_record(status="preempted", stopped=now(), error=str(error))

@@ -1,7 +1,11 @@
 """The theseus-data plugin: datasets, tokenizers and one ``data/tokenize/<name>`` job per
-registered dataset (third-party ones included). Cheap to import: configs only."""
+registered dataset (third-party ones included); it prepares the datasets a trainer names
+and loads tokenizers for core. Cheap to import: configs only."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.components import Choice, Component, JobSpec
 from theseus.core.hookspecs import hookimpl
@@ -17,9 +21,14 @@ from theseus.data.tokenizers.tiktoken_tokenizer import TiktokenConfig
 DS = "theseus.data.datasets"
 TOK = "theseus.data.tokenizers"
 
+if TYPE_CHECKING:
+    from theseus.core.data.config import DataConfig
+    from theseus.core.jobs import Prerequisite
+    from theseus.data.tokenizers.base import Tokenizer
+
 
 @hookimpl
-def theseus_register_datasets(register):
+def theseus_register_datasets(register: Callable[..., None]) -> None:
     register(
         Component(
             "python-stdlib",
@@ -55,13 +64,14 @@ def theseus_register_datasets(register):
 
 
 @hookimpl
-def theseus_register_tokenizers(register):
+def theseus_register_tokenizers(register: Callable[..., None]) -> None:
     register(
         Component(
             "bpe",
             BPEConfig,
             f"{TOK}.huggingface:BPETokenizer",
             "byte-level BPE trained on the dataset",
+            extra={"trained": True},
         )
     )
     register(Component("hf", HFConfig, f"{TOK}.huggingface:HFTokenizer", "a tokenizer.json"))
@@ -77,7 +87,7 @@ def theseus_register_tokenizers(register):
 
 
 @hookimpl
-def theseus_register_jobs(register, registries):
+def theseus_register_jobs(register: Callable[..., None], registries: Any) -> None:
     for name, component in registries.datasets.items():
         register(
             JobSpec(
@@ -90,3 +100,19 @@ def theseus_register_jobs(register, registries):
                 },
             )
         )
+
+
+@hookimpl
+def theseus_prepare_dataset(
+    data: DataConfig, name: str, primary: str, root: str
+) -> Prerequisite | None:
+    from theseus.data.prepare import prepare_dataset
+
+    return prepare_dataset(data, name, primary, root)
+
+
+@hookimpl
+def theseus_load_tokenizer(path: str) -> Tokenizer | None:
+    from theseus.data.tokenizers import find_tokenizer
+
+    return find_tokenizer(path)

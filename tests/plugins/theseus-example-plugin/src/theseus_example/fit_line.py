@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from theseus.core.jobs import Job
-from theseus.core.optim.build import build_optimizer
+from theseus.core.optim.build import build_optimizer, build_schedule
 
 
 class FitLine(Job):
@@ -18,9 +18,9 @@ class FitLine(Job):
         key_x, key_noise = jax.random.split(jax.random.key(task.seed))
         x = jax.random.uniform(key_x, (task.points,), minval=-1.0, maxval=1.0)
         y = task.slope * x + task.intercept + task.noise * jax.random.normal(key_noise, x.shape)
-        optimizer = build_optimizer(
-            self.context.registries, self.config.optimizer, self.config.schedule, task.steps
-        )
+        registries, optim = self.context.registries, self.config.optimizer
+        schedule = build_schedule(registries, self.config.schedule, optim.learning_rate, task.steps)
+        optimizer = build_optimizer(registries, optim, schedule)
         params = {"slope": jnp.zeros(()), "intercept": jnp.zeros(())}
         state = optimizer.init(params)
 

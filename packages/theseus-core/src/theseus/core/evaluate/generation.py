@@ -12,7 +12,6 @@ import re
 from typing import Any
 
 import numpy as np
-from theseus.core.components import load_target
 from theseus.core.evaluate import sources
 from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.evaluate.target import EvalTarget
@@ -21,29 +20,33 @@ NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def greedy(target: EvalTarget, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
-    """Greedy continuations of each prompt (KV-cache decoding of theseus-models)."""
-    if not hasattr(target.model, "init_cache"):
-        raise EvaluationError(
-            f"{type(target.model).__name__} has no KV cache (init_cache/decode): it cannot generate"
-        )
-    generate = load_target("theseus.models.generate:generate")
-    stops = [int(target.tokenizer.eos_id)]
+    """Greedy continuations of each prompt, decoded by the plugin that generates for the
+    model (``theseus_generate``; theseus-models' KV-cache decoding for ``Decoder`` models)."""
+    from theseus.core.plugins import registries
+
+    hook = registries().hook
+    stops = [target.tokenizer.eos_id]
     end = target.tokenizer.special_id("<|end|>")  # the chat template's end of turn, if any
     if end is not None:
-        stops.append(int(end))
+        stops.append(end)
     texts: list[str] = [""] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
     for start in range(0, len(order), target.batch_size):
         picked = order[start : start + target.batch_size]
         batch = [prompts[i][-(target.max_len - 1) :] for i in picked]
         room = target.max_len - max(len(p) for p in batch)
-        outputs = generate(
-            target.model,
-            batch,
+        outputs = hook.theseus_generate(
+            model=target.model,
+            prompts=batch,
             max_new_tokens=max(1, min(max_new_tokens, room)),
             stop_tokens=stops,
             pad_id=target.pad_id,
         )
+        if outputs is None:
+            raise EvaluationError(
+                f"no installed plugin generates with {type(target.model).__name__} (it needs "
+                "init_cache/decode, theseus.core.model.Decoder, and theseus-models installed)"
+            )
         for i, ids in zip(picked, outputs, strict=True):
             ids = [t for t in ids if t not in stops]
             texts[i] = target.tokenizer.decode(ids)
@@ -54,10 +57,10 @@ def greedy(target: EvalTarget, prompts: list[list[int]], max_new_tokens: int) ->
 
 
 def addition_problems(config: Any) -> list[tuple[str, str]]:
-    rng = random.Random(int(config.seed))
-    top = 10 ** int(config.max_digits)
+    rng = random.Random(config.seed)
+    top = 10 ** config.max_digits
     problems = []
-    for _ in range(int(config.num_examples)):
+    for _ in range(config.num_examples):
         a, b = rng.randrange(top), rng.randrange(top)
         problems.append((f"What is {a}+{b}?", str(a + b)))
     return problems
@@ -65,10 +68,10 @@ def addition_problems(config: Any) -> list[tuple[str, str]]:
 
 def addition(config: Any, target: EvalTarget) -> dict[str, float]:
     problems = addition_problems(config)
-    caps = [n for n in (int(config.limit), int(target.limit)) if n > 0]
+    caps = [n for n in (config.limit, int(target.limit)) if n > 0]
     problems = problems[: min(caps)] if caps else problems
     prompts = [target.chat_prompt(question) for question, _ in problems]
-    answers = greedy(target, prompts, int(config.max_new_tokens))
+    answers = greedy(target, prompts, config.max_new_tokens)
     end = target.marker("<|end|>")
     forced = target.scorer.loglikelihood(
         [
@@ -109,7 +112,7 @@ def gsm8k(config: Any, target: EvalTarget) -> dict[str, float]:
         prompts = [target.chat_prompt(q) for q in questions]
     else:
         prompts = [list(encode(f"Question: {q}\nAnswer:")) for q in questions]
-    outputs = greedy(target, prompts, int(config.max_new_tokens))
+    outputs = greedy(target, prompts, config.max_new_tokens)
     given = [_number(re.split(r"\n\n|Question:", text)[0]) for text in outputs]
     matches = [g is not None and g == r for g, r in zip(given, references, strict=True)]
     return {"exact_match": float(np.mean(matches)), "examples": len(rows)}

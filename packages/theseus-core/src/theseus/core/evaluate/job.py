@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from omegaconf import OmegaConf
 from theseus.core.components import Choice, JobSpec
 from theseus.core.evaluate.configs import EvaluateConfig
 from theseus.core.evaluate.errors import EvaluationError
@@ -23,22 +22,22 @@ class EvaluateJob(Job):
         from theseus.core.evaluate.target import checkpoint_target, hf_target
 
         e = self.config.evaluate
-        common = dict(
-            batch_size=int(e.batch_size), padding_side=str(e.padding_side), limit=int(e.limit)
-        )
+        common = dict(batch_size=e.batch_size, padding_side=e.padding_side, limit=e.limit)
         if bool(e.checkpoint) == bool(e.hf_dir):
             raise EvaluationError(
                 "set exactly one of evaluate.checkpoint=RUN[@STEP] and evaluate.hf_dir=DIR"
             )
         if e.hf_dir:
-            return hf_target(str(e.hf_dir), str(e.tokenizer), root=self.context.root, **common)
-        self._check_family(str(e.checkpoint).partition("@")[0])
-        return checkpoint_target(self.context.root, str(e.checkpoint), **common)
+            return hf_target(
+                e.hf_dir, e.tokenizer, self.context.registries, root=self.context.root, **common
+            )
+        self._check_family(e.checkpoint.partition("@")[0])
+        return checkpoint_target(self.context.root, e.checkpoint, **common)
 
     def _check_family(self, run_name: str) -> None:
         from theseus.core.rundir import RunDir
 
-        key = str(RunDir(self.context.root, run_name).read_record().get("key", ""))
+        key = RunDir(self.context.root, run_name).read_record().get("key", "")
         family = key.split("/")[0]
         if family != self.config.model.name:
             raise EvaluationError(
@@ -56,8 +55,7 @@ class EvaluateJob(Job):
         )
 
         e = self.config.evaluate
-        options = OmegaConf.to_container(e.options, resolve=True) if e.options else {}
-        tasks = [str(t) for t in e.tasks]
+        options, tasks = e.options, e.tasks
         if not tasks:
             raise EvaluationError("evaluate.tasks is empty: name at least one evaluation")
         check(tasks, self.context.registries, options)
@@ -66,8 +64,8 @@ class EvaluateJob(Job):
         payload = {
             "source": source,
             "tasks": tasks,
-            "batch_size": int(e.batch_size),
-            "padding_side": str(e.padding_side),
+            "batch_size": e.batch_size,
+            "padding_side": e.padding_side,
             "results": results,
         }
         write_json(self.run.path / "results.json", payload)

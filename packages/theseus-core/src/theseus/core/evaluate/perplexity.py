@@ -24,7 +24,7 @@ def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
         from theseus.core.data.loader import TrainingData
         from theseus.core.data.reader import TokenizedDataset
 
-        dataset = TokenizedDataset(Path(target.root) / "data" / str(config.dataset))
+        dataset = TokenizedDataset(Path(target.root) / "data" / config.dataset)
         if dataset.vocab_size > int(target.model.config.vocab_size):
             raise EvaluationError(
                 f"{dataset.path} was tokenized with {dataset.vocab_size} tokens; the model has "
@@ -56,14 +56,14 @@ def _open_validation(config: Any, target: EvalTarget, seq_len: int) -> tuple[Any
 
     data = _open_data(config, target, seq_len)
     if len(data.datasets) > 1:
-        return data, int(config.rows)
+        return data, config.rows
     kind = PackedSource if data.layout == "packed" else PaddedSource
     available = len(kind(data.datasets[0].splits["validation"], seq_len))
     if available == 0:
         raise EvaluationError(
             f"the validation split of {data.datasets[0].path} has no row of {seq_len} tokens"
         )
-    return data, min(int(config.rows), available)
+    return data, min(config.rows, available)
 
 
 def token_bytes(target: EvalTarget, targets: np.ndarray, mask: np.ndarray) -> int:
@@ -78,7 +78,7 @@ def token_bytes(target: EvalTarget, targets: np.ndarray, mask: np.ndarray) -> in
 
 
 def run(config: Any, target: EvalTarget) -> dict[str, float]:
-    seq_len = int(config.seq_len) or target.seq_len or target.max_len
+    seq_len = config.seq_len or target.seq_len or target.max_len
     if seq_len > target.max_len:
         raise EvaluationError(f"val-ppl seq_len={seq_len} exceeds max_seq_len={target.max_len}")
     data, rows = _open_validation(config, target, seq_len)

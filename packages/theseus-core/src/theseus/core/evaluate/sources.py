@@ -39,7 +39,7 @@ def _hub(name: str, config: Any) -> Iterator[dict]:
         ) from error
     try:
         loaded = datasets.load_dataset(
-            str(config.hf_path), str(config.hf_name) or None, split=str(config.split)
+            config.hf_path, config.hf_name or None, split=config.split
         )
     except Exception as error:  # offline, unknown dataset, ...
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -52,7 +52,7 @@ def _hub(name: str, config: Any) -> Iterator[dict]:
 
 def examples(name: str, config: Any, limit: int = 0) -> list[dict]:
     """The raw rows of evaluation ``name``: ``config.files`` if set, else the hub dataset."""
-    rows = _local(str(config.files)) if config.files else _hub(name, config)
+    rows = _local(config.files) if config.files else _hub(name, config)
     caps = [int(n) for n in (limit, getattr(config, "limit", 0)) if int(n) > 0]
     out = []
     for row in rows:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.evaluate.errors import EvaluationError
+from theseus.core.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from theseus.core.data.loader import TrainingData
+    from theseus.core.train.setup import TrainSetup
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -41,7 +45,7 @@ class EvalTarget:
 
     @property
     def max_len(self) -> int:
-        return int(self.model.config.max_seq_len)
+        return self.model.config.max_seq_len
 
     @property
     def scorer(self) -> Any:
@@ -53,21 +57,21 @@ class EvalTarget:
 
     @property
     def pad_id(self) -> int:
-        return int(getattr(self.tokenizer, "pad_id", 0) or 0)
+        return self.tokenizer.pad_id
 
     def special_ids(self) -> set[int]:
         """Ids of the tokenizer's special tokens (they count zero bytes)."""
-        ids = {int(self.tokenizer.eos_id), self.pad_id}
+        ids = {self.tokenizer.eos_id, self.pad_id}
         for token in SPECIAL_TOKENS:
             found = self.tokenizer.special_id(token)
             if found is not None:
-                ids.add(int(found))
+                ids.add(found)
         return ids
 
     def marker(self, token: str) -> list[int]:
         """A chat-template marker: its special id, else its text encoded."""
         found = self.tokenizer.special_id(token)
-        return [int(found)] if found is not None else list(self.tokenizer.encode(token))
+        return [found] if found is not None else list(self.tokenizer.encode(token))
 
     def chat_prompt(self, user: str) -> list[int]:
         """``<|user|>text<|end|><|assistant|>`` as the SFT data renders it."""
@@ -79,31 +83,36 @@ class EvalTarget:
         )
 
 
-def load_saved_tokenizer(directory: str | os.PathLike) -> Any:
-    """A tokenizer saved by theseus-data (e.g. a tokenized dataset's ``tokenizer/``)."""
-    try:
-        from theseus.data import load_tokenizer
-    except ImportError as error:
+def load_tokenizer(path: str | os.PathLike, registries: Any = None) -> Tokenizer:
+    """A tokenizer from a tokenized dataset's ``tokenizer/``, a ``tokenizer.json`` or its
+    directory, through the installed plugins (``theseus_load_tokenizer``)."""
+    from theseus.core.plugins import registries as default_registries
+
+    registries = registries or default_registries()
+    found = registries.hook.theseus_load_tokenizer(path=str(path))
+    if found is None:
         raise EvaluationError(
-            "evaluations need the theseus-data package for tokenizers: pip install theseus-data"
-        ) from error
-    return load_tokenizer(directory)
+            f"no installed plugin loads a tokenizer from {path} (pip install theseus-data; "
+            "or set evaluate.tokenizer to a tokenizer.json)"
+        )
+    return found
 
 
-def load_hf_tokenizer(path: str | os.PathLike) -> Any:
-    """A ``tokenizer.json`` (or a directory holding one) as a theseus-data tokenizer."""
-    try:
-        from theseus.data.tokenizers.huggingface import HFTokenizer
-    except ImportError as error:
-        raise EvaluationError(
-            "evaluations need the theseus-data package for tokenizers: pip install theseus-data"
-        ) from error
-    file = Path(path)
-    if file.is_dir():
-        file = file / "tokenizer.json"
-    if not file.is_file():
-        raise EvaluationError(f"no tokenizer.json at {path}: set evaluate.tokenizer")
-    return HFTokenizer(file.read_text())
+def run_target(
+    setup: TrainSetup, data: TrainingData, params: Any, root: str, **options: Any
+) -> EvalTarget:
+    """A training run's model with ``params``, its tokenizer and its validation data."""
+    config = setup.config
+    return EvalTarget(
+        model=setup.model(params),
+        tokenizer=load_tokenizer(data.tokenizer_dir, setup.registries),
+        root=root,
+        data=config.data,
+        seq_len=config.training.seq_len,
+        seed=config.training.seed,
+        layout=data.layout,
+        **options,
+    )
 
 
 def checkpoint_target(root: str, reference: str, **options: Any) -> tuple[EvalTarget, dict]:
@@ -119,28 +128,27 @@ def checkpoint_target(root: str, reference: str, **options: Any) -> tuple[EvalTa
         raise EvaluationError(f"run {name!r} has no checkpoints under {run.checkpoint_dir}")
     step = int(step_text) if step_text else steps[-1]
     moment = open_step(root, name, step)
-    trainer = moment.trainer
-    config = trainer.config
-    target = EvalTarget(
-        model=moment.model,
-        tokenizer=load_saved_tokenizer(trainer.data.tokenizer_dir),
-        root=str(root),
-        data=config.data,
-        seq_len=int(config.training.seq_len),
-        seed=int(config.training.seed),
-        layout=trainer.data.layout,
-        **options,
-    )
+    target = run_target(moment.setup, moment.data, moment.state["params"], str(root), **options)
     return target, {"run": name, "step": step}
 
 
-def hf_target(hf_dir: str, tokenizer: str = "", **options: Any) -> tuple[EvalTarget, dict]:
-    """Imported Hugging Face weights (theseus-models) and their tokenizer."""
-    from theseus.core.components import load_target
+def hf_target(
+    hf_dir: str, tokenizer: str = "", registries: Any = None, **options: Any
+) -> tuple[EvalTarget, dict]:
+    """Imported Hugging Face weights and their tokenizer, through the installed plugins."""
+    from theseus.core.plugins import registries as default_registries
 
-    load_hf = load_target("theseus.models.hf:load_hf")
-    model = load_hf(hf_dir)
-    tok = load_hf_tokenizer(tokenizer or hf_dir)
-    if hasattr(model, "check_vocab"):
-        model.check_vocab(tok.vocab_size)
+    registries = registries or default_registries()
+    model = registries.hook.theseus_load_hf_model(directory=str(hf_dir), dtype="")
+    if model is None:
+        raise EvaluationError(
+            f"no installed plugin imports Hugging Face weights from {hf_dir} "
+            "(pip install theseus-models)"
+        )
+    tok = load_tokenizer(tokenizer or hf_dir, registries)
+    if tok.vocab_size > model.config.vocab_size:
+        raise EvaluationError(
+            f"the tokenizer has {tok.vocab_size} tokens but the model's "
+            f"vocab_size={model.config.vocab_size}"
+        )
     return EvalTarget(model=model, tokenizer=tok, **options), {"hf_dir": str(hf_dir)}

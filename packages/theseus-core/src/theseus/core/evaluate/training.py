@@ -12,28 +12,16 @@ BATCH_SIZE = 8
 def run_training_evaluations(trainer: Any, params: Any, step: int, writer: Any) -> dict:
     """Run ``eval.tasks`` on the current parameters; write ``evaluations/step-<k>.json`` in
     the run and the same numbers to the metrics log. Does nothing when no task is set."""
-    tasks = [str(t) for t in (trainer.config.eval.get("tasks") or [])]
+    tasks = trainer.config.eval.tasks
     if not tasks:
         return {}
-    from flax import nnx
-    from omegaconf import OmegaConf
     from theseus.core.evaluate.runner import evaluate, metrics_record, write_json
-    from theseus.core.evaluate.target import EvalTarget, load_saved_tokenizer
+    from theseus.core.evaluate.target import run_target
 
-    config = trainer.config
-    target = EvalTarget(
-        model=nnx.merge(trainer.graphdef, params, trainer.rest),
-        tokenizer=load_saved_tokenizer(trainer.data.tokenizer_dir),
-        root=str(trainer.context.root),
-        data=config.data,
-        seq_len=int(config.training.seq_len),
-        seed=int(config.training.seed),
-        layout=trainer.data.layout,
-        batch_size=BATCH_SIZE,
+    target = run_target(
+        trainer.setup, trainer.data, params, str(trainer.context.root), batch_size=BATCH_SIZE
     )
-    node = trainer.config.eval.get("options")  # per-task options, where the schema has them
-    options = OmegaConf.to_container(node, resolve=True) if node else {}
-    results = evaluate(target, tasks, trainer.registries, options)
+    results = evaluate(target, tasks, trainer.setup.registries, trainer.config.eval.options)
     write_json(
         trainer.run.path / "evaluations" / f"step-{step}.json",
         {"source": {"run": trainer.run.name, "step": step}, "tasks": tasks, "results": results},

@@ -9,10 +9,14 @@ from __future__ import annotations
 import logging
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from theseus.core.errors import TheseusError
+
+if TYPE_CHECKING:
+    from theseus.core.data.loader import TrainingData
+    from theseus.core.train.setup import TrainSetup
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +26,14 @@ class InspectError(TheseusError):
 
 
 class Moment:
-    """One run at one checkpointed step: its state, its batch, its model."""
+    """One run at one checkpointed step: its setup, state, batch and model."""
 
-    def __init__(self, trainer: Any, step: int, state: dict) -> None:
-        self.trainer = trainer
+    def __init__(
+        self, setup: TrainSetup, data: TrainingData, run: str, step: int, state: dict
+    ) -> None:
+        self.setup = setup
+        self.data = data
+        self.run = run
         self.step = step
         self.state = state
         self._model: Any = None
@@ -33,15 +41,13 @@ class Moment:
     # ------------------------------------------------------------------ data
     def batch(self) -> dict:
         """The batch of step k, exactly as training saw it."""
-        return self.trainer.data.batch(self.step)
+        return self.data.batch(self.step)
 
     @property
     def model(self) -> Any:
         """The model with the checkpoint's parameters (shared, not copied)."""
-        from flax import nnx
-
         if self._model is None:
-            self._model = nnx.merge(self.trainer.graphdef, self.state["params"], self.trainer.rest)
+            self._model = self.setup.model(self.state["params"])
         return self._model
 
     # ------------------------------------------------------------------ replay
@@ -50,17 +56,13 @@ class Moment:
         import jax
 
         copy = jax.tree.map(lambda x: x.copy(), self.state)  # the step donates its input
-        _, metrics = self.trainer.train_step(copy, self._placed(self.batch()))
+        _, metrics = self.setup.train_step(copy, self.setup.layout.place_batch(self.batch()))
         return {
             "step": self.step,
             "loss": float(metrics["loss"]),
             "grad_norm": float(metrics["grad_norm"]),
             "grads": self._gradients(),
         }
-
-    def _placed(self, batch: dict) -> dict:
-        layout = getattr(self.trainer, "layout", None)
-        return layout.place_batch(batch) if layout is not None else batch
 
     def _gradients(self) -> Any:
         import jax
@@ -70,9 +72,7 @@ class Moment:
         batch = self.batch()
 
         def mean_loss(params: Any) -> Any:
-            total, (_, count, _) = summed_loss(
-                self.trainer.graphdef, params, self.trainer.rest, batch
-            )
+            total, (_, count, _) = summed_loss(self.setup.graphdef, params, self.setup.rest, batch)
             return total / jnp.maximum(count, 1.0)
 
         return jax.jit(jax.grad(mean_loss))(self.state["params"])
@@ -88,7 +88,7 @@ class Moment:
         if path not in modules:
             close = get_close_matches(path, [p for p in modules if p], n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise InspectError(f"no module {path!r} in run {self.trainer.run.name}{hint}")
+            raise InspectError(f"no module {path!r} in run {self.run}{hint}")
         return modules[path]
 
     def capture(
@@ -105,7 +105,7 @@ class Moment:
             }
             if not chosen:
                 raise InspectError(
-                    f"no module of type {type_name!r} in run {self.trainer.run.name}"
+                    f"no module of type {type_name!r} in run {self.run}"
                 )
         else:
             chosen = {p: self.module(p) for p in paths}
@@ -126,12 +126,11 @@ def checkpointed_steps(run_path: Path) -> list[int]:
 
 def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None = None) -> Moment:
     """Restore run ``run`` at checkpoint ``step`` (with config overrides, e.g. a new mesh)."""
-    from theseus.core.jobs import JobContext
     from theseus.core.plugins import registries
     from theseus.core.rundir import RunDir
     from theseus.core.runner import config_for, job_spec
-    from theseus.core.train.checkpoints import abstract_of
-    from theseus.core.train.trainer import Trainer
+    from theseus.core.train.checkpoints import Checkpoints, abstract_of
+    from theseus.core.train.setup import TrainSetup, open_data
 
     run_dir = RunDir(root, run)
     record = run_dir.read_record()
@@ -144,11 +143,16 @@ def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None
         )
     regs = registries()
     spec = job_spec(record["key"], regs)
+    job_class = spec.load()
     base = yaml.safe_load(run_dir.config_path.read_text())
-    tree = config_for(spec, regs, overrides or [], base)
-    context = JobContext(root=str(root), run=run_dir, registries=regs)
-    layout = "padded" if record["key"].endswith("/sft") else "packed"
-    trainer = Trainer(tree.node, context, layout=layout)
-    abstract = abstract_of(trainer.initial)
-    state, _, _ = trainer.checkpoints.restore(step, abstract, abstract_of(trainer.rng_data))
-    return Moment(trainer, step, state)
+    config = config_for(spec, regs, overrides or [], base).to_object(job_class.config_type)
+    data = open_data(config, str(root), job_class.layout)
+    setup = TrainSetup.build(config, regs, data.vocab_size)
+    checkpoints = Checkpoints(run_dir.checkpoint_dir, 1000, 0, False)
+    try:
+        state, _, _ = checkpoints.restore(
+            step, setup.abstract_state, abstract_of(setup.data_rng())
+        )
+    finally:
+        checkpoints.close()
+    return Moment(setup, data, run, step, state)

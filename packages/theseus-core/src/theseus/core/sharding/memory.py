@@ -11,14 +11,19 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from theseus.core.errors import TheseusError
 from theseus.core.sharding.config import ShardingError, planned_devices
+
+if TYPE_CHECKING:
+    from theseus.core.train.configs import TrainJobConfig
+    from theseus.core.train.setup import TrainSetup
 
 GiB = 1024**3
 
 
-def simulate_devices(config: Any) -> None:
+def simulate_devices(config: TrainJobConfig) -> None:
     """Ask for the mesh's device count on the CPU backend (only before JAX starts)."""
     count = planned_devices(config.sharding)
     if count is None or "jax" in sys.modules:
@@ -28,101 +33,38 @@ def simulate_devices(config: Any) -> None:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
 
 
-def vocab_size(config: Any, root: str) -> tuple[int, str]:
-    if int(config.model.vocab_size):
-        return int(config.model.vocab_size), "model.vocab_size"
+def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
+    if config.model.vocab_size:
+        return config.model.vocab_size, "model.vocab_size"
     try:
-        from theseus.core.data.api import open_training_data
+        from theseus.core.train.setup import open_data
 
-        data = open_training_data(
-            root,
-            config.data,
-            seq_len=int(config.training.seq_len),
-            global_batch_size=int(config.training.global_batch_size),
-            seed=0,
-        )
-        return int(data.vocab_size), "tokenized data"
-    except Exception:  # not tokenized yet: the configured tokenizer size
-        return int(config.data.vocab_size), "data.vocab_size (data not tokenized yet)"
+        return open_data(config, root).vocab_size, "tokenized data"
+    except TheseusError:  # not tokenized yet: the configured tokenizer size
+        return config.data.vocab_size, "data.vocab_size (data not tokenized yet)"
 
 
-def report(config: Any, root: str) -> dict[str, Any]:
+def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
     """Per-device bytes of parameters, optimizer state, batch and step temporaries."""
     import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from flax import nnx
-    from theseus.core.optim.build import build_optimizer, build_schedule
-    from theseus.core.plugins import registries
-    from theseus.core.sharding.config import check_remat
     from theseus.core.sharding.mesh import describe
-    from theseus.core.sharding.placement import Layout, per_device_bytes
-    from theseus.core.train.build import build_model
-    from theseus.core.train.step import make_train_step
-    from theseus.core.train.trainer import plan_batches, total_steps
+    from theseus.core.sharding.placement import per_device_bytes
 
-    regs = registries()
-    training = config.training
-    layout = Layout(config.sharding)
-    per_device, micro_steps = plan_batches(training, layout.batch_shards)
-    vocab, vocab_source = vocab_size(config, root)
-    seq_len, batch = int(training.seq_len), int(training.global_batch_size)
-    steps = total_steps(training)
-    optimizer = build_optimizer(regs, config.optimizer, config.schedule, steps)
-    schedule = build_schedule(regs, config.schedule, config.optimizer.learning_rate, steps)
-
-    def build() -> Any:
-        key = jax.random.key(int(training.seed))
-        return build_model(regs, config.model, vocab, seq_len, key, config.precision.compute_dtype)
-
-    def fresh() -> dict:
-        _, params, _ = nnx.split(build(), nnx.Param, ...)
-        zero = jnp.zeros((), jnp.int32)
-        return {
-            "params": params,
-            "opt_state": optimizer.init(params),
-            "step": zero,
-            "skipped": zero,
-        }
-
-    graphdef, _, rest = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
-    abstract = jax.eval_shape(fresh)
-    shardings = layout.state_shardings(abstract)  # refuses shapes the mesh does not divide
-    state = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
-    )
-    batch_arrays = {
-        name: jax.ShapeDtypeStruct((batch, seq_len), dtype, sharding=layout.batch_sharding)
-        for name, dtype in [
-            ("inputs", np.int32),
-            ("targets", np.int32),
-            ("positions", np.int32),
-            ("segment_ids", np.int32),
-            ("loss_mask", np.float32),
-        ]
-    }
-    step = make_train_step(
-        graphdef,
-        rest,
-        optimizer,
-        schedule,
-        micro_steps,
-        bool(training.skip_nonfinite),
-        micro_sharding=layout.micro_sharding(),
-        grad_shardings=layout.grad_shardings(abstract),
-        remat=check_remat(config.sharding),
-    )
-    compiled = layout.jit_step(step, shardings).lower(state, batch_arrays).compile()
+    config, layout, state = setup.config, setup.layout, setup.abstract_state
+    batch_arrays = setup.abstract_batch()
+    compiled = setup.train_step.lower(state, batch_arrays).compile()
     analysis = compiled.memory_analysis()
+    training = config.training
     out: dict[str, Any] = {
         "mesh": describe(layout.mesh),
-        "strategy": str(config.sharding.strategy),
-        "remat": str(config.sharding.remat),
+        "strategy": config.sharding.strategy,
+        "remat": config.sharding.remat,
         "devices": len(layout.mesh.devices.flat),
         "device_kind": layout.mesh.devices.flat[0].device_kind,
-        "parameters": sum(math.prod(a.shape) for a in jax.tree.leaves(abstract["params"])),
-        "vocab": f"{vocab} from {vocab_source}",
-        "batch": f"{batch} x {seq_len} tokens, {per_device} per device x {micro_steps} micro-steps",
+        "parameters": sum(math.prod(a.shape) for a in jax.tree.leaves(state["params"])),
+        "vocab": f"{setup.model_config.vocab_size} from {vocab_source or 'the data'}",
+        "batch": f"{training.global_batch_size} x {training.seq_len} tokens, "
+        f"{setup.per_device} per device x {setup.micro_steps} micro-steps",
         "params_bytes": per_device_bytes(state["params"]),
         "opt_bytes": per_device_bytes(state["opt_state"]),
         "batch_bytes": per_device_bytes(batch_arrays),
@@ -169,9 +111,13 @@ def format_report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def dry_run(config: Any, root: str) -> dict[str, Any]:
+def dry_run(config: TrainJobConfig, root: str) -> dict[str, Any]:
     simulate_devices(config)
-    result = report(config, root)
+    from theseus.core.plugins import registries
+    from theseus.core.train.setup import TrainSetup
+
+    vocab, source = vocab_size(config, root)
+    result = report(TrainSetup.build(config, registries(), vocab), source)
     print(format_report(result))
     total, limit = result.get("total_bytes"), result.get("device_bytes")
     if total and limit and total > limit:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.components import option
+from theseus.core.data.config import DataConfig
+from theseus.core.sharding.config import ShardingConfig
 
 
 @dataclass
@@ -66,3 +68,24 @@ class PrecisionConfig:
 class InitConfig:
     checkpoint: str = option("", "start from RUN[@STEP] of another run (weights only)")
     hf: str = option("", "start from Hugging Face weights in this directory")
+
+
+@dataclass
+class TrainJobConfig:
+    """The typed config of a training job: one field per config group.
+
+    ``model``, ``optimizer`` and ``schedule`` are instances of the chosen component's own
+    config dataclass (with its registered ``name``).
+    """
+
+    training: TrainingConfig
+    model: Any
+    data: DataConfig
+    optimizer: Any
+    schedule: Any
+    checkpoint: CheckpointConfig
+    logging: LoggingConfig
+    eval: EvalConfig
+    precision: PrecisionConfig
+    init: InitConfig
+    sharding: ShardingConfig

@@ -1,11 +1,11 @@
-"""Start training from Hugging Face weights (through theseus-models' importer)."""
+"""Start training from Hugging Face weights (imported by the plugin that answers
+``theseus_load_hf_model``, e.g. theseus-models)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import jax
-from theseus.core.components import load_target
 from theseus.core.errors import ConfigError
 
 
@@ -14,12 +14,16 @@ def _flat(tree: Any) -> dict[str, Any]:
     return {jax.tree_util.keystr(path): leaf for path, leaf in leaves}
 
 
-def params_from_hf(directory: str, like: Any) -> Any:
+def params_from_hf(registries: Any, directory: str, like: Any) -> Any:
     """The HF checkpoint's parameters, checked against and placed like ``like``."""
     from flax import nnx
 
-    load_hf = load_target("theseus.models.hf:load_hf")
-    model = load_hf(directory)
+    model = registries.hook.theseus_load_hf_model(directory=directory, dtype="")
+    if model is None:
+        raise ConfigError(
+            f"init.hf: no installed plugin imports Hugging Face weights from {directory} "
+            "(pip install theseus-models)"
+        )
     _, params, _ = nnx.split(model, nnx.Param, ...)
     theirs, ours = _flat(params), _flat(like)
     missing, unexpected = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))

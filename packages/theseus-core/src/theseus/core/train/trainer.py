@@ -16,18 +16,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-from flax import nnx
-from theseus.core.errors import ConfigError, JobError, PreemptedError, TheseusError
+from theseus.core.data.loader import TrainingData
+from theseus.core.errors import JobError, PreemptedError, TheseusError
 from theseus.core.evaluate.training import run_training_evaluations
-from theseus.core.optim.build import build_optimizer
-from theseus.core.sharding.config import check_remat
 from theseus.core.sharding.mesh import describe
-from theseus.core.sharding.placement import Layout
-from theseus.core.train.build import build_model
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.metrics import MetricsWriter, device_peak_flops
-from theseus.core.train.step import make_eval_step, make_train_step
+from theseus.core.train.setup import TrainSetup
 
 log = logging.getLogger(__name__)
 
@@ -36,125 +31,31 @@ class NonFiniteLossError(TheseusError):
     """The loss became NaN or infinite."""
 
 
-def plan_batches(training: Any, devices: int) -> tuple[int, int]:
-    """(per-device micro-batch, micro-steps) from the global and per-device batch sizes."""
-    global_batch = int(training.global_batch_size)
-    per_device = int(training.per_device_batch_size) or global_batch // max(devices, 1)
-    per_step = per_device * devices
-    if per_device <= 0 or global_batch % per_step:
-        raise ConfigError(
-            f"training.global_batch_size={global_batch} is not a multiple of "
-            f"training.per_device_batch_size={per_device} x {devices} devices = {per_step}"
-        )
-    return per_device, global_batch // per_step
-
-
-def total_steps(training: Any) -> int:
-    if training.total_tokens:
-        tokens_per_step = int(training.global_batch_size) * int(training.seq_len)
-        return max(1, math.ceil(int(training.total_tokens) / tokens_per_step))
-    return int(training.total_steps)
-
-
 class Trainer:
-    def __init__(self, config: Any, context: Any, layout: str = "packed") -> None:
-        from theseus.core.data.api import open_training_data
+    """Runs a :class:`TrainSetup` over a run's batches: resume, loop, evaluate, checkpoint."""
 
-        self.config = config
+    def __init__(self, setup: TrainSetup, data: TrainingData, context: Any) -> None:
+        self.setup = setup
+        self.config = setup.config
+        self.data = data
         self.context = context
-        self.registries = context.registries
         self.run = context.run
-        training = config.training
-        self.total_steps = total_steps(training)
-        self.devices = jax.devices()
-        self.layout = Layout(config.sharding)
-        self.per_device, self.micro_steps = plan_batches(training, self.layout.batch_shards)
-        self.data = open_training_data(
-            context.root,
-            config.data,
-            seq_len=int(training.seq_len),
-            global_batch_size=int(training.global_batch_size),
-            seed=int(training.seed),
-            layout=layout,
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-        )
-        root_key = jax.random.key(int(training.seed))
-        self.rng_data = self.layout.replicate(
-            jax.random.key_data(jax.random.fold_in(root_key, 2))  # dropout stream
-        )
-        self.optimizer = build_optimizer(
-            self.registries, config.optimizer, config.schedule, self.total_steps
-        )
-        from theseus.core.optim.build import build_schedule
-
-        self.schedule = build_schedule(
-            self.registries, config.schedule, config.optimizer.learning_rate, self.total_steps
-        )
-
-        def build() -> Any:
-            return build_model(
-                self.registries,
-                config.model,
-                self.data.vocab_size,
-                int(training.seq_len),
-                jax.random.fold_in(root_key, 0),
-                config.precision.compute_dtype,
-            )
-
-        # The state is created by a jitted init straight into its shardings (no device
-        # ever holds more than its shards); the graph and FLOPs come from the abstract model.
-        counted: dict[str, float] = {}
-
-        def build_and_count() -> Any:
-            model = build()
-            counted["flops"] = float(model.flops_per_token(int(training.seq_len)))
-            return model
-
-        abstract_model = nnx.eval_shape(build_and_count)
-        self.flops_per_token = counted["flops"]
-        self.graphdef, _, self.rest = nnx.split(abstract_model, nnx.Param, ...)
-        if jax.tree.leaves(self.rest):  # non-parameter state (none in the shipped models)
-            self.rest = nnx.split(build(), nnx.Param, ...)[2]
-        self.initial = self.layout.init_state(lambda: self._fresh_state(build()))
-        step_fn = make_train_step(
-            self.graphdef,
-            self.rest,
-            self.optimizer,
-            self.schedule,
-            self.micro_steps,
-            bool(training.skip_nonfinite),
-            micro_sharding=self.layout.micro_sharding(),
-            grad_shardings=self.layout.grad_shardings(self.initial),
-            remat=check_remat(config.sharding),
-        )
-        self.state_shardings = self.layout.state_shardings(self.initial)
-        self.train_step = self.layout.jit_step(step_fn, self.state_shardings)
-        self.eval_step = jax.jit(
-            make_eval_step(self.graphdef, self.rest),
-            in_shardings=(self.state_shardings["params"], self.layout.batch_sharding),
-            out_shardings=self.layout.replicated,
-        )
-        ckpt = config.checkpoint
+        self.hook = setup.registries.hook
+        self.rng_data = setup.data_rng()
+        ckpt = self.config.checkpoint
         self.checkpoints = Checkpoints(
             self.run.checkpoint_dir, ckpt.keep_last, ckpt.keep_every, ckpt.asynchronous
         )
         self.preempted = False
 
-    # ------------------------------------------------------------------ state
-    def _fresh_state(self, model: Any) -> dict:
-        _, params, _ = nnx.split(model, nnx.Param, ...)
-        return {
-            "params": params,
-            "opt_state": self.optimizer.init(params),
-            "step": jnp.zeros((), jnp.int32),
-            "skipped": jnp.zeros((), jnp.int32),
-        }
+    @property
+    def total_steps(self) -> int:
+        return self.setup.total_steps
 
+    # ------------------------------------------------------------------ state
     def initial_state(self) -> dict:
         """Resume this run's latest checkpoint, else branch/init from elsewhere, else fresh."""
-        abstract = abstract_of(self.initial)
-        abstract_rng = abstract_of(self.rng_data)
+        abstract, abstract_rng = self.setup.abstract_state, abstract_of(self.rng_data)
         restored = self.checkpoints.restore_latest(abstract, abstract_rng)
         if restored is not None:
             step, state, self.rng_data, _ = restored
@@ -163,17 +64,17 @@ class Trainer:
         parent = self.run.read_record().get("parent")
         if parent:  # a branch continues the parent's state, step count included
             return self._from_other_run(parent, abstract, abstract_rng)
-        if self.config.init.checkpoint:  # weights only, a new optimizer and step 0
-            state = self._from_other_run(self.config.init.checkpoint, abstract, abstract_rng)
-            return {**self.initial, "params": state["params"]}
-        if self.config.init.hf:  # Hugging Face weights, a new optimizer and step 0
+        fresh = self.setup.init_state()
+        init = self.config.init
+        if init.checkpoint:  # weights only, a new optimizer and step 0
+            state = self._from_other_run(init.checkpoint, abstract, abstract_rng)
+            return {**fresh, "params": state["params"]}
+        if init.hf:  # Hugging Face weights, a new optimizer and step 0
             from theseus.core.train.hf_init import params_from_hf
 
-            return {
-                **self.initial,
-                "params": params_from_hf(self.config.init.hf, self.initial["params"]),
-            }
-        return self.initial
+            params = params_from_hf(self.setup.registries, init.hf, fresh["params"])
+            return {**fresh, "params": params}
+        return fresh
 
     def _from_other_run(self, reference: str, abstract: Any, abstract_rng: Any) -> dict:
         from theseus.core.rundir import RunDir
@@ -198,16 +99,18 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         state = self.initial_state()
         start = int(state["step"])
-        peak, peak_source = device_peak_flops(float(self.config.logging.peak_flops))
+        setup = self.setup
+        peak, peak_source = device_peak_flops(self.config.logging.peak_flops)
+        devices = len(setup.layout.mesh.devices.flat)
         log.info(
             "training %s: steps %d -> %d, %d devices (%s, %s), micro-steps %d, peak %.3g FLOP/s (%s)",
             self.run.name,
             start,
             self.total_steps,
-            len(self.devices),
-            describe(self.layout.mesh),
+            devices,
+            describe(setup.layout.mesh),
             self.config.sharding.strategy,
-            self.micro_steps,
+            setup.micro_steps,
             peak,
             peak_source,
         )
@@ -215,28 +118,26 @@ class Trainer:
 
         main_process = jax.process_index() == 0
         loggers = (
-            build_loggers(self.registries, list(self.config.logging.loggers), self.run)
+            build_loggers(setup.registries, self.config.logging.loggers, self.run)
             if main_process
             else []
         )
         writer = MetricsWriter(self.run.metrics_path, enabled=main_process, loggers=loggers)
-        tracker = _Tracker(self, writer, peak * len(self.devices))
+        tracker = _Tracker(self, writer, peak * devices)
         batches = self.data.iterator(start)
         last_saved = start
+        self.hook.theseus_on_train_start(setup=setup, run=self.run, step=start)
         try:
             with _preemption_guard(self), _progress(self, start) as advance:
                 for step in range(start, self.total_steps):
-                    batch = self.layout.place_batch(next(batches))
-                    state, metrics = self.train_step(state, batch)
+                    batch = setup.layout.place_batch(next(batches))
+                    state, metrics = setup.train_step(state, batch)
                     tracker.push(step, metrics)
                     advance()
                     done = step + 1
                     if self._due(done, self.config.eval.every):
                         tracker.flush()
-                        writer.write(
-                            {"step": done, "val/loss": self.validation_loss(state["params"])}
-                        )
-                        run_training_evaluations(self, state["params"], done, writer)
+                        self.evaluate(state["params"], done, writer)
                     if self._due(done, self.config.checkpoint.every) or self.preempted:
                         tracker.flush()
                         self.save(done, state)
@@ -257,10 +158,9 @@ class Trainer:
                 "train/loss": tracker.last_loss,
                 "skipped": int(state["skipped"]),
             }
-            summary["val/loss"] = self.validation_loss(state["params"])
-            writer.write({"step": final, "val/loss": summary["val/loss"]})
-            run_training_evaluations(self, state["params"], final, writer)
+            summary["val/loss"] = self.evaluate(state["params"], final, writer)
             self.final_state = state
+            self.hook.theseus_on_train_end(summary=summary, run=self.run)
             return summary
         finally:
             self.checkpoints.close()
@@ -277,11 +177,20 @@ class Trainer:
             "total_steps": self.total_steps,
         }
         self.checkpoints.save(step, state, self.rng_data, meta)
+        self.hook.theseus_on_checkpoint(step=step, run=self.run)
+
+    def evaluate(self, params: Any, step: int, writer: MetricsWriter) -> float:
+        """Validation loss and ``eval.tasks`` at ``step``, recorded; returns the loss."""
+        loss = self.validation_loss(params)
+        writer.write({"step": step, "val/loss": loss})
+        results = run_training_evaluations(self, params, step, writer)
+        self.hook.theseus_on_eval(step=step, results={"val/loss": loss, **results}, run=self.run)
+        return loss
 
     def validation_loss(self, params: Any) -> float:
         total, count = 0.0, 0.0
-        for batch in self.data.validation_batches(int(self.config.eval.batches)):
-            loss_sum, n = self.eval_step(params, self.layout.place_batch(batch))
+        for batch in self.data.validation_batches(self.config.eval.batches):
+            loss_sum, n = self.setup.eval_step(params, self.setup.layout.place_batch(batch))
             total += float(loss_sum)
             count += float(n)
         return total / max(count, 1.0)
@@ -295,7 +204,7 @@ class _Tracker:
         self.writer = writer
         self.peak_flops = peak_flops
         self.pending: tuple[int, dict] | None = None
-        self.every = max(1, int(trainer.config.logging.every))
+        self.every = max(1, trainer.config.logging.every)
         self.window_start = time.perf_counter()
         self.window_tokens = 0.0
         self.window_steps = 0
@@ -315,9 +224,7 @@ class _Tracker:
         loss = float(metrics["loss"])
         if not math.isfinite(float(metrics["grad_norm"])):
             loss = float("nan") if math.isfinite(loss) else loss
-        self.window_tokens += float(self.trainer.config.training.global_batch_size) * float(
-            self.trainer.config.training.seq_len
-        )
+        self.window_tokens += self.trainer.setup.tokens_per_step
         self.window_steps += 1
         if not math.isfinite(loss) and not self.trainer.config.training.skip_nonfinite:
             raise NonFiniteLossError(
@@ -337,10 +244,14 @@ class _Tracker:
             "train/lr": metrics["learning_rate"],
             "perf/tokens_per_sec": tokens_per_sec,
             "perf/step_time": elapsed / max(self.window_steps, 1),
-            "perf/mfu": self.trainer.flops_per_token * tokens_per_sec / self.peak_flops,
+            "perf/mfu": self.trainer.setup.flops_per_token * tokens_per_sec / self.peak_flops,
         }
         if self.trainer.config.training.skip_nonfinite:
-            record["train/skipped"] = metrics.get("skipped", 0)
+            record["train/skipped"] = metrics["skipped"]
+        for extra in self.trainer.hook.theseus_on_step_end(
+            step=step, metrics=dict(record), setup=self.trainer.setup
+        ):
+            record.update(extra or {})
         self.writer.write(record)
         self.window_start, self.window_tokens, self.window_steps = time.perf_counter(), 0.0, 0
 

@@ -14,7 +14,7 @@ Message = dict[str, str]
 
 
 class Dataset:
-    """Base class: ``Dataset(config)`` where ``config`` is the tokenize job's ``data`` node."""
+    """Base class: ``Dataset(config)``, ``config`` the tokenize job's typed ``data`` group."""
 
     kind: ClassVar[str] = "text"
 
@@ -22,7 +22,7 @@ class Dataset:
         from theseus.data.datasets.files import Skips
 
         self.config = config
-        self.skips = Skips(bool(getattr(config, "skip_bad_records", False)))
+        self.skips = Skips(getattr(config, "skip_bad_records", False))
 
     @property
     def skipped(self) -> int:
@@ -43,7 +43,7 @@ class Dataset:
 
     def limit(self, records: Iterator[Any]) -> Iterator[Any]:
         """Stop after ``data.max_documents`` records when the config has that option."""
-        maximum = int(getattr(self.config, "max_documents", 0) or 0)
+        maximum = getattr(self.config, "max_documents", 0)
         for count, record in enumerate(records):
             if maximum and count >= maximum:
                 return

@@ -57,9 +57,9 @@ class Addition(Dataset):
     kind = "chat"
 
     def records(self) -> Iterator[list[Message]]:
-        rng = random.Random(int(self.config.seed))
-        top = 10 ** int(self.config.max_digits)
-        for _ in range(int(self.config.num_examples)):
+        rng = random.Random(self.config.seed)
+        top = 10**self.config.max_digits
+        for _ in range(self.config.num_examples):
             a, b = rng.randrange(top), rng.randrange(top)
             yield [
                 {"role": "user", "content": f"What is {a}+{b}?"},

@@ -28,7 +28,7 @@ class Fineweb(Dataset):
     repo: ClassVar[str] = "HuggingFaceFW/fineweb"
 
     def records(self) -> Iterator[str]:
-        if str(self.config.files).strip():
+        if self.config.files.strip():
             return self.limit(self._local())
         return self.limit(self._stream())
 
@@ -38,8 +38,8 @@ class Fineweb(Dataset):
             yield from read_texts(path, "text", skips)
 
     def _stream(self) -> Iterator[str]:
-        repo = str(self.config.repo) or self.repo
-        rows = open_stream(repo, str(self.config.subset))
+        repo = self.config.repo or self.repo
+        rows = open_stream(repo, self.config.subset)
         try:
             for row in rows:
                 text = row.get("text")

@@ -36,7 +36,7 @@ class PythonStdlib(Dataset):
 
     def records(self) -> Iterator[str]:
         def texts() -> Iterator[str]:
-            for path in stdlib_files(bool(self.config.include_tests)):
+            for path in stdlib_files(self.config.include_tests):
                 text = path.read_text(encoding="utf-8", errors="replace")
                 if text.strip():
                     yield text

@@ -25,6 +25,6 @@ class TextFiles(Dataset):
 
         def texts() -> Iterator[str]:
             for path in expand(self.config.files):
-                yield from read_texts(path, str(self.config.field), skips)
+                yield from read_texts(path, self.config.field, skips)
 
         return self.limit(texts())

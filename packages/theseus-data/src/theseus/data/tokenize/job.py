@@ -7,6 +7,7 @@ previous, interrupted run finished), assemble the shards, write ``metadata.json`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -16,7 +17,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
 from theseus.core.data import format as fmt
 from theseus.core.data.errors import DataError, SettingsConflictError
 from theseus.core.jobs import Job
@@ -52,7 +52,7 @@ class TokenizeJob(Job):
 
     def __call__(self) -> dict[str, Any]:
         name = self.dataset_name()
-        out = fmt.dataset_dir(self.context.root, name, str(self.config.data.suffix))
+        out = fmt.dataset_dir(self.context.root, name, self.config.data.suffix)
         settings = self.settings(name)
         if self.reuse(out, settings):
             return fmt.read_json(out / fmt.METADATA)
@@ -99,24 +99,23 @@ class TokenizeJob(Job):
         described = tokenizer.describe()
         dtype = fmt.token_dtype(described["vocab_size"])
         chat = dataset.kind == "chat"
-        fraction = float(self.config.data.validation_fraction)
-        shard_tokens = int(self.config.data.shard_tokens)
+        data = self.config.data
         written = assemble(
             work,
             out,
             units,
             dtype=dtype,
-            fraction=fraction,
-            shard_tokens=shard_tokens,
+            fraction=data.validation_fraction,
+            shard_tokens=data.shard_tokens,
             with_mask=chat,
-            max_tokens=int(self.config.data.max_tokens),
+            max_tokens=data.max_tokens,
         )
         metadata = {
             "format_version": fmt.FORMAT_VERSION,
             "dataset": name,
             "kind": dataset.kind,
             "settings": settings,
-            "tokenizer": {"name": str(self.config.tokenizer.name), **described},
+            "tokenizer": {"name": self.config.tokenizer.name, **described},
             "token_dtype": dtype,
             "has_loss_mask": chat,
             "documents": written["documents"],
@@ -131,8 +130,8 @@ class TokenizeJob(Job):
 
     # ------------------------------------------------------------------ settings
     def settings(self, name: str) -> dict[str, Any]:
-        data = OmegaConf.to_container(self.config.data, resolve=True)
-        tokenizer = OmegaConf.to_container(self.config.tokenizer, resolve=True)
+        data = dataclasses.asdict(self.config.data)
+        tokenizer = dataclasses.asdict(self.config.tokenizer)  # its kind's `name` included
         kept = {k: v for k, v in data.items() if k not in RUNTIME_ONLY}
         return {
             "format_version": fmt.FORMAT_VERSION,
@@ -185,8 +184,8 @@ class TokenizeJob(Job):
     def tokenize_units(
         self, name: str, dataset: Any, tokenizer_dir: Path, work: Path
     ) -> tuple[int, TokenizeMeter]:
-        workers = int(self.config.data.num_workers) or cpu_count()
-        unit_bytes = int(self.config.data.unit_bytes)
+        workers = self.config.data.num_workers or cpu_count()
+        unit_bytes = self.config.data.unit_bytes
         plan_file = work / "plan.json"
         if plan_file.exists() and fmt.read_json(plan_file) != {"unit_bytes": unit_bytes}:
             shutil.rmtree(work)  # units of another size cannot be mixed
@@ -200,7 +199,7 @@ class TokenizeJob(Job):
         context = multiprocessing.get_context("spawn")
         pending: dict[Future, int] = {}
         sizes: dict[int, int] = {}
-        max_tokens = int(self.config.data.max_tokens)
+        max_tokens = self.config.data.max_tokens
         prefix = Prefix()
         with (
             TokenizeMeter(f"tokenizing {name} ({workers} workers)") as meter,

@@ -61,14 +61,14 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def create(cls, config: Any, corpus: Corpus) -> HFTokenizer:
-        path = Path(str(config.path)).expanduser()
+        path = Path(config.path).expanduser()
         if path.is_dir():
             path = path / "tokenizer.json"
         if path.is_file():
-            return cls(path.read_text(), str(config.eos_token))
-        if "/" in str(config.path) and not str(config.path).startswith((".", "/")):
-            return cls(_from_hub(str(config.path)), str(config.eos_token))
-        raise TokenizerError(f"tokenizer.path {str(config.path)!r}: no such tokenizer.json file")
+            return cls(path.read_text(), config.eos_token)
+        if "/" in config.path and not config.path.startswith((".", "/")):
+            return cls(_from_hub(config.path), config.eos_token)
+        raise TokenizerError(f"tokenizer.path {config.path!r}: no such tokenizer.json file")
 
     @classmethod
     def load(cls, directory: Path) -> HFTokenizer:
@@ -117,7 +117,7 @@ class BPETokenizer(HFTokenizer):
         from tokenizers import Tokenizer as RustTokenizer
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
-        vocab_size = int(config.vocab_size)
+        vocab_size = config.vocab_size
         minimum = 256 + len(SPECIAL_TOKENS)
         if vocab_size < minimum:
             raise TokenizerError(f"tokenizer.vocab_size is {vocab_size}; bpe needs >= {minimum}")
@@ -126,13 +126,13 @@ class BPETokenizer(HFTokenizer):
         tk.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,
-            min_frequency=int(config.min_frequency),
+            min_frequency=config.min_frequency,
             special_tokens=SPECIAL_TOKENS,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
         log.info("training a byte-level BPE tokenizer (vocab %d)", vocab_size)
-        tk.train_from_iterator(_limited(corpus(), int(config.train_bytes)), trainer)
+        tk.train_from_iterator(_limited(corpus(), config.train_bytes), trainer)
         return cls(tk.to_str())
 
 

@@ -53,7 +53,7 @@ class TiktokenTokenizer(Tokenizer):
 
     @classmethod
     def create(cls, config: Any, corpus: Corpus) -> TiktokenTokenizer:
-        return cls(str(config.encoding))
+        return cls(config.encoding)
 
     @classmethod
     def load(cls, directory: Path) -> TiktokenTokenizer:

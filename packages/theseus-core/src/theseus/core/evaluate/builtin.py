@@ -1,16 +1,16 @@
-"""The built-in evaluations, registered through ``theseus_register_evaluations``."""
+"""The built-in evaluations (core's plugin registers them in ``theseus_register_evaluations``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from theseus.core.components import Component
 from theseus.core.evaluate import configs as ec
-from theseus.core.hookspecs import hookimpl
 
 EV = "theseus.core.evaluate"
 
 
-@hookimpl
-def theseus_register_evaluations(register):
+def register_evaluations(register: Callable[[Component], None]) -> None:
     register(
         Component(
             "val-ppl",

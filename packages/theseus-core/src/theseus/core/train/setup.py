@@ -1,0 +1,218 @@
+"""The training setup: everything a train step needs, built once from the typed config.
+
+The trainer, the dry-run memory report, time travel, evaluations and the benches all take
+a :class:`TrainSetup`; none of them re-derives the mesh, the model graph, the optimizer,
+the schedule or the step functions. Building it allocates nothing: the state exists only
+as abstract arrays (with their shardings) until :meth:`TrainSetup.init_state` is called.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from theseus.core.data.loader import TrainingData
+from theseus.core.errors import ConfigError
+from theseus.core.model import check_model
+from theseus.core.optim.build import build_optimizer, build_schedule
+from theseus.core.sharding.config import check_remat
+from theseus.core.sharding.placement import Layout
+from theseus.core.train.configs import TrainingConfig, TrainJobConfig
+from theseus.core.train.step import make_eval_step, make_train_step
+
+BATCH_FIELDS = {
+    "inputs": np.int32,
+    "targets": np.int32,
+    "positions": np.int32,
+    "segment_ids": np.int32,
+    "loss_mask": np.float32,
+}
+
+
+def plan_batches(training: TrainingConfig, devices: int) -> tuple[int, int]:
+    """(per-device micro-batch, micro-steps) from the global and per-device batch sizes."""
+    global_batch = training.global_batch_size
+    per_device = training.per_device_batch_size or global_batch // max(devices, 1)
+    per_step = per_device * devices
+    if per_device <= 0 or global_batch % per_step:
+        raise ConfigError(
+            f"training.global_batch_size={global_batch} is not a multiple of "
+            f"training.per_device_batch_size={per_device} x {devices} devices = {per_step}"
+        )
+    return per_device, global_batch // per_step
+
+
+def total_steps(training: TrainingConfig) -> int:
+    if training.total_tokens:
+        tokens_per_step = training.global_batch_size * training.seq_len
+        return max(1, math.ceil(training.total_tokens / tokens_per_step))
+    return training.total_steps
+
+
+def open_data(config: TrainJobConfig, root: str, layout: str = "packed") -> TrainingData:
+    """This process's view of the run's batches (packed documents or padded chat rows)."""
+    from theseus.core.data.api import open_training_data
+
+    training = config.training
+    return open_training_data(
+        root,
+        config.data,
+        seq_len=training.seq_len,
+        global_batch_size=training.global_batch_size,
+        seed=training.seed,
+        layout=layout,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+
+
+def model_config(config: TrainJobConfig, vocab_size: int) -> Any:
+    """The ``model`` group with the data's vocabulary and the precision override applied."""
+    model, seq_len = config.model, config.training.seq_len
+    if model.vocab_size and model.vocab_size != vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={model.vocab_size} disagrees with the tokenizer's vocabulary of "
+            f"{vocab_size}; leave model.vocab_size=0 to take it from the data"
+        )
+    if seq_len > model.max_seq_len:
+        raise ConfigError(
+            f"training.seq_len={seq_len} is longer than model.max_seq_len={model.max_seq_len}"
+        )
+    overrides: dict[str, Any] = {"vocab_size": vocab_size}
+    if config.precision.compute_dtype:
+        overrides["dtype"] = config.precision.compute_dtype
+    return replace(model, **overrides)
+
+
+@dataclass
+class TrainSetup:
+    """Mesh, model graph, optimizer, schedule, jitted steps and the abstract train state."""
+
+    config: TrainJobConfig
+    registries: Any
+    layout: Layout
+    model_config: Any
+    model_class: type
+    total_steps: int
+    per_device: int
+    micro_steps: int
+    flops_per_token: float
+    graphdef: Any
+    rest: Any
+    optimizer: optax.GradientTransformation
+    schedule: optax.Schedule
+    abstract_state: dict  # ShapeDtypeStructs carrying the state's shardings
+    state_shardings: dict
+    train_step: Any  # jitted ``step(state, batch) -> (state, metrics)``, state donated
+    eval_step: Any  # jitted ``eval_step(params, batch) -> (loss sum, token count)``
+    make_state: Any  # ``make_state() -> state``: the fresh state (jit it into its shardings)
+
+    @classmethod
+    def build(cls, config: TrainJobConfig, registries: Any, vocab_size: int) -> TrainSetup:
+        training = config.training
+        layout = Layout(config.sharding)
+        per_device, micro_steps = plan_batches(training, layout.batch_shards)
+        steps = total_steps(training)
+        schedule = build_schedule(
+            registries, config.schedule, config.optimizer.learning_rate, steps
+        )
+        optimizer = build_optimizer(registries, config.optimizer, schedule)
+        configured = model_config(config, vocab_size)
+        model_class = registries.models.get(config.model.name).load()
+        setup_key = jax.random.key(training.seed)
+
+        def build_model() -> Any:
+            return model_class(configured, rngs=nnx.Rngs(params=jax.random.fold_in(setup_key, 0)))
+
+        counted: dict[str, float] = {}
+
+        def build_and_count() -> Any:  # FLOPs are counted on the traced model
+            model = build_model()
+            counted["flops"] = float(model.flops_per_token(training.seq_len))
+            return model
+
+        abstract_model = nnx.eval_shape(build_and_count)
+        check_model(abstract_model, config.model.name)
+        graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
+        if jax.tree.leaves(rest):  # non-parameter state (none in the shipped models)
+            rest = nnx.split(build_model(), nnx.Param, ...)[2]
+
+        def fresh_state() -> dict:
+            _, params, _ = nnx.split(build_model(), nnx.Param, ...)
+            zero = jnp.zeros((), jnp.int32)
+            return {"params": params, "opt_state": optimizer.init(params), "step": zero, "skipped": zero}
+
+        abstract = jax.eval_shape(fresh_state)
+        state_shardings = layout.state_shardings(abstract)  # refuses shapes the mesh cannot divide
+        step = make_train_step(
+            graphdef,
+            rest,
+            optimizer,
+            schedule,
+            micro_steps,
+            training.skip_nonfinite,
+            micro_sharding=layout.micro_sharding(),
+            grad_shardings=layout.grad_shardings(abstract),
+            remat=check_remat(config.sharding),
+        )
+        return cls(
+            config=config,
+            registries=registries,
+            layout=layout,
+            model_config=configured,
+            model_class=model_class,
+            total_steps=steps,
+            per_device=per_device,
+            micro_steps=micro_steps,
+            flops_per_token=counted["flops"],
+            graphdef=graphdef,
+            rest=rest,
+            optimizer=optimizer,
+            schedule=schedule,
+            abstract_state=jax.tree.map(
+                lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                abstract,
+                state_shardings,
+            ),
+            state_shardings=state_shardings,
+            train_step=layout.jit_step(step, state_shardings),
+            eval_step=jax.jit(
+                make_eval_step(graphdef, rest),
+                in_shardings=(state_shardings["params"], layout.batch_sharding),
+                out_shardings=layout.replicated,
+            ),
+            make_state=fresh_state,
+        )
+
+    # ------------------------------------------------------------------ state and model
+    def init_state(self) -> dict:
+        """A fresh train state, created by a jitted init straight into its shardings."""
+        return self.layout.init_state(self.make_state)
+
+    def data_rng(self) -> jax.Array:
+        """The dropout stream's key data, replicated on the mesh (saved with checkpoints)."""
+        root_key = jax.random.key(self.config.training.seed)
+        return self.layout.replicate(jax.random.key_data(jax.random.fold_in(root_key, 2)))
+
+    def model(self, params: Any) -> Any:
+        """The model with these parameters (shared, not copied)."""
+        return nnx.merge(self.graphdef, params, self.rest)
+
+    def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+        """The global batch as abstract arrays, for lowering the step without data."""
+        training = self.config.training
+        shape = (training.global_batch_size, training.seq_len)
+        return {
+            name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.layout.batch_sharding)
+            for name, dtype in BATCH_FIELDS.items()
+        }
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.config.training.global_batch_size * self.config.training.seq_len
