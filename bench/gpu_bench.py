@@ -18,65 +18,48 @@ DEFAULT_MODELS = "gpt:124m:1024,gpt:350m:1024,llama:1b:2048"
 STEPS = int(os.environ.get("BENCH_STEPS", "10"))
 
 
-def build(family: str, preset: str, seq_len: int):
-    import jax
-    from flax import nnx
-    from theseus.core.components import Choice, JobSpec
-    from theseus.core.config import ConfigTree
-    from theseus.core.optim.build import build_optimizer, build_schedule
+def config_tree(family: str, preset: str, seq_len: int):
+    """(config tree of ``<family>/train/pretrain`` in bf16, registries, vocabulary size)."""
     from theseus.core.plugins import registries
-    from theseus.core.train.build import build_model
-    from theseus.core.train.step import make_train_step
+    from theseus.core.runner import config_for, job_spec
 
     regs = registries()
-    spec = JobSpec(
-        "bench",
-        "x:y",
-        "",
-        {
-            "model": Choice("models", family),
-            "optimizer": Choice("optimizers", "adamw"),
-            "schedule": Choice("schedules", "constant"),
-        },
-    )
-    tree = ConfigTree(spec, regs)
-    tree.set("model.preset", preset)
-    tree.set("model.max_seq_len", max(seq_len, int(tree.node.model.max_seq_len)))
-    cfg = tree.node
-    vocab = int(cfg.model.vocab_size) or 50304
-    model = build_model(regs, cfg.model, vocab, seq_len, jax.random.key(0), "bfloat16")
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    optimizer = build_optimizer(regs, cfg.optimizer, cfg.schedule, 1000)
-    schedule = build_schedule(regs, cfg.schedule, cfg.optimizer.learning_rate, 1000)
-    step = jax.jit(make_train_step(graphdef, rest, optimizer, schedule, 1, False), donate_argnums=0)
-    return model, params, optimizer, step, vocab
+    overrides = [
+        f"model.preset={preset}",
+        f"training.seq_len={seq_len}",
+        "precision.compute_dtype=bfloat16",
+        "optimizer.name=adamw",
+        "schedule.name=constant",
+    ]
+    tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, overrides)
+    tree.set("model.max_seq_len", max(seq_len, int(tree.get("model.max_seq_len"))))
+    return tree, regs, int(tree.get("model.vocab_size")) or 50304
 
 
 def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
     import jax
-    import jax.numpy as jnp
     from synthetic import synthetic_batch, timed_steps
+    from theseus.core.train.configs import TrainJobConfig
     from theseus.core.train.metrics import device_peak_flops
+    from theseus.core.train.setup import TrainSetup
 
-    model, params, optimizer, step, vocab = build(family, preset, seq_len)
+    tree, regs, vocab = config_tree(family, preset, seq_len)
     peak, source = device_peak_flops()
+    devices = jax.device_count()
     best = None
     batch_size = max_batch
-    while batch_size >= 1:
+    while batch_size >= devices:
         try:
-            state = {
-                "params": jax.tree.map(jnp.copy, params),
-                "opt_state": optimizer.init(params),
-                "step": jnp.zeros((), jnp.int32),
-                "skipped": jnp.zeros((), jnp.int32),
-            }
-            batch = jax.device_put(synthetic_batch(batch_size, seq_len, vocab))
+            tree.set("training.global_batch_size", batch_size)
+            setup = TrainSetup.build(tree.to_object(TrainJobConfig), regs, vocab)
+            state = setup.init_state()
+            batch = setup.layout.place_batch(synthetic_batch(batch_size, seq_len, vocab))
             start = time.perf_counter()
-            state, metrics = step(state, batch)
+            state, metrics = setup.train_step(state, batch)
             metrics["loss"].block_until_ready()
             compile_s = time.perf_counter() - start
-            state, metrics, elapsed = timed_steps(step, state, batch, 2, STEPS)
+            state, metrics, elapsed = timed_steps(setup.train_step, state, batch, 2, STEPS)
             tps = STEPS * batch_size * seq_len / elapsed
             best = {
                 "family": family,
@@ -86,16 +69,18 @@ def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
                 "tokens_per_sec": tps,
                 "step_s": elapsed / STEPS,
                 "compile_and_first_step_s": compile_s,
-                "flops_per_token": model.flops_per_token(seq_len),
+                "flops_per_token": setup.flops_per_token,
                 "peak_flops": peak,
                 "peak_source": source,
-                "mfu": model.flops_per_token(seq_len) * tps / peak,
+                "devices": devices,
+                "mfu": setup.flops_per_token * tps / (peak * devices),
                 "device": jax.devices()[0].device_kind,
             }
             break
         except Exception as error:  # out of memory: halve the batch
             if "RESOURCE_EXHAUSTED" not in str(error) and "out of memory" not in str(error).lower():
                 raise
+            state = batch = None
             batch_size //= 2
     return best or {"family": family, "preset": preset, "error": "no batch size fits"}
 

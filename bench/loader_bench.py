@@ -49,13 +49,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    from omegaconf import OmegaConf
     from theseus.core.data import DataConfig, open_training_data
     from theseus.core.runner import run
 
     with tempfile.TemporaryDirectory() as root:
         run("data/tokenize/python-stdlib", ["tokenizer.name=byte"], root=root)
-        data_config = OmegaConf.structured(DataConfig(tokenizer="byte"))
+        data_config = DataConfig(tokenizer="byte")
         data = open_training_data(root, data_config, seq_len=SEQ, global_batch_size=BATCH, seed=0)
         shard = Path(root) / "data" / "python-stdlib" / "train-00000.bin"
         tokens = np.memmap(shard, dtype=np.uint16, mode="r")

@@ -63,7 +63,7 @@ def run_job(root: Path, tokenizer_json: Path, documents: int, workers: int) -> d
     )
     prepared.run_dir.create(prepared.spec.key, prepared.tree.to_yaml(), None)
     context = JobContext(root=str(root), run=prepared.run_dir, registries=prepared.registries)
-    job = TokenizeJob(prepared.tree.node, context)
+    job = TokenizeJob(prepared.typed_config(), context)
     before = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     metadata = job()

@@ -32,46 +32,33 @@ def theseus_side() -> tuple[Callable[[int], float], dict, Callable[[], float]]:
     """(run n steps -> seconds, facts, one matmul -> seconds) for the theseus step."""
     import jax
     import jax.numpy as jnp
-    from flax import nnx
     from synthetic import synthetic_batch
-    from theseus.core.components import Choice, JobSpec
-    from theseus.core.config import ConfigTree
-    from theseus.core.optim.build import build_optimizer, build_schedule
     from theseus.core.plugins import registries
-    from theseus.core.train.build import build_model
-    from theseus.core.train.step import make_train_step
+    from theseus.core.runner import config_for, job_spec
+    from theseus.core.train.configs import TrainJobConfig
+    from theseus.core.train.setup import TrainSetup
 
     regs = registries()
-    choices = {
-        "model": Choice("models", "gpt"),
-        "optimizer": Choice("optimizers", "adamw"),
-        "schedule": Choice("schedules", "constant"),
-    }
-    tree = ConfigTree(JobSpec("bench", "x:y", "", choices), regs)
-    for key, value in {
+    b, t, vocab = SHAPE["batch"], SHAPE["seq_len"], SHAPE["vocab"]
+    overrides = {
         "model.n_layers": SHAPE["n_layers"],
         "model.d_model": SHAPE["d_model"],
         "model.n_heads": SHAPE["n_heads"],
-        "model.max_seq_len": SHAPE["seq_len"],
+        "model.max_seq_len": t,
+        "training.seq_len": t,
+        "training.global_batch_size": b,
+        "optimizer.name": "adamw",
         "optimizer.weight_decay": 0.1,
-    }.items():
-        tree.set(key, value)
-    cfg = tree.node
-    b, t, vocab = SHAPE["batch"], SHAPE["seq_len"], SHAPE["vocab"]
-    model = build_model(regs, cfg.model, vocab, t, jax.random.key(0))
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    optimizer = build_optimizer(regs, cfg.optimizer, cfg.schedule, 1000)
-    schedule = build_schedule(regs, cfg.schedule, cfg.optimizer.learning_rate, 1000)
-    step = jax.jit(make_train_step(graphdef, rest, optimizer, schedule, 1, False), donate_argnums=0)
-    state = {
-        "params": params,
-        "opt_state": optimizer.init(params),
-        "step": jnp.zeros((), jnp.int32),
-        "skipped": jnp.zeros((), jnp.int32),
+        "schedule.name": "constant",
     }
-    batch = jax.device_put(synthetic_batch(b, t, vocab))
+    tree = config_for(
+        job_spec("gpt/train/pretrain", regs), regs, [f"{k}={v}" for k, v in overrides.items()]
+    )
+    setup = TrainSetup.build(tree.to_object(TrainJobConfig), regs, vocab)
+    state = setup.init_state()
+    batch = setup.layout.place_batch(synthetic_batch(b, t, vocab))
     start = time.perf_counter()
-    compiled = step.lower(state, batch).compile()
+    compiled = setup.train_step.lower(state, batch).compile()
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
     state, metrics = compiled(state, batch)
@@ -79,7 +66,7 @@ def theseus_side() -> tuple[Callable[[int], float], dict, Callable[[], float]]:
     facts = {
         "compile_s": compile_s,
         "first_step_s": time.perf_counter() - start,
-        "flops_per_token": model.flops_per_token(t),
+        "flops_per_token": setup.flops_per_token,
     }
     holder = {"state": state, "metrics": metrics}
 

@@ -86,4 +86,3 @@ def theseus_register_jobs(register, registries):
     from theseus.core.evaluate.job import register_evaluate_jobs
 
     register_evaluate_jobs(register, registries)
-

@@ -65,7 +65,11 @@ class Decoder(Protocol):
 
 def check_model(model: Any, name: str) -> None:
     """A one-line error naming what a registered model class lacks."""
-    missing = [m for m in ("config", "blocks", "forward_with_aux", "flops_per_token") if not hasattr(model, m)]
+    missing = [
+        m
+        for m in ("config", "blocks", "forward_with_aux", "flops_per_token")
+        if not hasattr(model, m)
+    ]
     if missing or not isinstance(model, LanguageModel):
         raise PluginError(
             f"model {name!r} ({type(model).__name__}) does not implement "

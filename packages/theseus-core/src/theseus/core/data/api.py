@@ -13,6 +13,7 @@ from theseus.core.data.reader import TokenizedDataset
 from theseus.core.jobs import Prerequisite
 from theseus.core.plugins import registries as default_registries
 
+
 def mixture_entries(data: DataConfig) -> list[tuple[str, float]]:
     """``[(dataset, weight), ...]``: the mixture, or the single dataset with weight 1."""
     if not data.mixture:
@@ -48,7 +49,9 @@ def tokenize_prerequisites(
     return [dataset_prerequisite(data, name, primary, root, registries) for name, _ in entries]
 
 
-def open_dataset(root: str | os.PathLike, data: DataConfig, name: str, primary: str) -> TokenizedDataset:
+def open_dataset(
+    root: str | os.PathLike, data: DataConfig, name: str, primary: str
+) -> TokenizedDataset:
     path = fmt.dataset_dir(root, name, data.suffix)
     prepare = dataset_prerequisite(data, name, primary, root)
     hint = " ".join([prepare.key, *prepare.overrides])

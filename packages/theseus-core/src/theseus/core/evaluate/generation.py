@@ -58,7 +58,7 @@ def greedy(target: EvalTarget, prompts: list[list[int]], max_new_tokens: int) ->
 
 def addition_problems(config: Any) -> list[tuple[str, str]]:
     rng = random.Random(config.seed)
-    top = 10 ** config.max_digits
+    top = 10**config.max_digits
     problems = []
     for _ in range(config.num_examples):
         a, b = rng.randrange(top), rng.randrange(top)

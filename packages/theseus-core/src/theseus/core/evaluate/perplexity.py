@@ -25,7 +25,7 @@ def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
         from theseus.core.data.reader import TokenizedDataset
 
         dataset = TokenizedDataset(Path(target.root) / "data" / config.dataset)
-        if dataset.vocab_size > int(target.model.config.vocab_size):
+        if dataset.vocab_size > target.model.config.vocab_size:
             raise EvaluationError(
                 f"{dataset.path} was tokenized with {dataset.vocab_size} tokens; the model has "
                 f"vocab_size={target.model.config.vocab_size}: tokenize it with the model's tokenizer"

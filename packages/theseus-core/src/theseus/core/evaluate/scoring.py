@@ -53,7 +53,7 @@ class Scorer:
         self.batch_size = batch_size
         self.pad_id = pad_id
         self.padding_side = padding_side
-        self.max_len = int(model.config.max_seq_len)
+        self.max_len = model.config.max_seq_len
         self.graphdef, self.state = nnx.split(model)
 
     # ------------------------------------------------------------------ rows

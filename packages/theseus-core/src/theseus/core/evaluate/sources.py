@@ -38,9 +38,7 @@ def _hub(name: str, config: Any) -> Iterator[dict]:
             f"evaluate.options.{name}.files to local jsonl"
         ) from error
     try:
-        loaded = datasets.load_dataset(
-            config.hf_path, config.hf_name or None, split=config.split
-        )
+        loaded = datasets.load_dataset(config.hf_path, config.hf_name or None, split=config.split)
     except Exception as error:  # offline, unknown dataset, ...
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise EvaluationError(

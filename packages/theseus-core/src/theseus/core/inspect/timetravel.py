@@ -72,7 +72,7 @@ class Moment:
         batch = self.batch()
 
         def mean_loss(params: Any) -> Any:
-            total, (_, count, _) = summed_loss(self.setup.graphdef, params, self.setup.rest, batch)
+            total, (_, count) = summed_loss(self.setup.graphdef, params, self.setup.rest, batch)
             return total / jnp.maximum(count, 1.0)
 
         return jax.jit(jax.grad(mean_loss))(self.state["params"])
@@ -104,9 +104,7 @@ class Moment:
                 p: m for p, m in self.modules().items() if p and type(m).__name__ == type_name
             }
             if not chosen:
-                raise InspectError(
-                    f"no module of type {type_name!r} in run {self.run}"
-                )
+                raise InspectError(f"no module of type {type_name!r} in run {self.run}")
         else:
             chosen = {p: self.module(p) for p in paths}
         batch = self.batch()
@@ -150,9 +148,7 @@ def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None
     setup = TrainSetup.build(config, regs, data.vocab_size)
     checkpoints = Checkpoints(run_dir.checkpoint_dir, 1000, 0, False)
     try:
-        state, _, _ = checkpoints.restore(
-            step, setup.abstract_state, abstract_of(setup.data_rng())
-        )
+        state, _, _ = checkpoints.restore(step, setup.abstract_state, abstract_of(setup.data_rng()))
     finally:
         checkpoints.close()
     return Moment(setup, data, run, step, state)

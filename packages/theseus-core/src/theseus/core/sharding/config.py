@@ -50,7 +50,7 @@ def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
     ``data`` otherwise -- and is 1 everywhere else.
     """
     base, _ = parse_strategy(config.strategy)
-    sizes = {axis: int(getattr(config, axis)) for axis in MESH_AXES}
+    sizes = {axis: getattr(config, axis) for axis in MESH_AXES}
     for axis, size in sizes.items():
         if size < -1:
             raise ShardingError(f"sharding.{axis}={size}: use a positive size, -1 (the rest) or 0")
@@ -81,7 +81,7 @@ def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
 def planned_devices(config: ShardingConfig) -> int | None:
     """The device count the config fixes (no axis takes "the rest"), else None."""
     base, _ = parse_strategy(config.strategy)
-    sizes = {axis: int(getattr(config, axis)) for axis in MESH_AXES}
+    sizes = {axis: getattr(config, axis) for axis in MESH_AXES}
     auto = "fsdp" if base == "fsdp" else "data"
     if any(size == -1 for size in sizes.values()) or sizes[auto] == 0:
         return None

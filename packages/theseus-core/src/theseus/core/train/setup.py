@@ -146,7 +146,12 @@ class TrainSetup:
         def fresh_state() -> dict:
             _, params, _ = nnx.split(build_model(), nnx.Param, ...)
             zero = jnp.zeros((), jnp.int32)
-            return {"params": params, "opt_state": optimizer.init(params), "step": zero, "skipped": zero}
+            return {
+                "params": params,
+                "opt_state": optimizer.init(params),
+                "step": zero,
+                "skipped": zero,
+            }
 
         abstract = jax.eval_shape(fresh_state)
         state_shardings = layout.state_shardings(abstract)  # refuses shapes the mesh cannot divide

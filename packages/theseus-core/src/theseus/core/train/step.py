@@ -28,7 +28,8 @@ def token_losses(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array:
 def summed_loss(
     graphdef: nnx.GraphDef, params: Any, rest: Any, batch: Batch, remat: str = "none"
 ) -> tuple[jax.Array, Any]:
-    """Sum of masked token losses (plus aux losses scaled by the token count) and stats."""
+    """Sum of masked token losses (plus aux losses scaled by the token count), and
+    ``(cross-entropy sum, token count)``."""
     model = nnx.merge(graphdef, params, rest)
     if remat != "none":
         from theseus.core.sharding.remat import checkpoint_blocks
@@ -41,7 +42,7 @@ def summed_loss(
     ce_sum = jnp.sum(token_losses(logits, batch["targets"]) * mask)
     count = jnp.sum(mask)
     aux_total = sum(aux.values()) if aux else jnp.zeros((), jnp.float32)
-    return ce_sum + aux_total * count, (ce_sum, count, aux_total)
+    return ce_sum + aux_total * count, (ce_sum, count)
 
 
 def split_micro(batch: Batch, micro_steps: int) -> Batch:
@@ -74,18 +75,18 @@ def make_train_step(
         params = state["params"]
 
         def accumulate(carry: Any, micro: Batch) -> tuple[Any, None]:
-            grads_sum, ce_sum, count, aux_sum = carry
-            grads, (ce, n, aux) = grad_fn(params, micro)
+            grads_sum, ce_sum, count = carry
+            grads, (ce, n) = grad_fn(params, micro)
             grads_sum = jax.tree.map(jnp.add, grads_sum, constrain(grads, grad_shardings))
-            return (grads_sum, ce_sum + ce, count + n, aux_sum + aux), None
+            return (grads_sum, ce_sum + ce, count + n), None
 
         zero = jnp.zeros((), jnp.float32)
-        init = (constrain(jax.tree.map(jnp.zeros_like, params), grad_shardings), zero, zero, zero)
+        init = (constrain(jax.tree.map(jnp.zeros_like, params), grad_shardings), zero, zero)
         if micro_steps == 1:
-            grads_sum, (ce_sum, count, aux_sum) = grad_fn(params, batch)
+            grads_sum, (ce_sum, count) = grad_fn(params, batch)
         else:
             micro = constrain(split_micro(batch, micro_steps), micro_sharding)
-            (grads_sum, ce_sum, count, aux_sum), _ = jax.lax.scan(accumulate, init, micro)
+            (grads_sum, ce_sum, count), _ = jax.lax.scan(accumulate, init, micro)
         grads_sum = constrain(grads_sum, grad_shardings)
         denominator = jnp.maximum(count, 1.0)
         grads = jax.tree.map(lambda g: g / denominator, grads_sum)
@@ -101,10 +102,8 @@ def make_train_step(
             skipped = skipped + jnp.where(finite, 0, 1).astype(skipped.dtype)
         metrics = {
             "loss": loss,
-            "aux_loss": aux_sum / micro_steps,
             "grad_norm": optax.global_norm(grads),
             "learning_rate": schedule(state["step"]),
-            "tokens": count,
             "skipped": skipped,
         }
         new_state = {
@@ -124,7 +123,7 @@ def make_eval_step(
     """``eval_step(params, batch) -> (summed loss, token count)``."""
 
     def eval_step(params: Any, batch: Batch) -> tuple[jax.Array, jax.Array]:
-        _, (ce_sum, count, _) = summed_loss(graphdef, params, rest, batch)
+        _, (ce_sum, count) = summed_loss(graphdef, params, rest, batch)
         return ce_sum, count
 
     return eval_step

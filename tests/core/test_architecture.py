@@ -1,0 +1,132 @@
+"""The architecture stays as docs/architecture.md draws it: checked on the source itself."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+from theseus.core import hookspecs, plugins
+
+CORE_SRC = Path(__file__).resolve().parents[2] / "packages" / "theseus-core" / "src"
+PLUGIN_PACKAGES = re.compile(r"theseus\.(models|data|dispatch)\b")
+
+
+def core_modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module that theseus-core ships."""
+    modules = {}
+    for path in sorted(CORE_SRC.rglob("*.py")):
+        parts = list(path.relative_to(CORE_SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """Core modules that ``name`` imports anywhere: top level, in functions, under TYPE_CHECKING
+    excluded (those never run)."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for child in ast.walk(node))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in known else base)
+    return {m for m in found if m in known and m != name}
+
+
+def test_core_has_no_import_circles_even_through_function_level_imports():
+    known = core_modules()
+    graph = {name: imported_modules(path, name, known) for name, path in known.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, "import circles in core: " + "; ".join(" -> ".join(c) for c in cycles)
+    # the walk sees real edges (a broken walker would pass vacuously)
+    assert "theseus.core.train.setup" in graph["theseus.core.train.trainer"]
+
+
+def test_core_never_names_a_plugin_package_even_in_a_string():
+    offenders = [
+        f"{path.relative_to(CORE_SRC)}:{number}: {line.strip()}"
+        for path in sorted(CORE_SRC.rglob("*"))
+        if path.is_file() and path.suffix in (".py", ".md", ".txt", ".toml")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if PLUGIN_PACKAGES.search(line)
+    ]
+    assert not offenders, "core names a plugin package:\n" + "\n".join(offenders)
+    assert PLUGIN_PACKAGES.search('load_target("theseus.models.hf:load_hf")')  # the check bites
+
+
+def hookspec_names() -> list[str]:
+    """The hookspecs in the order hookspecs.py defines (and documents) them."""
+    names = [n for n, f in vars(hookspecs).items() if n.startswith("theseus_") and callable(f)]
+    return sorted(names, key=lambda n: inspect.getsourcelines(getattr(hookspecs, n))[1])
+
+
+def test_hookspecs_are_documented_in_the_order_plugins_calls_them():
+    names = hookspec_names()
+    registration = [*plugins.COMPONENT_HOOKS.values(), "theseus_register_jobs"]
+    registration.append("theseus_register_commands")
+    assert names[: len(registration)] == registration
+    runtime = names[len(registration) :]
+    assert runtime == [
+        "theseus_job_prerequisites",
+        "theseus_prepare_dataset",
+        "theseus_load_tokenizer",
+        "theseus_load_hf_model",
+        "theseus_save_hf_model",
+        "theseus_generate",
+        "theseus_on_train_start",
+        "theseus_on_step_end",
+        "theseus_on_eval",
+        "theseus_on_checkpoint",
+        "theseus_on_train_end",
+    ]
+    module_doc = hookspecs.__doc__ or ""
+    for name in names:
+        doc = inspect.getdoc(getattr(hookspecs, name)) or ""
+        assert len(doc) > 40, f"{name} has no real docstring"
+        if name not in registration:  # run-time hooks are listed in the call-order overview
+            assert name in module_doc, f"{name} is missing from hookspecs' call-order overview"
+
+
+def test_every_service_hook_is_answered_by_an_installed_plugin():
+    """theseus-models and theseus-data implement core's service hooks like any plugin."""
+    regs = plugins.registries()
+    for name in (
+        "theseus_prepare_dataset",
+        "theseus_load_tokenizer",
+        "theseus_load_hf_model",
+        "theseus_save_hf_model",
+        "theseus_generate",
+    ):
+        owners = {impl.plugin_name for impl in getattr(regs.hook, name).get_hookimpls()}
+        assert owners & {"models", "data"}, f"no installed plugin implements {name}"
