@@ -136,14 +136,8 @@ def hf_checkpoint(tmp_path_factory):
 def tiny(family: str, **overrides: Any) -> Any:
     """A tiny random theseus model of ``family`` (its ``tiny`` preset, vocab 97)."""
     from flax import nnx
-    from theseus.models import configs
-    from theseus.models.hf import model_class
+    from theseus.models.plugin import family_named
 
-    config_cls = configs.FAMILIES[family][0]
-    values = {
-        **configs.PRESETS[family]["tiny"],
-        "vocab_size": VOCAB,
-        "max_seq_len": 64,
-        **overrides,
-    }
-    return model_class(family)(config_cls(preset="tiny", **values), rngs=nnx.Rngs(params=0))
+    spec = family_named(family)
+    values = {**spec.presets["tiny"], "vocab_size": VOCAB, "max_seq_len": 64, **overrides}
+    return spec.load_model()(spec.config(preset="tiny", **values), rngs=nnx.Rngs(params=0))

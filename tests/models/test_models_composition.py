@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 from theseus.models.layers import Attention
 from theseus.models.layers.attention import heads_first
-from theseus.models.llama import Llama
+from theseus.models.llama.model import Llama
 
 from tests.models.conftest import VOCAB, needs_parity, tiny
 
@@ -41,12 +41,9 @@ def cap(value: float):
         SoftCappedAttention.cap = old
 
 
-def with_params_of(model_cls, source, **config_changes):
+def with_params_of(model_cls, source):
     """A ``model_cls`` model holding ``source``'s parameters."""
-    config = source.config
-    for key, value in config_changes.items():
-        setattr(config, key, value)
-    target = model_cls(config, rngs=nnx.Rngs(params=1))
+    target = model_cls(source.config, rngs=nnx.Rngs(params=1))
     nnx.update(target, nnx.state(source, nnx.Param))
     return target
 

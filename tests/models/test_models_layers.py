@@ -11,7 +11,7 @@ from flax import nnx
 from tests.models.conftest import VOCAB, tiny
 
 FAMILIES = ["gpt", "llama", "qwen2", "qwen3", "qwen3_moe"]
-AXES = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "experts", "layers", None}
+AXES = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "experts", None}
 
 
 def tokens(batch: int = 2, length: int = 16, seed: int = 0) -> jax.Array:
@@ -120,7 +120,7 @@ def test_flops_per_token_convention():
     assert moe.flops_per_token(T) < dense_like.flops_per_token(T)  # only k experts are active
 
 
-def test_trainer_contract_split_jit_donate():
+def test_trainer_contract_split_merge_and_differentiate():
     model = tiny("gpt")
     graphdef, params = nnx.split(model, nnx.Param)
 
@@ -129,32 +129,38 @@ def test_trainer_contract_split_jit_donate():
         logp = jax.nn.log_softmax(logits)
         return -jnp.take_along_axis(logp, x[:, 1:, None], axis=-1).mean()
 
-    step = jax.jit(lambda p, x: jax.value_and_grad(loss)(p, x), donate_argnums=())
+    step = jax.jit(lambda p, x: jax.value_and_grad(loss)(p, x))
     value, grads = step(params, tokens())
     assert np.isfinite(float(value)) and abs(float(value) - np.log(VOCAB)) < 0.5
     assert jax.tree.structure(grads) == jax.tree.structure(params)
     hash(graphdef)  # usable as a static jit argument
 
 
-def test_config_from_the_config_tree_node():
-    from omegaconf import OmegaConf
-    from theseus.models.errors import ModelError
-    from theseus.models.gpt import GPT
+def test_models_take_their_typed_config_as_given():
+    import dataclasses
 
-    node = OmegaConf.create(
-        {
-            "name": "gpt",
-            "preset": "",
-            "vocab_size": VOCAB,
-            "n_layers": 1,
-            "d_model": 32,
-            "n_heads": 2,
-        }
+    from theseus.models.errors import ModelError
+    from theseus.models.gpt.config import GPTConfig
+    from theseus.models.gpt.model import GPT
+    from theseus.models.llama.config import LlamaConfig
+
+    # the config tree hands a model a subclass of its config with a `name` field
+    named = dataclasses.make_dataclass(
+        "ModelGPTConfig",
+        [("name", str, dataclasses.field(default="gpt"))],
+        bases=(GPTConfig,),
+        unsafe_hash=True,
     )
-    model = GPT(node, rngs=nnx.Rngs(params=0))
-    assert model.config.n_layers == 1 and model.config.d_ff == 0
-    with pytest.raises(ModelError, match="no field.*n_experts"):
-        GPT({"vocab_size": VOCAB, "n_experts": 2}, rngs=nnx.Rngs(params=0))
+    config = named(vocab_size=VOCAB, n_layers=1, d_model=32, n_heads=2)
+    before = dataclasses.asdict(config)
+    model = GPT(config, rngs=nnx.Rngs(params=0))
+    assert model.config is config and dataclasses.asdict(config) == before  # kept, unchanged
+    assert model(tokens(1, 4)).shape == (1, 4, VOCAB)
+    hash(nnx.graphdef(model))
+    with pytest.raises(ModelError, match="GPT is built from a GPTConfig .* not a dict"):
+        GPT({"vocab_size": VOCAB}, rngs=nnx.Rngs(params=0))
+    with pytest.raises(ModelError, match="not a LlamaConfig"):
+        GPT(LlamaConfig(vocab_size=VOCAB), rngs=nnx.Rngs(params=0))
 
 
 def test_bad_inputs_name_the_values():

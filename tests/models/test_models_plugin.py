@@ -1,4 +1,5 @@
-"""Registration: the families, their presets, the generate jobs; the plugin module stays light."""
+"""Registration (the families, their presets, the generate jobs), the service hooks, and the
+plugin module staying light."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from theseus.models.configs import FAMILIES, PRESETS
+from theseus.models.plugin import FAMILIES
 
 
 def test_registering_imports_no_jax_or_torch():
@@ -27,21 +28,22 @@ def test_families_and_generate_jobs_are_registered():
     from theseus.core.plugins import load_registries
 
     registries = load_registries()
-    for name, (config, target, _) in FAMILIES.items():
-        component = registries.models.get(name)
-        assert component.config is config and component.target == target
-        assert "tiny" in component.extra["presets"]
-        assert f"{name}/generate" in registries.jobs
+    for family in FAMILIES:
+        component = registries.models.get(family.name)
+        assert component.config is family.config and component.target == family.model
+        assert component.extra["presets"] is family.presets and "tiny" in family.presets
+        assert f"{family.name}/generate" in registries.jobs
+        assert family.load_model().config_class is family.config
+        assert family.load_hf().config_from_hf  # every family here maps to transformers
 
 
-@pytest.mark.parametrize("family", sorted(PRESETS))
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_presets_name_real_fields_and_defaults_have_help(family):
-    config = FAMILIES[family][0]
-    names = {f.name for f in dataclasses.fields(config)}
-    for preset, values in PRESETS[family].items():
+    names = {f.name for f in dataclasses.fields(family.config)}
+    for preset, values in family.presets.items():
         assert set(values) <= names, (preset, set(values) - names)
-        config(**values)
-    for f in dataclasses.fields(config):
+        family.config(**values)
+    for f in dataclasses.fields(family.config):
         assert f.metadata.get("help"), f.name
 
 
@@ -99,5 +101,37 @@ def test_generate_job_on_a_plain_nnx_state(root):
     from theseus.core.jobs import JobContext
 
     context = JobContext(str(root), run.run_dir, run.registries, {"state": nnx.state(model)})
-    texts = GenerateJob(run.config, context)()
+    texts = GenerateJob(run.tree.to_object(), context)()  # the typed config a job receives
     assert texts == [" ".join(map(str, generate(model, [[5, 6, 7]], max_new_tokens=3)[0]))]
+
+
+def test_service_hooks_through_the_core_registries(tmp_path):
+    import json
+
+    from theseus.core.plugins import registries
+    from theseus.models.generate import generate
+
+    from tests.models.conftest import tiny
+
+    hook = registries().hook
+    model = tiny("qwen3")
+    written = hook.theseus_save_hf_model(model=model, directory=str(tmp_path / "hf"))
+    assert written == tmp_path / "hf" and (written / "model.safetensors").is_file()
+    loaded = hook.theseus_load_hf_model(directory=str(written), dtype="")
+    assert loaded.family == "qwen3" and loaded.config.dtype == "float32"
+    assert loaded.special_tokens == ()
+    bf16 = hook.theseus_load_hf_model(directory=str(written), dtype="bfloat16")
+    assert bf16.config.dtype == "bfloat16"
+
+    prompts = [[5, 6, 7], [8, 9]]
+    kw = dict(prompts=prompts, max_new_tokens=4, stop_tokens=[], pad_id=0)
+    assert hook.theseus_generate(model=loaded, **kw) == generate(model, prompts, max_new_tokens=4)
+
+    # what this plugin does not handle is answered with None, for another plugin to take
+    assert hook.theseus_generate(model=object(), **kw) is None
+    assert hook.theseus_save_hf_model(model=object(), directory=str(tmp_path / "x")) is None
+    (tmp_path / "mamba").mkdir()
+    (tmp_path / "mamba" / "config.json").write_text(
+        json.dumps({"architectures": ["MambaForCausalLM"]})
+    )
+    assert hook.theseus_load_hf_model(directory=str(tmp_path / "mamba"), dtype="") is None

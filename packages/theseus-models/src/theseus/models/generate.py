@@ -44,8 +44,8 @@ def _prefill(graphdef, state, tokens, positions, segments, cache):
     return logits[:, -1], cache
 
 
-@partial(jax.jit, static_argnums=(0, 5, 6, 7))
-def _step(graphdef, state, token_B, position_B, cache, temperature, top_k, top_p, key):
+@partial(jax.jit, static_argnums=(0,))
+def _step(graphdef, state, token_B, position_B, cache):
     model = nnx.merge(graphdef, state)
     logits, cache = model.decode(
         token_B[:, None],
@@ -113,6 +113,7 @@ def generate(
     key = jax.random.key(seed)
     next_pos = jnp.asarray(positions[:, -1] + 1)
     stops = np.asarray(sorted(set(stop_tokens)), np.int32)
+    stop_set = set(stops.tolist())
     out = np.zeros((B, max_new_tokens), np.int32)
     done = np.zeros((B,), bool)
     for t in range(max_new_tokens):
@@ -123,20 +124,10 @@ def generate(
         done |= np.isin(token, stops)
         if done.all() or t == max_new_tokens - 1:
             break
-        logits, cache = _step(
-            graphdef,
-            state,
-            jnp.asarray(token),
-            next_pos + t,
-            cache,
-            float(temperature),
-            int(top_k),
-            float(top_p),
-            sub,
-        )
+        logits, cache = _step(graphdef, state, jnp.asarray(token), next_pos + t, cache)
     results = []
     for row in range(B):
         ids = out[row].tolist()
-        hit = [i for i, tok in enumerate(ids) if tok in set(stops.tolist())]
+        hit = [i for i, tok in enumerate(ids) if tok in stop_set]
         results.append(ids[: hit[0] + 1] if hit else ids)
     return results

@@ -14,6 +14,8 @@ log = logging.getLogger(__name__)
 
 
 class GenerateJob(Job):
+    """Typed config: ``model`` (the registered model's config) and ``generate``."""
+
     def load_model(self) -> Any:
         """From ``context.extra["model"]`` or ``["state"]`` (Python callers), else ``hf_dir``."""
         extra = self.context.extra
@@ -22,15 +24,16 @@ class GenerateJob(Job):
         if "state" in extra:
             from flax import nnx
 
-            cls = self.context.registries.models.get(self.config.model.name).load()
-            model = nnx.eval_shape(lambda: cls(self.config.model, rngs=nnx.Rngs(params=0)))
+            config = self.config.model
+            cls = self.context.registries.models.get(config.name).load()
+            model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0)))
             nnx.update(model, extra["state"])
             return model
         g = self.config.generate
         if g.hf_dir:
             from theseus.models.hf import load_hf
 
-            return load_hf(g.hf_dir, dtype=self.config.model.dtype)
+            return load_hf(g.hf_dir, dtype=getattr(self.config.model, "dtype", None))
         if g.checkpoint:
             raise ModelError(
                 f"checkpoint={g.checkpoint!r}: loading training checkpoints is not wired yet; "
@@ -54,9 +57,14 @@ class GenerateJob(Job):
 
         g = self.config.generate
         model = self.load_model()
+        if not hasattr(model, "init_cache"):
+            raise ModelError(
+                f"{type(model).__name__} has no KV cache (init_cache/decode): it cannot generate"
+            )
         tok = self.tokenizer()
         if tok is not None:
-            model.check_vocab(tok.get_vocab_size())
+            if hasattr(model, "check_vocab"):
+                model.check_vocab(tok.get_vocab_size())
             prompts = [tok.encode(p).ids for p in g.prompts]
         else:
             try:

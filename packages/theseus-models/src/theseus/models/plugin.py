@@ -1,30 +1,54 @@
-"""The theseus-models plugin: registers through the entry point group ``theseus``.
+"""The theseus-models plugin (entry point group ``theseus``): families, jobs and services.
 
-Cheap to import: config dataclasses only; the model code loads when a model is built.
+``FAMILIES`` is the one list of model families. Adding one is a folder beside ``gpt/``
+(``config.py``, ``model.py``, ``hf.py`` and an ``__init__`` defining its ``FAMILY``) and a
+line here. Cheap to import: configs and presets only; the model, Hugging Face and generation
+code is imported inside the hook bodies.
 """
 
 from __future__ import annotations
 
-from theseus.core.components import Component, JobSpec
+from typing import Any
+
+from theseus.core.components import Choice, JobSpec
 from theseus.core.hookspecs import hookimpl
-from theseus.models.configs import FAMILIES, PRESETS
+from theseus.models import gpt, llama, qwen2, qwen3, qwen3_moe
+from theseus.models.family import Family
+
+FAMILIES: tuple[Family, ...] = (
+    gpt.FAMILY,
+    llama.FAMILY,
+    qwen2.FAMILY,
+    qwen3.FAMILY,
+    qwen3_moe.FAMILY,
+)
+
+
+def family_named(name: str) -> Family:
+    for family in FAMILIES:
+        if family.name == name:
+            return family
+    from theseus.models.errors import ModelError
+
+    known = ", ".join(family.name for family in FAMILIES)
+    raise ModelError(f"unknown model family {name!r} (known: {known})")
+
+
+# ---------------------------------------------------------------------------- registration
 
 
 @hookimpl
-def theseus_register_models(register):
-    for name, (config, target, description) in FAMILIES.items():
-        register(Component(name, config, target, description, extra={"presets": PRESETS[name]}))
+def theseus_register_models(register: Any) -> None:
+    for family in FAMILIES:
+        register(family.component())
 
 
 @hookimpl
-def theseus_register_jobs(register, registries):
-    from theseus.core.components import Choice
+def theseus_register_jobs(register: Any, registries: Any) -> None:
     from theseus.models.generate_config import GenerateConfig
 
-    for name in registries.models.names():
-        if registries.models.get(name).target.startswith("theseus.models.") and (
-            f"{name}/generate" not in registries.jobs
-        ):
+    for name in registries.models.names():  # any model with a KV cache can generate
+        if f"{name}/generate" not in registries.jobs:
             register(
                 JobSpec(
                     key=f"{name}/generate",
@@ -36,3 +60,41 @@ def theseus_register_jobs(register, registries):
                     },
                 )
             )
+
+
+# ---------------------------------------------------------------------------- services
+
+
+@hookimpl
+def theseus_load_hf_model(directory: str, dtype: str) -> Any:
+    """The checkpoint as a model of its family; ``None`` for an architecture of no family."""
+    from theseus.models.hf import family_for, load_hf, read_config, resolve
+
+    path = resolve(directory)
+    if family_for(read_config(path)) is None:
+        return None
+    return load_hf(path, dtype=dtype or None)
+
+
+@hookimpl
+def theseus_save_hf_model(model: Any, directory: str) -> Any:
+    """The directory written; ``None`` for a model of no family here."""
+    from theseus.models.hf import family_of, save_hf
+
+    if family_of(model) is None:
+        return None
+    return save_hf(model, directory)
+
+
+@hookimpl
+def theseus_generate(
+    model: Any, prompts: list[list[int]], max_new_tokens: int, stop_tokens: list[int], pad_id: int
+) -> Any:
+    """Greedy continuations by KV-cache decoding; ``None`` for a model without a cache."""
+    if not (hasattr(model, "init_cache") and hasattr(model, "decode")):
+        return None
+    from theseus.models.generate import generate
+
+    return generate(
+        model, prompts, max_new_tokens=max_new_tokens, stop_tokens=stop_tokens, pad_id=pad_id
+    )

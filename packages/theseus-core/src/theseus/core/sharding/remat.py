@@ -37,11 +37,7 @@ def checkpoint_blocks(model: Any, mode: str) -> None:
     """Wrap every block of a model just merged inside the traced step (``model.blocks``)."""
     if mode not in POLICIES:
         raise ShardingError(f"sharding.remat={mode!r} is not one of none, {', '.join(POLICIES)}")
-    blocks = getattr(model, "blocks", None)
-    if blocks is None:
-        raise ShardingError(
-            f"sharding.remat={mode}: {type(model).__name__} has no .blocks to checkpoint"
-        )
+    blocks = model.blocks  # part of theseus.core.model.LanguageModel, checked at setup
     for index in range(len(blocks)):
         if not isinstance(blocks[index], Rematerialized):
             blocks[index] = Rematerialized(blocks[index], mode)

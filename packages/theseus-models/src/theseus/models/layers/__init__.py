@@ -6,7 +6,6 @@ from theseus.models.layers.decoder import DecoderLM
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.mlp import MLP, SwiGLU
-from theseus.models.layers.moe import MoE
 from theseus.models.layers.norms import LayerNorm, RMSNorm
 from theseus.models.layers.rope import RoPE
 
@@ -21,7 +20,6 @@ __all__ = [
     "Linear",
     "MaskInfo",
     "MLP",
-    "MoE",
     "RMSNorm",
     "RoPE",
     "SwiGLU",

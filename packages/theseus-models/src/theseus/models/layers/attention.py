@@ -23,6 +23,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.models.errors import ModelError
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.norms import RMSNorm
 
@@ -103,8 +104,6 @@ class Attention(nnx.Module):
         rngs: nnx.Rngs,
     ) -> None:
         if n_heads % n_kv_heads:
-            from theseus.models.errors import ModelError
-
             raise ModelError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
         H, G, K, D = n_heads, n_kv_heads, head_dim, d_model
         kw = dict(std=std, dtype=dtype, rngs=rngs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import jax
 from flax import nnx
 from theseus.models.layers.attention import LayerCache, MaskInfo
-from theseus.models.layers.moe import MoE
 
 
 class Block(nnx.Module):
@@ -17,10 +16,14 @@ class Block(nnx.Module):
         self.mlp_norm = mlp_norm
         self.mlp = mlp
 
-    def feed_forward(self, h: jax.Array, valid_BxT: jax.Array) -> tuple[jax.Array, dict]:
-        if isinstance(self.mlp, MoE):
-            return self.mlp.forward_with_stats(h, valid_BxT)
-        return self.mlp(h), {}
+    def feed_forward(
+        self, h_BxTxD: jax.Array, valid_BxT: jax.Array
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The MLP's output and its statistics for the model's ``aux_losses`` (none here).
+
+        ``valid_BxT`` marks the real tokens (not padding) for a subclass that counts them.
+        """
+        return self.mlp(h_BxTxD), {}
 
     def __call__(
         self,
@@ -28,8 +31,8 @@ class Block(nnx.Module):
         positions_BxT: jax.Array,
         info: MaskInfo,
         cache: LayerCache | None = None,
-    ) -> tuple[jax.Array, LayerCache | None, dict]:
-        h, cache = self.attention(self.attn_norm(x_BxTxD), positions_BxT, info, cache)
-        x_BxTxD = x_BxTxD + h
-        h, stats = self.feed_forward(self.mlp_norm(x_BxTxD), info.q_segment > 0)
-        return x_BxTxD + h, cache, stats
+    ) -> tuple[jax.Array, LayerCache | None, dict[str, jax.Array]]:
+        h_BxTxD, cache = self.attention(self.attn_norm(x_BxTxD), positions_BxT, info, cache)
+        x_BxTxD = x_BxTxD + h_BxTxD
+        h_BxTxD, stats = self.feed_forward(self.mlp_norm(x_BxTxD), info.q_segment > 0)
+        return x_BxTxD + h_BxTxD, cache, stats

@@ -1,67 +1,54 @@
 """The decoder-only language model every family builds on.
 
-A family subclasses :class:`DecoderLM` and says how to build a block (``make_block``) and a
-norm (``make_norm``); the stack, masks, KV cache, output head, auxiliary losses and the FLOPs
-count live here once.
+A family subclasses :class:`DecoderLM`, names its config dataclass (``config_class``) and
+says how to build a norm (``make_norm``), an attention layer (``make_attention``) and a
+feed-forward layer (``make_mlp``); ``make_block`` puts them in a ``block_cls``. The stack,
+masks, KV cache, output head and the FLOPs count live here once. Two hooks let a family
+report more: ``aux_losses`` turns the blocks' statistics into auxiliary losses, and
+``matmul_share`` says how much of a parameter one token multiplies with.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+import math
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
 from theseus.models.layers.attention import KVCache, LayerCache, MaskInfo
+from theseus.models.layers.block import Block
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
-from theseus.models.layers.moe import load_balancing_loss
-
-EXPERT_PARAMS = ("w_gate", "w_up", "w_down")
 
 
 def document_positions(segment_ids_BxT: jax.Array) -> jax.Array:
     """Positions restarting at 0 wherever the segment id changes (packed documents)."""
     T = segment_ids_BxT.shape[1]
-    idx = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), segment_ids_BxT.shape)
-    prev = jnp.pad(segment_ids_BxT[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
-    starts = jnp.where(segment_ids_BxT != prev, idx, 0)
-    return idx - jax.lax.cummax(starts, axis=1)
-
-
-def coerce_config(config: Any, cls: type | None) -> Any:
-    """A private copy of ``config`` as the family's dataclass (from a dataclass or a mapping).
-
-    The config tree hands the model its ``model`` node, which also holds ``name``.
-    """
-    if cls is None:
-        return config
-    if dataclasses.is_dataclass(config):
-        values = dataclasses.asdict(config)
-    else:
-        from omegaconf import DictConfig, OmegaConf
-
-        values = (
-            OmegaConf.to_container(config, resolve=True)
-            if isinstance(config, DictConfig)
-            else dict(config)
-        )
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known - {"name"})
-    if unknown:
-        raise ModelError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
-    return cls(**{k: v for k, v in values.items() if k in known})
+    idx_BxT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), segment_ids_BxT.shape)
+    prev_BxT = jnp.pad(segment_ids_BxT[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    starts_BxT = jnp.where(segment_ids_BxT != prev_BxT, idx_BxT, 0)
+    return idx_BxT - jax.lax.cummax(starts_BxT, axis=1)
 
 
 class DecoderLM(nnx.Module):
-    """Embedding -> blocks -> final norm -> output head (tied or not)."""
+    """Embedding -> blocks -> final norm -> output head (tied or not).
 
-    config_class: type | None = None  # the family's config dataclass
+    Built as ``Model(config, rngs=...)`` from an instance of ``config_class`` (or of a
+    subclass, such as the one the config tree makes with a ``name`` field). The config is
+    kept as given, never changed: it is part of the graphdef, a static ``jax.jit`` argument.
+    """
+
+    config_class: ClassVar[type]  # the family's config dataclass
+    block_cls: ClassVar[type] = Block
 
     def __init__(self, config: Any, *, rngs: nnx.Rngs) -> None:
-        config = coerce_config(config, self.config_class)
+        if not isinstance(config, self.config_class):
+            raise ModelError(
+                f"{type(self).__name__} is built from a {self.config_class.__name__} "
+                f"(or a subclass), not a {type(config).__name__}"
+            )
         self.check_config(config)
         if config.vocab_size <= 0:
             raise ModelError(
@@ -92,11 +79,28 @@ class DecoderLM(nnx.Module):
     def check_config(self, config: Any) -> None:
         """Raise a ModelError naming the values a family cannot build."""
 
-    def make_block(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
-        raise NotImplementedError
-
     def make_norm(self, dim: int) -> nnx.Module:
         raise NotImplementedError
+
+    def make_attention(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+        raise NotImplementedError
+
+    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+        raise NotImplementedError
+
+    def make_block(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+        """Block ``index``: norm, attention, norm, MLP (attention first: the init order)."""
+        d = self.config.d_model
+        return self.block_cls(
+            self.make_norm(d),
+            self.make_attention(index, rngs),
+            self.make_norm(d),
+            self.make_mlp(index, rngs),
+        )
+
+    def out_std(self) -> float:
+        """Init std of the projections into the residual stream (GPT-2's 1/sqrt(2 * layers))."""
+        return self.config.init_std / math.sqrt(2 * self.config.n_layers)
 
     def embed_tokens(self, tokens_BxT: jax.Array, positions_BxT: jax.Array) -> jax.Array:
         return self.embed(tokens_BxT)
@@ -140,50 +144,39 @@ class DecoderLM(nnx.Module):
         """Logits (BxTxV, float32), weighted aux losses, statistics, and the updated cache."""
         B, T = tokens_BxT.shape
         self.check_length(T if cache is None else cache.length)
-        if segment_ids is None:
-            segment_ids = jnp.ones((B, T), jnp.int32)
-        if positions is None:
-            positions = document_positions(segment_ids)
-        q_slot = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+        segment_ids_BxT = jnp.ones((B, T), jnp.int32) if segment_ids is None else segment_ids
+        positions_BxT = document_positions(segment_ids_BxT) if positions is None else positions
+        q_slot_BxT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         if cache is None:
-            info = MaskInfo(q_slot, q_slot, segment_ids, segment_ids)
+            info = MaskInfo(q_slot_BxT, q_slot_BxT, segment_ids_BxT, segment_ids_BxT)
         else:
             S = cache.length
-            k_segment = jax.lax.dynamic_update_slice(
-                cache.segment_ids, segment_ids.astype(jnp.int32), (0, cache.index)
+            k_segment_BxS = jax.lax.dynamic_update_slice(
+                cache.segment_ids, segment_ids_BxT.astype(jnp.int32), (0, cache.index)
             )
-            k_slot = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
-            info = MaskInfo(q_slot + cache.index, k_slot, segment_ids, k_segment)
-        x = self.embed_tokens(tokens_BxT, positions)
+            k_slot_BxS = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
+            info = MaskInfo(q_slot_BxT + cache.index, k_slot_BxS, segment_ids_BxT, k_segment_BxS)
+        x_BxTxD = self.embed_tokens(tokens_BxT, positions_BxT)
         ks, vs, stats = [], [], []
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else LayerCache(cache.k[i], cache.v[i], cache.index)
-            x, layer_cache, block_stats = block(x, positions, info, layer_cache)
+            x_BxTxD, layer_cache, block_stats = block(x_BxTxD, positions_BxT, info, layer_cache)
             stats.append(block_stats)
             if layer_cache is not None:
                 ks.append(layer_cache.k)
                 vs.append(layer_cache.v)
-        logits = self.head(self.final_norm(x))
+        logits_BxTxV = self.head(self.final_norm(x_BxTxD))
         if cache is not None:
             cache = KVCache(jnp.stack(ks), jnp.stack(vs), info.k_segment, cache.index + T)
         aux, summary = self.aux_losses(stats)
-        return logits, aux, summary, cache
+        return logits_BxTxV, aux, summary, cache
 
-    def aux_losses(self, stats: list[dict]) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
-        """The MoE load-balancing loss over all MoE layers (weighted), and the drop fraction."""
-        moe = [s for s in stats if "counts" in s]
-        if not moe:
-            return {}, {}
-        counts = sum(s["counts"] for s in moe)
-        prob_sums = sum(s["prob_sums"] for s in moe)
-        tokens = sum(s["tokens"] for s in moe)
-        loss = load_balancing_loss(counts, prob_sums, tokens)
-        coef = self.config.router_aux_loss_coef
-        drop = sum(s["drop_fraction"] for s in moe) / len(moe)
-        return {"moe_load_balance": coef * loss}, {
-            "moe_load_balance": loss,
-            "moe_drop_fraction": drop,
-        }
+    def aux_losses(
+        self, stats: list[dict[str, jax.Array]]
+    ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+        """Weighted auxiliary losses (the trainer adds them) and statistics to report,
+        from each block's statistics (``Block.feed_forward``); none by default."""
+        return {}, {}
 
     def forward_with_aux(
         self,
@@ -192,10 +185,10 @@ class DecoderLM(nnx.Module):
         positions: jax.Array | None = None,
         segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        logits, aux, _, _ = self.forward_with_stats(
+        logits_BxTxV, aux, _, _ = self.forward_with_stats(
             tokens_BxT, positions=positions, segment_ids=segment_ids
         )
-        return logits, aux
+        return logits_BxTxV, aux
 
     def __call__(
         self,
@@ -215,10 +208,10 @@ class DecoderLM(nnx.Module):
         segment_ids: jax.Array,
     ) -> tuple[jax.Array, KVCache]:
         """Run ``tokens`` after what the cache holds; returns their logits and the new cache."""
-        logits, _, _, cache = self.forward_with_stats(
+        logits_BxTxV, _, _, cache = self.forward_with_stats(
             tokens_BxT, positions=positions, segment_ids=segment_ids, cache=cache
         )
-        return logits, cache
+        return logits_BxTxV, cache
 
     def init_cache(self, batch: int, length: int) -> KVCache:
         self.check_length(length)
@@ -227,27 +220,29 @@ class DecoderLM(nnx.Module):
 
     # ------------------------------------------------------------------ accounting
 
+    def matmul_share(self, path: tuple[str, ...], size: float) -> float:
+        """How many of the ``size`` entries of parameter ``path`` one token multiplies with.
+
+        Every kernel, and the token embedding when it is the (tied) output head; not a
+        lookup (the embeddings otherwise), nor the elementwise biases and norm gains.
+        """
+        if path[-1] == "kernel":
+            return size
+        if path == ("embed", "embedding") and self.lm_head is None:
+            return size
+        return 0.0
+
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token: forward + backward = 3 x forward, multiply-add = 2 FLOPs.
 
-        ``6 * N`` for the N matmul weights a token goes through (the output head included,
-        embedding lookups not; for MoE the router plus k of the E experts), plus attention:
-        ``QK^T`` and ``PV`` at ``2 * heads * head_dim`` FLOPs per key each, over the keys a
-        query actually sees (causal: on average (T + 1) / 2, capped by a sliding window).
+        ``6 * N`` for the N matmul weights a token goes through (``matmul_share`` of each
+        parameter), plus attention: ``QK^T`` and ``PV`` at ``2 * heads * head_dim`` FLOPs per
+        key each, over the keys a query actually sees (causal: on average (T + 1) / 2, capped
+        by a sliding window).
         """
         n = 0.0
         for path, value in nnx.to_flat_state(nnx.state(self, nnx.Param)):
-            array = value[...]
-            names = [str(p) for p in path]
-            if names[-1] not in ("kernel", "embedding", *EXPERT_PARAMS):
-                continue  # biases and norm gains: elementwise, not matmuls
-            if names[-1] == "embedding" and not (names[0] == "embed" and self.lm_head is None):
-                continue
-            size = float(array.size)
-            if names[-1] in EXPERT_PARAMS:
-                moe = self.config
-                size *= moe.n_experts_per_token / moe.n_experts
-            n += size
+            n += self.matmul_share(tuple(str(p) for p in path), float(value[...].size))
         attention = 0.0
         for block in self.blocks:
             a = block.attention

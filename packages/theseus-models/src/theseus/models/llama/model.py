@@ -1,16 +1,21 @@
-"""Llama 2/3: RMSNorm, SwiGLU, grouped-query attention, RoPE (theta, Llama 3 scaling)."""
+"""Llama 2/3, top to bottom.
+
+    tokens_BxT -> token embedding
+      -> n_layers x Block: x + attention(RMSNorm(x)), then x + SwiGLU(RMSNorm(x))
+         (grouped-query attention, RoPE on queries and keys, optional Llama 3 scaling)
+      -> final RMSNorm -> output head (tied or not) -> logits_BxTxV
+
+``DecoderLM`` (``theseus.models.layers.decoder``) runs that stack; this file says what goes
+into it. The Qwen families reuse it with their own configs (biases, q/k norm, experts).
+"""
 
 from __future__ import annotations
 
-import math
-
 from flax import nnx
-from theseus.models.configs import LlamaConfig
 from theseus.models.errors import ModelError
-from theseus.models.layers import Attention, Block, DecoderLM, RMSNorm, RoPE, SwiGLU
+from theseus.models.layers import Attention, DecoderLM, RMSNorm, RoPE, SwiGLU
 from theseus.models.layers.rope import Llama3Scaling
-
-__all__ = ["Llama", "LlamaConfig"]
+from theseus.models.llama.config import LlamaConfig
 
 
 class Llama(DecoderLM):
@@ -18,7 +23,6 @@ class Llama(DecoderLM):
     config_class = LlamaConfig
     attention_cls = Attention
     mlp_cls = SwiGLU
-    block_cls = Block
 
     def check_config(self, config: LlamaConfig) -> None:
         if config.rope_scaling not in ("none", "llama3"):
@@ -32,6 +36,9 @@ class Llama(DecoderLM):
     def head_dim(self) -> int:
         return self.config.head_dim or self.config.d_model // self.config.n_heads
 
+    def make_norm(self, dim: int) -> RMSNorm:
+        return RMSNorm(dim, eps=self.config.norm_eps, dtype=self.dtype)
+
     def make_rope(self) -> RoPE:
         c = self.config
         scaling = None
@@ -43,12 +50,6 @@ class Llama(DecoderLM):
                 c.rope_original_max_len,
             )
         return RoPE(self.head_dim, c.rope_theta, scaling)
-
-    def make_norm(self, dim: int) -> RMSNorm:
-        return RMSNorm(dim, eps=self.config.norm_eps, dtype=self.dtype)
-
-    def out_std(self) -> float:
-        return self.config.init_std / math.sqrt(2 * self.config.n_layers)
 
     def make_attention(self, index: int, rngs: nnx.Rngs) -> Attention:
         c = self.config
@@ -78,13 +79,4 @@ class Llama(DecoderLM):
             out_std=self.out_std(),
             dtype=self.dtype,
             rngs=rngs,
-        )
-
-    def make_block(self, index: int, rngs: nnx.Rngs) -> Block:
-        d = self.config.d_model
-        return self.block_cls(
-            self.make_norm(d),
-            self.make_attention(index, rngs),
-            self.make_norm(d),
-            self.make_mlp(index, rngs),
         )

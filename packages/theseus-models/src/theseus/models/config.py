@@ -1,0 +1,27 @@
+"""The config fields every model family shares (cheap to import: no JAX)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+
+
+@dataclass(unsafe_hash=True)
+class ModelConfig:
+    """Fields every family has (the trainer relies on the first four).
+
+    Each family's config subclasses this with defaults for a small model (a quick CPU run).
+    Hashable (``unsafe_hash``) so a model's graphdef can be a static argument of ``jax.jit``.
+    """
+
+    preset: str = option("", "size preset applied (see `theseus jobs`); '' for none")
+    vocab_size: int = option(0, "vocabulary size; 0 takes it from the tokenized data")
+    max_seq_len: int = option(256, "longest sequence the model accepts (positions)")
+    dtype: str = option(
+        "float32", "compute dtype (params stay float32; softmax and loss in float32)"
+    )
+    n_layers: int = option(6, "number of transformer blocks")
+    d_model: int = option(384, "width of the residual stream")
+    n_heads: int = option(6, "number of query heads")
+    init_std: float = option(0.02, "standard deviation of the normal weight init")

@@ -1,0 +1,38 @@
+"""A model family in one cheap description: config, presets, model class, HF mapping.
+
+Each family folder (``gpt/``, ``llama/``, ...) holds ``config.py`` (its config dataclass and
+presets), ``model.py`` (the nnx model), ``hf.py`` (its Hugging Face mapping, see
+:mod:`theseus.models.hf`) and an ``__init__`` defining its :class:`Family`;
+``theseus.models.plugin.FAMILIES`` lists them. Cheap to import (no JAX): the model and HF
+modules are named by import path and imported when used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from theseus.core.components import Component, load_target
+
+
+@dataclass(frozen=True, eq=False)
+class Family:
+    name: str  # the registered model name: jobs <name>/train/pretrain, <name>/generate, ...
+    config: type  # the config dataclass the model class is built from
+    model: str  # "package.module:Class", built as Class(config, rngs=nnx.Rngs(...))
+    description: str
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)  # model.preset=NAME
+    hf: str = ""  # the module mapping the family to transformers; "" for none
+
+    def component(self) -> Component:
+        """What core's model registry holds (its config tree reads ``extra["presets"]``)."""
+        return Component(
+            self.name, self.config, self.model, self.description, extra={"presets": self.presets}
+        )
+
+    def load_model(self) -> type:
+        return load_target(self.model)
+
+    def load_hf(self) -> ModuleType:
+        return load_target(self.hf)

@@ -1,0 +1,26 @@
+"""GPT config and size presets (cheap to import: no JAX)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.models.config import ModelConfig
+
+
+@dataclass(unsafe_hash=True)
+class GPTConfig(ModelConfig):
+    d_ff: int = option(0, "MLP hidden width; 0 means 4 * d_model")
+    positions: str = option("learned", "position encoding: 'learned' (GPT-2) or 'rope'")
+    rope_theta: float = option(10000.0, "RoPE base when positions='rope'")
+    norm_eps: float = option(1e-5, "LayerNorm epsilon")
+    bias: bool = option(True, "biases in linear layers and LayerNorms")
+    tie_embeddings: bool = option(True, "share the token embedding with the output head")
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": {"n_layers": 2, "d_model": 64, "n_heads": 4, "max_seq_len": 128},
+    "124m": {"n_layers": 12, "d_model": 768, "n_heads": 12, "max_seq_len": 1024},
+    "350m": {"n_layers": 24, "d_model": 1024, "n_heads": 16, "max_seq_len": 1024},
+    "774m": {"n_layers": 36, "d_model": 1280, "n_heads": 20, "max_seq_len": 1024},
+}

@@ -1,0 +1,237 @@
+"""Import a local transformers checkpoint directory as a theseus model, export one.
+
+A checkpoint is ``config.json`` plus ``*.safetensors``. Import reads the architecture, finds
+the family whose HF module names it, builds the config with that module's ``config_from_hf``
+and converts each tensor by its ``rules``. The rules are exact, so HF -> theseus -> HF is
+bit-exact on the weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from theseus.models.errors import CheckpointShapeError, ModelError, UnsupportedArchitectureError
+from theseus.models.family import Family
+from theseus.models.hf.mapping import ParamPath
+from theseus.models.plugin import FAMILIES, family_named
+
+SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+# ---------------------------------------------------------------------------- configs
+
+
+def architectures() -> dict[str, Family]:
+    """transformers architecture name (``GPT2LMHeadModel``, ...) -> the family importing it."""
+    return {family.load_hf().ARCHITECTURE: family for family in FAMILIES if family.hf}
+
+
+def architecture_of(hf: dict) -> str:
+    return (hf.get("architectures") or [hf.get("model_type", "?")])[0]
+
+
+def family_for(hf: dict) -> Family | None:
+    """The family that imports the checkpoint of config ``hf``, or ``None``."""
+    return architectures().get(architecture_of(hf))
+
+
+def config_from_hf(hf: dict) -> tuple[str, Any]:
+    """(family name, theseus config) of a ``config.json``; refuses what we cannot run."""
+    family = family_for(hf)
+    if family is None:
+        raise UnsupportedArchitectureError(
+            f"Hugging Face architecture {architecture_of(hf)!r} is not supported; supported: "
+            + ", ".join(sorted(architectures()))
+        )
+    return family.name, family.load_hf().config_from_hf(hf)
+
+
+def config_to_hf(family: str, config: Any) -> dict:
+    """A ``config.json`` transformers builds the same model from."""
+    hf = family_named(family).load_hf()
+    return {
+        "architectures": [hf.ARCHITECTURE],
+        "model_type": hf.MODEL_TYPE,
+        "vocab_size": config.vocab_size,
+        "tie_word_embeddings": config.tie_embeddings,
+        "initializer_range": config.init_std,
+        "dtype": "float32",
+        **hf.config_to_hf(config),
+    }
+
+
+def special_tokens(hf: dict) -> tuple:
+    """bos/eos/pad ids of an HF config as a tuple of pairs (graphdefs must stay hashable)."""
+    found = []
+    for key in SPECIAL_TOKENS:
+        value = hf.get(key)
+        value = tuple(value) if isinstance(value, list) else value
+        if isinstance(value, int) or (
+            isinstance(value, tuple) and all(isinstance(v, int) for v in value)
+        ):
+            found.append((key, value))
+    return tuple(found)
+
+
+def family_of(model: nnx.Module) -> Family | None:
+    """The family of ``model``'s class, or of its nearest base class that has one."""
+    by_class = {family.load_model(): family for family in FAMILIES if family.hf}
+    for cls in type(model).__mro__:
+        if cls in by_class:
+            return by_class[cls]
+    return None
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def resolve(directory: str | Path) -> Path:
+    """A local checkpoint directory; a hub id is downloaded when ``huggingface_hub`` can."""
+    path = Path(directory)
+    if path.exists() or str(directory).count("/") != 1:
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = ["config.json", "*.safetensors", "tokenizer.json", "generation_config.json"]
+        return Path(snapshot_download(str(directory), allow_patterns=patterns))
+    except Exception as error:  # offline, unknown id, or no huggingface_hub
+        raise ModelError(
+            f"{directory}: not a local directory and not downloadable as a hub id ({error})"
+        ) from error
+
+
+def read_config(directory: str | Path) -> dict:
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        raise ModelError(f"{directory}: no config.json (not a transformers checkpoint directory)")
+    return json.loads(path.read_text())
+
+
+def read_tensors(directory: str | Path) -> dict[str, np.ndarray]:
+    from safetensors import safe_open
+
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"{directory}: no *.safetensors files")
+    tensors: dict[str, np.ndarray] = {}
+    for file in files:
+        with safe_open(str(file), framework="flax") as f:
+            for key in f.keys():
+                tensors[key] = np.asarray(f.get_tensor(key).astype("float32"))
+    return tensors
+
+
+# ---------------------------------------------------------------------------- parameters
+
+
+def params_from_hf(
+    family: str, config: Any, tensors: dict[str, np.ndarray], model_cls: type | None = None
+) -> nnx.Module:
+    """A model of ``config`` (``model_cls``, else the family's) holding HF ``tensors``."""
+    spec = family_named(family)
+    cls = model_cls or spec.load_model()
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0))))
+    variables = {tuple(p): v for p, v in nnx.to_flat_state(abstract)}
+    values: dict[ParamPath, np.ndarray] = {}
+    for rule in spec.load_hf().rules(config):
+        shapes = [tuple(variables[p].shape) for p in rule.ours]
+        structs = [jax.ShapeDtypeStruct(s, np.float32) for s in shapes]
+        wanted = [tuple(x.shape) for x in jax.eval_shape(lambda *a, r=rule: r.to_hf(*a), *structs)]
+        arrays = []
+        for key, want in zip(rule.theirs, wanted, strict=True):
+            if key not in tensors:
+                raise CheckpointShapeError(
+                    f"checkpoint has no tensor {key!r} that the config needs"
+                )
+            got = tuple(tensors[key].shape)
+            if got != want:
+                raise CheckpointShapeError(
+                    f"checkpoint tensor {key!r} has shape {got} but the config needs {want} "
+                    f"({describe(config)})"
+                )
+            arrays.append(tensors[key])
+        for path, value in zip(rule.ours, rule.to_ours(arrays, shapes), strict=True):
+            values[path] = np.ascontiguousarray(value, dtype=np.float32)
+    missing = sorted(set(variables) - set(values), key=str)
+    if missing:
+        raise CheckpointShapeError(
+            f"no checkpoint tensor fills {missing[0]} ({len(missing)} missing)"
+        )
+    state = nnx.from_flat_state(
+        [(p, v.replace(jnp.asarray(values[p]))) for p, v in variables.items()]
+    )
+    return nnx.merge(graphdef, state)
+
+
+def params_to_hf(family: str, model: nnx.Module) -> dict[str, np.ndarray]:
+    """HF tensor name -> float32 array, for every parameter of ``model``."""
+    params = {
+        tuple(p): np.asarray(v[...]) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+    }
+    out: dict[str, np.ndarray] = {}
+    for rule in family_named(family).load_hf().rules(model.config):
+        arrays = rule.to_hf(*[params[p] for p in rule.ours])
+        for key, array in zip(rule.theirs, arrays, strict=True):
+            out[key] = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
+    return out
+
+
+def describe(config: Any) -> str:
+    """The size fields of ``config`` that decide tensor shapes, for error messages."""
+    keys = (
+        "vocab_size",
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "head_dim",
+        "d_ff",
+        "n_experts",
+        "moe_d_ff",
+    )
+    return ", ".join(f"{k}={getattr(config, k)}" for k in keys if hasattr(config, k))
+
+
+# ---------------------------------------------------------------------------- directories
+
+
+def load_hf(directory: str | Path, *, dtype: str | None = None) -> nnx.Module:
+    """Import a transformers checkpoint directory as a theseus model (float32 parameters).
+
+    ``dtype`` sets the compute dtype (default: the family's). The model also carries
+    ``family`` (its family's name) and ``special_tokens`` (bos/eos/pad ids of config.json).
+    """
+    directory = resolve(directory)
+    hf = read_config(directory)
+    family, config = config_from_hf(hf)
+    if dtype:
+        config = dataclasses.replace(config, dtype=dtype)
+    model = params_from_hf(family, config, read_tensors(directory))
+    model.family = family
+    model.special_tokens = special_tokens(hf)
+    return model
+
+
+def save_hf(model: nnx.Module, directory: str | Path) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` that ``AutoModelForCausalLM`` loads."""
+    from safetensors.numpy import save_file
+
+    family = family_of(model)
+    if family is None:
+        raise ModelError(f"{type(model).__name__} is not a model of a family theseus can export")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    hf_config = config_to_hf(family.name, model.config)
+    hf_config.update(dict(getattr(model, "special_tokens", ())))
+    (out / "config.json").write_text(json.dumps(hf_config, indent=2))
+    save_file(
+        params_to_hf(family.name, model), str(out / "model.safetensors"), metadata={"format": "pt"}
+    )
+    return out

@@ -1,0 +1,63 @@
+"""Llama config and size presets (cheap to import: no JAX).
+
+``LlamaConfig`` is also the base of the Qwen configs, which change defaults and add fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.models.config import ModelConfig
+
+
+@dataclass(unsafe_hash=True)
+class LlamaConfig(ModelConfig):
+    n_kv_heads: int = option(2, "key/value heads (GQA); must divide n_heads; 1 is MQA")
+    head_dim: int = option(0, "width of one head; 0 means d_model // n_heads")
+    d_ff: int = option(1024, "SwiGLU hidden width")
+    norm_eps: float = option(1e-5, "RMSNorm epsilon")
+    rope_theta: float = option(10000.0, "RoPE base frequency")
+    rope_scaling: str = option("none", "RoPE frequency scaling: 'none' or 'llama3'")
+    rope_factor: float = option(8.0, "llama3 scaling: factor")
+    rope_low_freq_factor: float = option(1.0, "llama3 scaling: low frequency factor")
+    rope_high_freq_factor: float = option(4.0, "llama3 scaling: high frequency factor")
+    rope_original_max_len: int = option(8192, "llama3 scaling: original context length")
+    qkv_bias: bool = option(False, "biases on the q, k and v projections")
+    out_bias: bool = option(False, "bias on the attention output projection")
+    mlp_bias: bool = option(False, "biases in the MLP")
+    qk_norm: bool = option(False, "RMSNorm on queries and keys per head (Qwen3)")
+    sliding_window: int = option(0, "attend to at most this many previous tokens; 0 = no limit")
+    tie_embeddings: bool = option(False, "share the token embedding with the output head")
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": {"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "d_ff": 128},
+    "1b": {
+        "n_layers": 16,
+        "d_model": 2048,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "head_dim": 64,
+        "d_ff": 8192,
+        "rope_theta": 500000.0,
+        "rope_scaling": "llama3",
+        "rope_factor": 32.0,
+        "max_seq_len": 131072,
+        "tie_embeddings": True,
+        "norm_eps": 1e-5,
+    },
+    "8b": {
+        "n_layers": 32,
+        "d_model": 4096,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "d_ff": 14336,
+        "rope_theta": 500000.0,
+        "rope_scaling": "llama3",
+        "rope_factor": 8.0,
+        "max_seq_len": 131072,
+        "norm_eps": 1e-5,
+    },
+}

@@ -1,0 +1,37 @@
+"""Qwen2 config (Llama's, with q/k/v biases and Qwen's defaults) and presets. No JAX."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.models.llama.config import LlamaConfig
+
+
+@dataclass(unsafe_hash=True)
+class Qwen2Config(LlamaConfig):
+    norm_eps: float = option(1e-6, "RMSNorm epsilon")
+    rope_theta: float = option(1000000.0, "RoPE base frequency")
+    qkv_bias: bool = option(True, "biases on the q, k and v projections")
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": {"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "d_ff": 128},
+    "0.5b": {
+        "n_layers": 24,
+        "d_model": 896,
+        "n_heads": 14,
+        "n_kv_heads": 2,
+        "d_ff": 4864,
+        "max_seq_len": 32768,
+        "tie_embeddings": True,
+    },
+    "7b": {
+        "n_layers": 28,
+        "d_model": 3584,
+        "n_heads": 28,
+        "n_kv_heads": 4,
+        "d_ff": 18944,
+        "max_seq_len": 32768,
+    },
+}

@@ -1,0 +1,47 @@
+"""Qwen3 config (Llama's, with per-head q/k RMSNorm and Qwen's defaults) and presets. No JAX."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.models.llama.config import LlamaConfig
+
+
+@dataclass(unsafe_hash=True)
+class Qwen3Config(LlamaConfig):
+    norm_eps: float = option(1e-6, "RMSNorm epsilon")
+    rope_theta: float = option(1000000.0, "RoPE base frequency")
+    head_dim: int = option(64, "width of one head (Qwen3 sets it independently of d_model)")
+    qk_norm: bool = option(True, "RMSNorm on queries and keys per head")
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": {
+        "n_layers": 2,
+        "d_model": 64,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "head_dim": 16,
+        "d_ff": 128,
+    },
+    "0.6b": {
+        "n_layers": 28,
+        "d_model": 1024,
+        "n_heads": 16,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "d_ff": 3072,
+        "max_seq_len": 40960,
+        "tie_embeddings": True,
+    },
+    "8b": {
+        "n_layers": 36,
+        "d_model": 4096,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "d_ff": 12288,
+        "max_seq_len": 40960,
+    },
+}
