@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from tests.train.conftest import metrics, run_cli
-from tests.train.test_training import train
+from tests.train.conftest import TINY, metrics, run_cli
 
 LIFECYCLE_PLUGIN = """
 import json
@@ -55,7 +54,8 @@ def test_lifecycle_hooks_add_a_metric_and_see_every_event_in_order(
     log = tmp_path / "hooks.jsonl"
     monkeypatch.setenv("PYTHONPATH", f"{site}:{os.environ.get('PYTHONPATH', '')}")
     monkeypatch.setenv("HOOK_LOG", str(log))
-    done = run_cli(shared_root, *train(4), "checkpoint.every=2", "eval.every=2", "--name", "hooked")
+    args = ["run", "gpt/train/pretrain", *TINY, "training.total_steps=4", "checkpoint.every=2"]
+    done = run_cli(shared_root, *args, "eval.every=2", "--name", "hooked")
     assert done.returncode == 0, done.stderr[-2000:]
 
     events = [json.loads(line) for line in log.read_text().splitlines()]

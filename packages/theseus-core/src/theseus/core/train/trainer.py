@@ -240,14 +240,14 @@ class _Tracker:
         record = {
             "step": step,
             "train/loss": loss,
-            "train/grad_norm": metrics["grad_norm"],
-            "train/lr": metrics["learning_rate"],
+            "train/grad_norm": float(metrics["grad_norm"]),  # host values: the step is done
+            "train/lr": float(metrics["learning_rate"]),
             "perf/tokens_per_sec": tokens_per_sec,
             "perf/step_time": elapsed / max(self.window_steps, 1),
             "perf/mfu": self.trainer.setup.flops_per_token * tokens_per_sec / self.peak_flops,
         }
         if self.trainer.config.training.skip_nonfinite:
-            record["train/skipped"] = metrics["skipped"]
+            record["train/skipped"] = int(metrics["skipped"])
         for extra in self.trainer.hook.theseus_on_step_end(
             step=step, metrics=dict(record), setup=self.trainer.setup
         ):
