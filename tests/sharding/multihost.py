@@ -27,7 +27,7 @@ def main(root: str, name: str, overrides: list[str]) -> None:
         prepared.run_dir.create(prepared.spec.key, prepared.tree.to_yaml(), prepared.parent)
     multihost_utils.sync_global_devices("run directory created")
     context = JobContext(root=prepared.root, run=prepared.run_dir, registries=prepared.registries)
-    summary = prepared.spec.load()(prepared.tree.node, context)()
+    summary = prepared.spec.load()(prepared.typed_config(), context)()
     print(
         json.dumps(
             {
