@@ -58,7 +58,7 @@ def test_overriding_scores_changes_exactly_the_scores():
         assert np.abs(capped(x) - base(x)).max() > 1e-5
 
     # the other stages are untouched: feed the same q, k and compare the stage outputs
-    attn, ref = capped.blocks[0].attention, base.blocks[0].attention
+    attn, ref = capped.layer(0).attention, base.layer(0).attention
     h = jax.random.normal(jax.random.key(1), (2, 12, 64))
     q, k, v = attn.project_qkv(h)
     for mine, theirs in zip((q, k, v), ref.project_qkv(h), strict=True):
@@ -83,7 +83,7 @@ def test_hf_import_into_a_subclass(hf_checkpoint):
     directory = hf_checkpoint("llama-gqa2")
     family, config = config_from_hf(read_config(directory))
     model = params_from_hf(family, config, read_tensors(directory), model_cls=SoftCappedLlama)
-    assert isinstance(model.blocks[0].attention, SoftCappedAttention)
+    assert isinstance(model.layer(0).attention, SoftCappedAttention)
     x = np.random.RandomState(0).randint(0, VOCAB, (2, 10))
     ref = transformers.AutoModelForCausalLM.from_pretrained(directory)
     with torch.no_grad():

@@ -11,7 +11,7 @@ from flax import nnx
 from tests.models.conftest import VOCAB, tiny
 
 FAMILIES = ["gpt", "llama", "qwen2", "qwen3", "qwen3_moe"]
-AXES = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "experts", None}
+AXES = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "experts", "layers", None}
 
 
 def tokens(batch: int = 2, length: int = 16, seed: int = 0) -> jax.Array:
@@ -26,6 +26,10 @@ def test_every_parameter_has_logical_axis_names(family):
         assert axes is not None and len(axes) == var[...].ndim, path
         assert set(axes) <= AXES, (path, axes)
         assert var[...].dtype == jnp.float32, path
+        # the blocks' parameters are stacked: a leading layer axis, and only theirs
+        stacked = path[0] == "blocks"
+        assert (axes[0] == "layers") == stacked and axes.count("layers") <= 1, (path, axes)
+        assert not stacked or var[...].shape[0] == model.config.n_layers, path
 
 
 @pytest.mark.parametrize("family", ["gpt", "llama", "qwen3_moe"])
@@ -62,7 +66,7 @@ def test_sliding_window_limits_what_a_token_sees():
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
 def test_mha_gqa_mqa(kv_heads):
     model = tiny("llama", n_kv_heads=kv_heads)
-    assert model.blocks[0].attention.k_proj.kernel[...].shape == (64, kv_heads, 16)
+    assert model.layer(0).attention.k_proj.kernel[...].shape == (64, kv_heads, 16)
     assert model(tokens()).shape == (2, 16, VOCAB)
 
 
@@ -95,7 +99,7 @@ def test_moe_aux_loss_and_shared_expert():
     assert 1.0 < loss < model.config.n_experts_per_token * model.config.n_experts
     assert tiny("llama")(x) is not None and tiny("llama").forward_with_aux(x)[1] == {}
     shared = tiny("qwen3_moe", shared_expert_d_ff=32)
-    assert shared.blocks[0].mlp.shared_expert is not None
+    assert shared.layer(0).mlp.shared_expert is not None
     assert np.abs(shared(x) - model(x)).max() > 1e-6
 
 
@@ -103,7 +107,7 @@ def test_bf16_compute_keeps_f32_params_and_logits():
     x = tokens()
     f32 = tiny("llama")
     bf16 = tiny("llama", dtype="bfloat16")
-    assert bf16.blocks[0].attention.q_proj.kernel[...].dtype == jnp.float32
+    assert bf16.layer(0).attention.q_proj.kernel[...].dtype == jnp.float32
     out = bf16(x)
     assert out.dtype == jnp.float32
     assert np.abs(out - f32(x)).max() < 5e-2  # bf16 has 8 bits of mantissa

@@ -86,7 +86,7 @@ def run(layout: Layout, remat: str = "none") -> dict[str, Any]:
         out_shardings=(layout.grad_shardings(state), layout.replicated),
     )
     first = layout.place_batch(batch_of(0))
-    grads, (ce, count) = grad_fn(state["params"], first)
+    grads, (ce, count, _) = grad_fn(state["params"], first)
     out = {
         "loss0": float(ce / count),
         "grads": to_flat(jax.tree.map(lambda g: g / count, grads)),

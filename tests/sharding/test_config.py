@@ -23,7 +23,12 @@ def test_strategies_parse_and_combine():
         with pytest.raises(ShardingError, match="sharding.strategy"):
             parse_strategy(bad)
     rules = rules_for("zero1+tp")
-    assert rules.params == {"heads": ("tensor",), "kv_heads": ("tensor",), "mlp": ("tensor",)}
+    assert rules.params == {
+        "layers": (),
+        "heads": ("tensor",),
+        "kv_heads": ("tensor",),
+        "mlp": ("tensor",),
+    }
     assert rules.optimizer["embed"] == ("data", "fsdp") and rules.optimizer["mlp"] == ("tensor",)
 
 
@@ -80,6 +85,19 @@ def test_a_dimension_that_does_not_divide_its_axis_names_parameter_shape_and_axi
     message = str(error.value)
     assert "blocks.0.attention.q_proj.kernel" in message and "(64, 2, 32)" in message
     assert "'heads' dimension (2)" in message and "tensor=4" in message
+
+
+@pytest.mark.parametrize("strategy", ["dp", "zero1", "fsdp", "tp", "fsdp+tp", "zero1+tp"])
+def test_the_stacked_layers_axis_is_never_split(strategy):
+    from theseus.core.sharding.placement import spec_for
+
+    sizes = {"data": 2, "fsdp": 2, "tensor": 2}
+    rules = rules_for(strategy)
+    axes = ("layers", "embed", "heads", "head_dim")
+    for table in (rules.params, rules.optimizer):
+        spec = tuple(spec_for("blocks.attention.q_proj.kernel", (2, 64, 4, 16), axes, table, sizes))
+        unstacked = tuple(spec_for("q_proj.kernel", (64, 4, 16), axes[1:], table, sizes))
+        assert spec[0] is None and spec[1:] == unstacked
 
 
 def test_process_group_from_theseus_slurm_and_volcano_variables():

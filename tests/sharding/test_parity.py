@@ -21,40 +21,42 @@ TOLERANCE = 1e-5
 
 F, T, D = "fsdp", "tensor", "data"
 # name suffix -> (parameter spec, optimizer-state spec), as docs/sharding.md documents them.
+# The blocks' parameters (mlp.*, attention.*) are stacked over the layers: their first axis,
+# ``layers``, is never split (the leading None), the rest as for one layer.
 EXPECTED = {
     "dp:8,1,1": {},
     "zero1:8,1,1": {
-        "mlp.up_proj.kernel": ([], [D]),
-        "attention.q_proj.kernel": ([], [D]),
-        "attention.o_proj.kernel": ([], [None, None, D]),
+        "mlp.up_proj.kernel": ([], [None, D]),
+        "attention.q_proj.kernel": ([], [None, D]),
+        "attention.o_proj.kernel": ([], [None, None, None, D]),
         "embed.embedding": ([], [None, D]),
         "final_norm.scale": ([], [D]),
         "mlp.up_proj.bias": ([], []),
     },
     "fsdp:1,8,1": {
-        "mlp.up_proj.kernel": ([F], [F]),
-        "attention.q_proj.kernel": ([F], [F]),
-        "attention.o_proj.kernel": ([None, None, F], [None, None, F]),
+        "mlp.up_proj.kernel": ([None, F], [None, F]),
+        "attention.q_proj.kernel": ([None, F], [None, F]),
+        "attention.o_proj.kernel": ([None, None, None, F], [None, None, None, F]),
         "embed.embedding": ([None, F], [None, F]),
         "final_norm.scale": ([F], [F]),
         "mlp.up_proj.bias": ([], []),
     },
     "tp:4,1,2": {
-        "mlp.up_proj.kernel": ([None, T], [None, T]),
-        "mlp.down_proj.kernel": ([T], [T]),
-        "attention.q_proj.kernel": ([None, T], [None, T]),
-        "attention.k_proj.kernel": ([None, T], [None, T]),
-        "attention.o_proj.kernel": ([T], [T]),
+        "mlp.up_proj.kernel": ([None, None, T], [None, None, T]),
+        "mlp.down_proj.kernel": ([None, T], [None, T]),
+        "attention.q_proj.kernel": ([None, None, T], [None, None, T]),
+        "attention.k_proj.kernel": ([None, None, T], [None, None, T]),
+        "attention.o_proj.kernel": ([None, T], [None, T]),
         "embed.embedding": ([], []),
-        "mlp.up_proj.bias": ([T], [T]),
+        "mlp.up_proj.bias": ([None, T], [None, T]),
     },
     "fsdp+tp:2,2,2": {
-        "mlp.up_proj.kernel": ([F, T], [F, T]),
-        "mlp.down_proj.kernel": ([T, F], [T, F]),
-        "attention.q_proj.kernel": ([F, T], [F, T]),
-        "attention.o_proj.kernel": ([T, None, F], [T, None, F]),
+        "mlp.up_proj.kernel": ([None, F, T], [None, F, T]),
+        "mlp.down_proj.kernel": ([None, T, F], [None, T, F]),
+        "attention.q_proj.kernel": ([None, F, T], [None, F, T]),
+        "attention.o_proj.kernel": ([None, T, None, F], [None, T, None, F]),
         "embed.embedding": ([None, F], [None, F]),
-        "mlp.up_proj.bias": ([T], [T]),
+        "mlp.up_proj.bias": ([None, T], [None, T]),
     },
 }
 EXPECTED["tp:2,1,4"] = EXPECTED["tp:4,1,2"]

@@ -103,13 +103,16 @@ def run(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="resolve, plan and report memory; run nothing")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="with --dry-run: print the plan as one JSON object")
+    ] = False,
 ) -> None:
     """Run a job (its missing prerequisites first) in a run directory under the root."""
     from theseus.core.runner import prepare
 
     prepared = prepare(job, overrides or [], root=root, name=name, fresh=fresh, branch=branch)
     if dry_run:
-        prepared.dry_run()
+        prepared.dry_run(as_json)
         return
     prepared()
     typer.echo(f"run {prepared.name}: {prepared.run_dir.path.resolve()}")

@@ -81,13 +81,18 @@ class Job:
         return []
 
     @classmethod
-    def dry_run(cls, config: Any, root: str) -> Any:
-        """Plan without running: the default prints the typed config as YAML."""
+    def dry_run(cls, config: Any, root: str, as_json: bool = False) -> Any:
+        """Plan without running: the default prints the typed config (YAML, or one JSON line)."""
         import dataclasses
+        import json
 
         import yaml
 
-        print(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False), end="")
+        plain = dataclasses.asdict(config)
+        print(
+            json.dumps(plain) if as_json else yaml.safe_dump(plain, sort_keys=False),
+            end="\n" if as_json else "",
+        )
 
     def __call__(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -35,7 +35,10 @@ class LanguageModel(Protocol):
     * ``forward_with_aux(...) -> (logits_BxTxV, aux)``: ``aux`` maps names to scalar
       auxiliary losses already weighted (e.g. MoE load balancing); the trainer adds them.
     * ``flops_per_token(seq_len)``: training FLOPs per token (forward + backward).
-    * ``blocks``: the sequence of transformer blocks (``sharding.remat`` wraps each).
+    * ``blocks``: the transformer blocks (``sharding.remat`` checkpoints each).
+    * ``attention_implementation(seq_len)``: the attention kernel the model runs at this
+      length on this backend (``reference``, ``flash``, ``cudnn``, ...), for the start-up
+      log and the dry run.
     """
 
     config: Any
@@ -48,6 +51,8 @@ class LanguageModel(Protocol):
     ) -> tuple[Any, dict[str, Any]]: ...
 
     def flops_per_token(self, seq_len: int) -> float: ...
+
+    def attention_implementation(self, seq_len: int) -> str: ...
 
 
 @runtime_checkable

@@ -100,10 +100,10 @@ class PreparedRun:
         )
         return own + [p for answer in added for p in answer]
 
-    def dry_run(self) -> Any:
+    def dry_run(self, as_json: bool = False) -> Any:
         """``--dry-run``: the job's plan (memory report for training jobs), nothing run."""
         job_class = self.spec.load()
-        return job_class.dry_run(self.typed_config(job_class), self.root)
+        return job_class.dry_run(self.typed_config(job_class), self.root, as_json)
 
     def __call__(self) -> Any:
         job_class = self.spec.load()

@@ -25,3 +25,8 @@ class ModelConfig:
     d_model: int = option(384, "width of the residual stream")
     n_heads: int = option(6, "number of query heads")
     init_std: float = option(0.02, "standard deviation of the normal weight init")
+    attention: str = option(
+        "auto",
+        "attention implementation: auto | reference | flash | cudnn | splash (auto: cudnn on "
+        "GPU, splash on TPU, else flash from 512 tokens, reference below)",
+    )

@@ -37,6 +37,7 @@ class Moment:
         self.step = step
         self.state = state
         self._model: Any = None
+        self._view: Any = None
 
     # ------------------------------------------------------------------ data
     def batch(self) -> dict:
@@ -49,6 +50,17 @@ class Moment:
         if self._model is None:
             self._model = self.setup.model(self.state["params"])
         return self._model
+
+    @property
+    def view(self) -> Any:
+        """The model unrolled, one block module per layer (``blocks.<i>.<name>``): what
+        ``modules`` lists and ``capture`` runs. Its parameters are the checkpoint's arrays,
+        except that blocks stacked over layers hold slices of them (copies)."""
+        if self._view is None:
+            from theseus.core.inspect.capture import unrolled
+
+            self._view = unrolled(self.model)
+        return self._view
 
     # ------------------------------------------------------------------ replay
     def replay(self) -> dict[str, Any]:
@@ -72,7 +84,7 @@ class Moment:
         batch = self.batch()
 
         def mean_loss(params: Any) -> Any:
-            total, (_, count) = summed_loss(self.setup.graphdef, params, self.setup.rest, batch)
+            total, (_, count, _) = summed_loss(self.setup.graphdef, params, self.setup.rest, batch)
             return total / jnp.maximum(count, 1.0)
 
         return jax.jit(jax.grad(mean_loss))(self.state["params"])
@@ -81,7 +93,7 @@ class Moment:
     def modules(self) -> dict[str, Any]:
         from theseus.core.inspect.capture import module_paths
 
-        return module_paths(self.model)
+        return module_paths(self.view)
 
     def module(self, path: str) -> Any:
         modules = self.modules()
@@ -109,7 +121,7 @@ class Moment:
             chosen = {p: self.module(p) for p in paths}
         batch = self.batch()
         with recording(chosen) as captures:
-            self.model(
+            self.view(
                 batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
             )
         return captures

@@ -8,9 +8,11 @@ and JAX has not started yet, CPU runs simulate that many devices.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from theseus.core.errors import TheseusError
@@ -49,11 +51,15 @@ def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
     import jax
     from theseus.core.sharding.mesh import describe
     from theseus.core.sharding.placement import per_device_bytes
+    from theseus.core.train.flops import program_flops
 
     config, layout, state = setup.config, setup.layout, setup.abstract_state
     batch_arrays = setup.abstract_batch()
+    started = time.perf_counter()
     compiled = setup.train_step.lower(state, batch_arrays).compile()
+    compile_seconds = time.perf_counter() - started
     analysis = compiled.memory_analysis()
+    program = program_flops(setup.train_step, state, batch_arrays)
     training = config.training
     out: dict[str, Any] = {
         "mesh": describe(layout.mesh),
@@ -68,9 +74,18 @@ def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
         "params_bytes": per_device_bytes(state["params"]),
         "opt_bytes": per_device_bytes(state["opt_state"]),
         "batch_bytes": per_device_bytes(batch_arrays),
+        "attention": setup.attention,
+        "compile_seconds": compile_seconds,
+        # XLA's cost analysis counts a loop body once (scanned layers: one layer); the
+        # program count multiplies loops by their trip counts (theseus.core.train.flops)
+        "flops_per_step_compiled": compiled_flops(compiled) * len(layout.mesh.devices.flat),
+        "flops_per_step_program": program.flops,
+        "program_dynamic_loops": program.dynamic_loops,
+        "flops_per_step_model": setup.flops_per_token * setup.tokens_per_step,
     }
     if analysis is not None:
         out["temp_bytes"] = int(analysis.temp_size_in_bytes)
+        out["activation_bytes"] = out["temp_bytes"]
         out["argument_bytes"] = int(analysis.argument_size_in_bytes)
         out["output_bytes"] = int(analysis.output_size_in_bytes)
         out["alias_bytes"] = int(analysis.alias_size_in_bytes)
@@ -81,6 +96,14 @@ def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
     if stats.get("bytes_limit"):
         out["device_bytes"] = int(stats["bytes_limit"])
     return out
+
+
+def compiled_flops(compiled: Any) -> float:
+    """FLOPs of one device's compiled program, from XLA's cost analysis (0 when absent)."""
+    costs = compiled.cost_analysis()
+    if isinstance(costs, (list, tuple)):  # one entry per program in some jax versions
+        return float(sum(c.get("flops", 0.0) for c in costs if c))
+    return float((costs or {}).get("flops", 0.0))
 
 
 def format_report(r: dict[str, Any]) -> str:
@@ -99,6 +122,11 @@ def format_report(r: dict[str, Any]) -> str:
         f"  optimizer state        {size(r['opt_bytes'])}",
         f"  batch                  {size(r['batch_bytes'])}",
     ]
+    lines.append(
+        f"compute     {r['flops_per_step_model'] / 1e9:.3g} GFLOP/step (model), "
+        f"{r['flops_per_step_program'] / 1e9:.3g} GFLOP/step (traced program), "
+        f"compiled in {r['compile_seconds']:.1f} s, attention {r['attention']}"
+    )
     if "temp_bytes" in r:
         lines += [
             f"  activations + temps    {size(r['temp_bytes'])}   (compiled step, memory analysis)",
@@ -111,14 +139,14 @@ def format_report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def dry_run(config: TrainJobConfig, root: str) -> dict[str, Any]:
+def dry_run(config: TrainJobConfig, root: str, as_json: bool = False) -> dict[str, Any]:
     simulate_devices(config)
     from theseus.core.plugins import registries
     from theseus.core.train.setup import TrainSetup
 
     vocab, source = vocab_size(config, root)
     result = report(TrainSetup.build(config, registries(), vocab), source)
-    print(format_report(result))
+    print(json.dumps(result, sort_keys=True) if as_json else format_report(result))
     total, limit = result.get("total_bytes"), result.get("device_bytes")
     if total and limit and total > limit:
         raise ShardingError(

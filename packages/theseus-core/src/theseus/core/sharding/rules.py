@@ -1,9 +1,14 @@
 """Logical axis names -> mesh axes, one small table per strategy (no JAX).
 
 Models name the axes of every parameter (``vocab``, ``embed``, ``heads``, ``kv_heads``,
-``head_dim``, ``mlp``, ``experts``, or None); a strategy is a mapping from those names to
-mesh axes, separately for parameters (and their gradients) and for optimizer state. A
-name a table does not mention stays replicated.
+``head_dim``, ``mlp``, ``experts``, ``layers``, or None); a strategy is a mapping from those
+names to mesh axes, separately for parameters (and their gradients) and for optimizer state.
+A name a table does not mention stays replicated.
+
+``layers`` is the leading axis of parameters stacked over the transformer blocks (run under
+a scan): every strategy keeps it whole, so each device holds its share of every layer and
+the scan slices one layer at a time locally (FSDP gathers that layer's shards inside the
+loop). Splitting it would be pipeline parallelism, which none of these strategies is.
 
 =========  ================================  =========================================
 strategy   parameters                        optimizer state (Adam moments, ...)
@@ -28,17 +33,19 @@ Rules = dict[str, tuple[str, ...]]
 
 BATCH_AXES = ("data", "fsdp")
 
+REPLICATED: Rules = {"layers": ()}  # named by every table: never split over the mesh
+
 PARAM_RULES: dict[str, Rules] = {
-    "dp": {},
-    "zero1": {},
-    "fsdp": {"embed": ("fsdp",)},
-    "tp": {"heads": ("tensor",), "kv_heads": ("tensor",), "mlp": ("tensor",)},
+    "dp": {**REPLICATED},
+    "zero1": {**REPLICATED},
+    "fsdp": {**REPLICATED, "embed": ("fsdp",)},
+    "tp": {**REPLICATED, "heads": ("tensor",), "kv_heads": ("tensor",), "mlp": ("tensor",)},
 }
 
 OPTIMIZER_RULES: dict[str, Rules] = {
-    "dp": {},
-    "zero1": {"embed": ("data", "fsdp")},
-    "fsdp": {"embed": ("fsdp",)},
+    "dp": {**REPLICATED},
+    "zero1": {**REPLICATED, "embed": ("data", "fsdp")},
+    "fsdp": {**REPLICATED, "embed": ("fsdp",)},
     "tp": PARAM_RULES["tp"],
 }
 

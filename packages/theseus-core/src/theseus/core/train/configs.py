@@ -41,7 +41,10 @@ class LoggingConfig:
         help="extra metric loggers by name (e.g. tensorboard, wandb)", factory=list
     )
     peak_flops: float = option(
-        0.0, "peak FLOP/s per device for MFU (0: chip table, or measure on CPU)"
+        0.0, "peak FLOP/s per device for MFU (0: chip table, or measured once per machine)"
+    )
+    profile_steps: str = option(
+        "", "START:END: write a jax.profiler trace of these steps into <run>/profile"
     )
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
+import os
 import queue
+import socket
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -35,30 +37,59 @@ PEAK_FLOPS = {
 }
 
 
-def measure_matmul_peak(size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a jitted float32 square matmul on the default device (best of a few)."""
+def measure_matmul_peak(size: int = 2048, repeats: int = 9) -> float:
+    """FLOP/s of a jitted float32 square matmul on the default device: the median of
+    ``repeats`` timed runs after a warm-up (a single fast or slow run does not decide)."""
     import jax.numpy as jnp
 
     a = jnp.ones((size, size), jnp.float32)
     matmul = jax.jit(lambda x, y: x @ y)
     matmul(a, a).block_until_ready()
-    best = math.inf
+    times = []
     for _ in range(repeats):
         start = time.perf_counter()
         matmul(a, a).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times)
 
 
-def device_peak_flops(configured: float = 0.0) -> tuple[float, str]:
-    """Peak FLOP/s of one device, and where the number came from."""
+def machine_key() -> str:
+    device = jax.devices()[0]
+    return f"{socket.gethostname()}|{device.platform}|{device.device_kind}|{os.cpu_count()}"
+
+
+def device_peak_flops(configured: float = 0.0, cache_dir: Path | None = None) -> tuple[float, str]:
+    """Peak FLOP/s of one device, and where the number came from.
+
+    ``configured`` (``logging.peak_flops``) wins; then the vendors' table; else a measured
+    float32 matmul peak, measured once per machine and cached in ``cache_dir`` so that every
+    run on the machine divides by the same number.
+    """
     if configured > 0:
         return configured, "config"
     kind = jax.devices()[0].device_kind
     for name, flops in PEAK_FLOPS.items():
         if name.lower() in kind.lower():
             return flops, f"table ({kind})"
-    return measure_matmul_peak(), f"measured f32 matmul ({kind})"
+    cache = cache_dir / "peak_flops.json" if cache_dir is not None else None
+    known = _read_json(cache) if cache is not None else {}
+    key = machine_key()
+    if key in known:
+        return float(known[key]), f"measured f32 matmul ({kind}), cached in {cache}"
+    peak = measure_matmul_peak()
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**known, key: peak}, indent=2) + "\n")
+        tmp.replace(cache)
+    return peak, f"measured f32 matmul ({kind}, median of 9)"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 class MetricsWriter:

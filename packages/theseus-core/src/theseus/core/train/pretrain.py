@@ -41,17 +41,19 @@ class PretrainJob(Job):
     @classmethod
     def prerequisites(cls, config: TrainJobConfig, root: str) -> list[Prerequisite]:
         from theseus.core.data.api import tokenize_prerequisites
+        from theseus.core.train.profile import parse_steps
 
         check_init(config, root)  # before any prerequisite spends time
         check_evaluations(config)
+        parse_steps(config.logging.profile_steps)
         return tokenize_prerequisites(config.data, root)
 
     @classmethod
-    def dry_run(cls, config: TrainJobConfig, root: str) -> Any:
-        """Mesh, abstract state and per-device memory, printed; nothing is allocated."""
+    def dry_run(cls, config: TrainJobConfig, root: str, as_json: bool = False) -> Any:
+        """Mesh, abstract state, per-device memory and FLOPs, printed; nothing is allocated."""
         from theseus.core.sharding.memory import dry_run
 
-        return dry_run(config, root)
+        return dry_run(config, root, as_json)
 
     def __call__(self) -> dict[str, Any]:
         from theseus.core.sharding.distributed import initialize_from_env

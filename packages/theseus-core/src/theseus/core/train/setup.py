@@ -103,6 +103,7 @@ class TrainSetup:
     per_device: int
     micro_steps: int
     flops_per_token: float
+    attention: str  # the attention implementation the model runs (logged, in the dry run)
     graphdef: Any
     rest: Any
     optimizer: optax.GradientTransformation
@@ -176,6 +177,7 @@ class TrainSetup:
             per_device=per_device,
             micro_steps=micro_steps,
             flops_per_token=counted["flops"],
+            attention=abstract_model.attention_implementation(training.seq_len),
             graphdef=graphdef,
             rest=rest,
             optimizer=optimizer,

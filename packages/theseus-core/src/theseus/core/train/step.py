@@ -17,6 +17,7 @@ import optax
 from flax import nnx
 
 Batch = dict[str, jax.Array]
+STAT_PREFIX = "stat/"  # aux entries reported by the model but not added to the loss
 
 
 def token_losses(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array:
@@ -29,7 +30,12 @@ def summed_loss(
     graphdef: nnx.GraphDef, params: Any, rest: Any, batch: Batch, remat: str = "none"
 ) -> tuple[jax.Array, Any]:
     """Sum of masked token losses (plus aux losses scaled by the token count), and
-    ``(cross-entropy sum, token count)``."""
+    ``(cross-entropy sum, token count, model metrics)``.
+
+    The model's ``aux`` entries are weighted losses added to the training loss, except those
+    named ``stat/...`` (router health and the like), which are only reported. Every entry is
+    returned in the model metrics, to be logged as ``model/<name>``.
+    """
     model = nnx.merge(graphdef, params, rest)
     if remat != "none":
         from theseus.core.sharding.remat import checkpoint_blocks
@@ -41,8 +47,10 @@ def summed_loss(
     mask = batch["loss_mask"].astype(jnp.float32)
     ce_sum = jnp.sum(token_losses(logits, batch["targets"]) * mask)
     count = jnp.sum(mask)
-    aux_total = sum(aux.values()) if aux else jnp.zeros((), jnp.float32)
-    return ce_sum + aux_total * count, (ce_sum, count)
+    losses = [value for name, value in aux.items() if not name.startswith(STAT_PREFIX)]
+    aux_total = sum(losses) if losses else jnp.zeros((), jnp.float32)
+    model_metrics = {name: jnp.asarray(value, jnp.float32) for name, value in aux.items()}
+    return ce_sum + aux_total * count, (ce_sum, count, model_metrics)
 
 
 def split_micro(batch: Batch, micro_steps: int) -> Batch:
@@ -76,17 +84,18 @@ def make_train_step(
 
         def accumulate(carry: Any, micro: Batch) -> tuple[Any, None]:
             grads_sum, ce_sum, count = carry
-            grads, (ce, n) = grad_fn(params, micro)
+            grads, (ce, n, model_metrics) = grad_fn(params, micro)
             grads_sum = jax.tree.map(jnp.add, grads_sum, constrain(grads, grad_shardings))
-            return (grads_sum, ce_sum + ce, count + n), None
+            return (grads_sum, ce_sum + ce, count + n), model_metrics
 
         zero = jnp.zeros((), jnp.float32)
         init = (constrain(jax.tree.map(jnp.zeros_like, params), grad_shardings), zero, zero)
         if micro_steps == 1:
-            grads_sum, (ce_sum, count) = grad_fn(params, batch)
+            grads_sum, (ce_sum, count, model_metrics) = grad_fn(params, batch)
         else:
             micro = constrain(split_micro(batch, micro_steps), micro_sharding)
-            (grads_sum, ce_sum, count), _ = jax.lax.scan(accumulate, init, micro)
+            (grads_sum, ce_sum, count), per_micro = jax.lax.scan(accumulate, init, micro)
+            model_metrics = jax.tree.map(lambda m: jnp.mean(m, axis=0), per_micro)
         grads_sum = constrain(grads_sum, grad_shardings)
         denominator = jnp.maximum(count, 1.0)
         grads = jax.tree.map(lambda g: g / denominator, grads_sum)
@@ -105,6 +114,7 @@ def make_train_step(
             "grad_norm": optax.global_norm(grads),
             "learning_rate": schedule(state["step"]),
             "skipped": skipped,
+            "model": model_metrics,
         }
         new_state = {
             "params": new_params,
@@ -123,7 +133,7 @@ def make_eval_step(
     """``eval_step(params, batch) -> (summed loss, token count)``."""
 
     def eval_step(params: Any, batch: Batch) -> tuple[jax.Array, jax.Array]:
-        _, (ce_sum, count) = summed_loss(graphdef, params, rest, batch)
+        _, (ce_sum, count, _) = summed_loss(graphdef, params, rest, batch)
         return ce_sum, count
 
     return eval_step

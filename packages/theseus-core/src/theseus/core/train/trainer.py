@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -22,6 +23,7 @@ from theseus.core.evaluate.training import run_training_evaluations
 from theseus.core.sharding.mesh import describe
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.metrics import MetricsWriter, device_peak_flops
+from theseus.core.train.profile import StepProfiler
 from theseus.core.train.setup import TrainSetup
 
 log = logging.getLogger(__name__)
@@ -100,10 +102,13 @@ class Trainer:
         state = self.initial_state()
         start = int(state["step"])
         setup = self.setup
-        peak, peak_source = device_peak_flops(self.config.logging.peak_flops)
+        peak, peak_source = device_peak_flops(
+            self.config.logging.peak_flops, Path(self.context.root) / ".theseus"
+        )
         devices = len(setup.layout.mesh.devices.flat)
         log.info(
-            "training %s: steps %d -> %d, %d devices (%s, %s), micro-steps %d, peak %.3g FLOP/s (%s)",
+            "training %s: steps %d -> %d, %d devices (%s, %s), micro-steps %d, attention %s, "
+            "peak %.3g FLOP/s (%s)",
             self.run.name,
             start,
             self.total_steps,
@@ -111,6 +116,7 @@ class Trainer:
             describe(setup.layout.mesh),
             self.config.sharding.strategy,
             setup.micro_steps,
+            setup.attention,
             peak,
             peak_source,
         )
@@ -124,6 +130,7 @@ class Trainer:
         )
         writer = MetricsWriter(self.run.metrics_path, enabled=main_process, loggers=loggers)
         tracker = _Tracker(self, writer, peak * devices)
+        profiler = StepProfiler(self.config.logging.profile_steps, self.run.path / "profile")
         batches = self.data.iterator(start)
         last_saved = start
         self.hook.theseus_on_train_start(setup=setup, run=self.run, step=start)
@@ -131,7 +138,9 @@ class Trainer:
             with _preemption_guard(self), _progress(self, start) as advance:
                 for step in range(start, self.total_steps):
                     batch = setup.layout.place_batch(next(batches))
+                    profiler.before(step)
                     state, metrics = setup.train_step(state, batch)
+                    profiler.after(step, metrics)
                     tracker.push(step, metrics)
                     advance()
                     done = step + 1
@@ -163,6 +172,7 @@ class Trainer:
             self.hook.theseus_on_train_end(summary=summary, run=self.run)
             return summary
         finally:
+            profiler.stop()
             self.checkpoints.close()
             writer.close()
 
@@ -205,7 +215,8 @@ class _Tracker:
         self.peak_flops = peak_flops
         self.pending: tuple[int, dict] | None = None
         self.every = max(1, trainer.config.logging.every)
-        self.window_start = time.perf_counter()
+        self.started = time.perf_counter()
+        self.window_start: float | None = None  # opens when the first (compiled) step is done
         self.window_tokens = 0.0
         self.window_steps = 0
         self.last_loss = float("nan")
@@ -224,28 +235,38 @@ class _Tracker:
         loss = float(metrics["loss"])
         if not math.isfinite(float(metrics["grad_norm"])):
             loss = float("nan") if math.isfinite(loss) else loss
-        self.window_tokens += self.trainer.setup.tokens_per_step
-        self.window_steps += 1
         if not math.isfinite(loss) and not self.trainer.config.training.skip_nonfinite:
             raise NonFiniteLossError(
                 f"loss is {loss} at step {step} of run {self.trainer.run.name}; the last good "
                 "checkpoint is kept (set training.skip_nonfinite=true to skip such steps)"
             )
         self.last_loss = loss
+        now = time.perf_counter()
+        first = self.window_start is None  # compile + first step: not a throughput sample
+        if not first:
+            self.window_tokens += self.trainer.setup.tokens_per_step
+            self.window_steps += 1
         # "step k" is the loss of the state after k updates on the batch of index k
-        if step % self.every and step != self.trainer.total_steps - 1:
+        if not first and step % self.every and step != self.trainer.total_steps - 1:
             return
-        elapsed = time.perf_counter() - self.window_start
-        tokens_per_sec = self.window_tokens / elapsed if elapsed > 0 else 0.0
-        record = {
+        record: dict[str, Any] = {
             "step": step,
             "train/loss": loss,
             "train/grad_norm": float(metrics["grad_norm"]),  # host values: the step is done
             "train/lr": float(metrics["learning_rate"]),
-            "perf/tokens_per_sec": tokens_per_sec,
-            "perf/step_time": elapsed / max(self.window_steps, 1),
-            "perf/mfu": self.trainer.setup.flops_per_token * tokens_per_sec / self.peak_flops,
         }
+        if first:
+            record["perf/first_step_time"] = now - self.started
+        elif self.window_steps:
+            elapsed = now - self.window_start
+            tokens_per_sec = self.window_tokens / elapsed
+            record["perf/tokens_per_sec"] = tokens_per_sec
+            record["perf/step_time"] = elapsed / self.window_steps
+            record["perf/mfu"] = (
+                self.trainer.setup.flops_per_token * tokens_per_sec / self.peak_flops
+            )
+        for name, value in metrics.get("model", {}).items():
+            record[f"model/{name}"] = float(value)
         if self.trainer.config.training.skip_nonfinite:
             record["train/skipped"] = int(metrics["skipped"])
         for extra in self.trainer.hook.theseus_on_step_end(
@@ -253,7 +274,7 @@ class _Tracker:
         ):
             record.update(extra or {})
         self.writer.write(record)
-        self.window_start, self.window_tokens, self.window_steps = time.perf_counter(), 0.0, 0
+        self.window_start, self.window_tokens, self.window_steps = now, 0.0, 0
 
 
 @contextmanager

@@ -69,6 +69,7 @@ class GPT(DecoderLM):
             qkv_bias=c.bias,
             out_bias=c.bias,
             rope=RoPE(head_dim, c.rope_theta) if c.positions == "rope" else None,
+            implementation=c.attention,
             std=c.init_std,
             out_std=self.out_std(),
             dtype=self.dtype,

@@ -4,6 +4,10 @@ A checkpoint is ``config.json`` plus ``*.safetensors``. Import reads the archite
 the family whose HF module names it, builds the config with that module's ``config_from_hf``
 and converts each tensor by its ``rules``. The rules are exact, so HF -> theseus -> HF is
 bit-exact on the weights.
+
+Rules name one layer's parameters as ``("blocks", i, ...)``. Where the model stacks its
+blocks (a parameter ``("blocks", ...)`` with a leading ``layers`` axis), that path is row i
+of it: import fills each row and stacks them, export slices them (both exact).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from flax import nnx
 from theseus.models.errors import CheckpointShapeError, ModelError, UnsupportedArchitectureError
 from theseus.models.family import Family
 from theseus.models.hf.mapping import ParamPath
+from theseus.models.layers.block import LAYERS
 from theseus.models.plugin import FAMILIES, family_named
 
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -131,6 +136,29 @@ def read_tensors(directory: str | Path) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------- parameters
 
 
+def stacked_layers(variable: nnx.Variable) -> int:
+    """The length of a parameter's leading ``layers`` axis; 0 when it is not stacked."""
+    axes = variable.get_metadata().get("out_sharding") or ()
+    return variable.shape[0] if axes and axes[0] == LAYERS else 0
+
+
+def per_layer_path(path: ParamPath, index: int) -> ParamPath:
+    """Where the rules find row ``index`` of the stacked parameter ``path``."""
+    return (path[0], index, *path[1:])
+
+
+def per_layer(variables: dict[ParamPath, Any]) -> dict[ParamPath, tuple[ParamPath, int | None]]:
+    """Every path the rules may name -> (our parameter, its row, or None: the whole of it)."""
+    out: dict[ParamPath, tuple[ParamPath, int | None]] = {}
+    for path, variable in variables.items():
+        layers = stacked_layers(variable)
+        if not layers:
+            out[path] = (path, None)
+        for i in range(layers):
+            out[per_layer_path(path, i)] = (path, i)
+    return out
+
+
 def params_from_hf(
     family: str, config: Any, tensors: dict[str, np.ndarray], model_cls: type | None = None
 ) -> nnx.Module:
@@ -139,9 +167,16 @@ def params_from_hf(
     cls = model_cls or spec.load_model()
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0))))
     variables = {tuple(p): v for p, v in nnx.to_flat_state(abstract)}
+    targets = per_layer(variables)
     values: dict[ParamPath, np.ndarray] = {}
     for rule in spec.load_hf().rules(config):
-        shapes = [tuple(variables[p].shape) for p in rule.ours]
+        shapes = []
+        for p in rule.ours:
+            if p not in targets:
+                raise ModelError(f"the {family} rules name {p}, which {cls.__name__} lacks")
+            ours, row = targets[p]
+            shape = tuple(variables[ours].shape)
+            shapes.append(shape if row is None else shape[1:])
         structs = [jax.ShapeDtypeStruct(s, np.float32) for s in shapes]
         wanted = [tuple(x.shape) for x in jax.eval_shape(lambda *a, r=rule: r.to_hf(*a), *structs)]
         arrays = []
@@ -159,22 +194,30 @@ def params_from_hf(
             arrays.append(tensors[key])
         for path, value in zip(rule.ours, rule.to_ours(arrays, shapes), strict=True):
             values[path] = np.ascontiguousarray(value, dtype=np.float32)
-    missing = sorted(set(variables) - set(values), key=str)
+    missing = sorted(set(targets) - set(values), key=str)
     if missing:
         raise CheckpointShapeError(
             f"no checkpoint tensor fills {missing[0]} ({len(missing)} missing)"
         )
-    state = nnx.from_flat_state(
-        [(p, v.replace(jnp.asarray(values[p]))) for p, v in variables.items()]
-    )
-    return nnx.merge(graphdef, state)
+    filled = []
+    for path, variable in variables.items():
+        layers = stacked_layers(variable)
+        if layers:
+            value = np.stack([values[per_layer_path(path, i)] for i in range(layers)])
+        else:
+            value = values[path]
+        filled.append((path, variable.replace(jnp.asarray(value))))
+    return nnx.merge(graphdef, nnx.from_flat_state(filled))
 
 
 def params_to_hf(family: str, model: nnx.Module) -> dict[str, np.ndarray]:
     """HF tensor name -> float32 array, for every parameter of ``model``."""
-    params = {
-        tuple(p): np.asarray(v[...]) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
-    }
+    params: dict[ParamPath, np.ndarray] = {}
+    for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        value = np.asarray(variable[...])
+        for i in range(stacked_layers(variable)):
+            params[per_layer_path(tuple(path), i)] = value[i]
+        params[tuple(path)] = value
     out: dict[str, np.ndarray] = {}
     for rule in family_named(family).load_hf().rules(model.config):
         arrays = rule.to_hf(*[params[p] for p in rule.ours])

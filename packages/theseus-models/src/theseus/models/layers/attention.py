@@ -7,12 +7,19 @@ Shapes: B batch, T queries, S keys, D d_model, H query heads, G kv heads, R = H 
 Projections and positions work on BxTxHxK; from ``scores`` to ``combine`` the heads come first
 (BxHxTxK, BxGxSxK), so every product is a plain batched matmul over (B, G).
 
-Without a cache the queries go through the score/mask/softmax/combine stages in blocks of
-``query_block`` rows, each against only the keys it can see (up to its last query, and from the
-first key its sliding window reaches). On CPU that keeps the score blocks in cache and skips
-the fully masked half of the causal square; the result is the same attention. A subclass that
-overrides ``mask`` with something that is not causal (keys after the query allowed) must set
-``causal = False``, which turns the skipping off.
+Without a cache, ``implementation`` (the model's ``attention`` option) says what computes the
+four score stages (see ``theseus.models.attention_choice``): ``reference`` runs the stages
+themselves; ``flash`` (``layers/flash.py``), ``cudnn`` and ``splash`` compute the same
+attention in one piece, with memory linear in T. A subclass that overrides a stage gets
+``reference`` under ``auto`` and an error under an explicit kernel. With a cache (generation)
+the stages always run.
+
+The reference goes through the stages in blocks of ``query_block`` query rows, each against
+only the keys it can see (up to its last query, and from the first key its sliding window
+reaches). On CPU that keeps the score blocks in cache and skips the fully masked half of the
+causal square; the result is the same attention. A subclass that overrides ``mask`` with
+something that is not causal (keys after the query allowed) must set ``causal = False``,
+which turns the skipping off.
 """
 
 from __future__ import annotations
@@ -23,9 +30,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.models.attention_choice import STAGES, check_attention, resolve_attention
 from theseus.models.errors import ModelError
+from theseus.models.layers.cudnn_attention import cudnn_attention
+from theseus.models.layers.flash import flash_attention
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.norms import RMSNorm
+from theseus.models.layers.splash_attention import splash_attention
 
 NEG_INF = -1e30  # finite, so a fully masked row gives a uniform softmax, never NaN
 
@@ -84,7 +95,9 @@ class KVCache(NamedTuple):
 
 class Attention(nnx.Module):
     causal = True  # the mask never lets a query see a later key (see the module docstring)
-    query_block = 64  # rows of queries per block when there is no cache; 0: one block
+    query_block = 64  # reference: rows of queries per block without a cache; 0: one block
+    flash_block = 128  # flash: queries and keys per block
+    kernel_interpret = False  # splash: run the Pallas kernel in its interpreter (tests off TPU)
 
     def __init__(
         self,
@@ -98,6 +111,7 @@ class Attention(nnx.Module):
         rope: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
         qk_norm_eps: float | None = None,
         sliding_window: int = 0,
+        implementation: str = "auto",
         std: float = 0.02,
         out_std: float | None = None,
         dtype=jnp.float32,
@@ -125,6 +139,9 @@ class Attention(nnx.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = H, G, K
         self.sliding_window = sliding_window
         self.dtype = dtype
+        self.implementation = implementation
+        # refuse an unknown name, or a kernel that would skip an overridden stage, right away
+        check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
 
     # ------------------------------------------------------------------ the stages
 
@@ -209,6 +226,42 @@ class Attention(nnx.Module):
             blocks.append(self.attend(q_BxHxTxK[:, :, start:end], keys, values, part))
         return jnp.concatenate(blocks, axis=2)
 
+    def overridden_stages(self) -> tuple[str, ...]:
+        """The score stages (and ``attend``) this layer's class overrides."""
+        return overridden_stages(type(self))
+
+    def implementation_for(self, seq_len: int) -> str:
+        """What computes self-attention over ``seq_len`` tokens on the current backend."""
+        return resolve_attention(
+            self.implementation,
+            jax.default_backend(),
+            seq_len,
+            self.overridden_stages(),
+            dtype=jnp.dtype(self.dtype).name,
+            head_dim=self.head_dim,
+            interpret=self.kernel_interpret,
+            layer=type(self).__name__,
+        )
+
+    def attend_self(
+        self, q_BxHxTxK: jax.Array, k_BxGxTxK: jax.Array, v_BxGxTxK: jax.Array, info: MaskInfo
+    ) -> jax.Array:
+        """Self-attention without a cache, by ``implementation_for(T)``; BxHxTxK.
+
+        The kernels implement this class's ``mask`` (causal, per document, sliding window)
+        with query and key positions 0..T-1, which is what ``info`` holds without a cache.
+        """
+        name = self.implementation_for(q_BxHxTxK.shape[2])
+        if name == "reference":
+            return self.attend_in_blocks(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info)
+        args = (q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info.q_segment, info.k_segment)
+        if name == "flash":
+            size = self.flash_block
+            return flash_attention(*args, window=self.sliding_window, block_q=size, block_k=size)
+        if name == "cudnn":
+            return cudnn_attention(*args, window=self.sliding_window)
+        return splash_attention(*args, window=self.sliding_window, interpret=self.kernel_interpret)
+
     def __call__(
         self,
         x_BxTxD: jax.Array,
@@ -221,7 +274,7 @@ class Attention(nnx.Module):
         q, k = self.apply_positions(q, k, positions_BxT)
         q, k, v = (heads_first(z) for z in (q, k, v))
         if cache is None:
-            out = self.attend_in_blocks(q, k, v, info)
+            out = self.attend_self(q, k, v, info)
         else:
             start = (0, 0, cache.index, 0)
             k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
@@ -229,6 +282,13 @@ class Attention(nnx.Module):
             cache = LayerCache(k_all, v_all, cache.index)
             out = self.attend(q, k_all.astype(self.dtype), v_all.astype(self.dtype), info)
         return self.output(heads_first(out)), cache
+
+
+def overridden_stages(cls: type) -> tuple[str, ...]:
+    """The stages of ``STAGES`` (and ``attend``, which runs them) that ``cls`` overrides."""
+    return tuple(
+        name for name in (*STAGES, "attend") if getattr(cls, name) is not getattr(Attention, name)
+    )
 
 
 def heads_first(x: jax.Array) -> jax.Array:

@@ -1,10 +1,23 @@
-"""A pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
+"""A pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+
+The decoder keeps its blocks *stacked*: one block module whose every parameter has a leading
+axis of length L (the layers, logical axis ``layers``), built by ``stack_blocks`` and run
+under a scan, so the compiled program does not grow with depth. ``layer_of`` cuts one layer
+out of such a stack as an ordinary block.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
+import jax.numpy as jnp
 from flax import nnx
+from flax.nnx import spmd
 from theseus.models.layers.attention import LayerCache, MaskInfo
+
+LAYERS = "layers"  # the logical axis name of the stacked layer dimension
+LAYER_METADATA = {nnx.PARTITION_NAME: LAYERS}  # what nnx.vmap/scan add to (remove from) params
 
 
 class Block(nnx.Module):
@@ -36,3 +49,30 @@ class Block(nnx.Module):
         x_BxTxD = x_BxTxD + h_BxTxD
         h_BxTxD, stats = self.feed_forward(self.mlp_norm(x_BxTxD), info.q_segment > 0)
         return x_BxTxD + h_BxTxD, cache, stats
+
+
+def stack_blocks(
+    make: Callable[[jax.Array, nnx.Rngs], nnx.Module], n_layers: int, rngs: nnx.Rngs
+) -> nnx.Module:
+    """``make(index, rngs)`` for every layer, as one module with stacked parameters.
+
+    ``make`` runs once under ``nnx.vmap``: ``index`` is a traced int32 scalar (usable in
+    arithmetic, not in Python control flow), and the module it returns must have the same
+    structure at every index. The random streams are split per layer, so every layer draws
+    its own numbers (with the same distribution as an unstacked block). Each parameter gets
+    a leading axis of length ``n_layers`` named ``layers`` in its ``out_sharding`` metadata.
+    """
+
+    @nnx.split_rngs(splits=n_layers)
+    @nnx.vmap(in_axes=(0, 0), out_axes=0, axis_size=n_layers, transform_metadata=LAYER_METADATA)
+    def build(index: jax.Array, layer_rngs: nnx.Rngs) -> nnx.Module:
+        return make(index, layer_rngs)
+
+    return build(jnp.arange(n_layers, dtype=jnp.int32), rngs)
+
+
+def layer_of(stacked: nnx.Module, index: int) -> nnx.Module:
+    """Layer ``index`` of a stack as a block of its own (its parameters are slices: copies)."""
+    graphdef, state = nnx.split(stacked)
+    sliced = jax.tree.map(lambda x: x[index], state)
+    return nnx.merge(graphdef, spmd.remove_axis(sliced, 0, LAYER_METADATA))

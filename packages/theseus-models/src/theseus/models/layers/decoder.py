@@ -6,6 +6,12 @@ feed-forward layer (``make_mlp``); ``make_block`` puts them in a ``block_cls``. 
 masks, KV cache, output head and the FLOPs count live here once. Two hooks let a family
 report more: ``aux_losses`` turns the blocks' statistics into auxiliary losses, and
 ``matmul_share`` says how much of a parameter one token multiplies with.
+
+The blocks are stacked: ``self.blocks`` is one block module whose parameters have a leading
+``layers`` axis (``blocks.mlp.up_proj.kernel`` is LxDxF), run by ``nnx.scan``, so the
+compiled step is the same size at any depth. A family whose blocks differ from layer to
+layer sets ``scan_layers = False`` and gets an ``nnx.List`` of blocks run by a Python loop
+(``blocks.3.mlp...``); ``unrolled()`` gives that form of any model (what time travel records).
 """
 
 from __future__ import annotations
@@ -18,9 +24,16 @@ import jax.numpy as jnp
 from flax import nnx
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
 from theseus.models.layers.attention import KVCache, LayerCache, MaskInfo
-from theseus.models.layers.block import Block
+from theseus.models.layers.block import LAYER_METADATA, Block, layer_of, stack_blocks
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
+
+# What the scan keeps of each layer for the backward pass. Left alone, a scan keeps every
+# intermediate in an L-stacked buffer, where an unrolled program lets XLA fuse the cheap
+# elementwise work into the backward instead: keeping the matmul outputs and recomputing the
+# rest (norms, activations, softmax) is that program's trade, as fast and with less memory.
+# ``sharding.remat`` replaces it (a block wrapped there has ``rematerialized = True``).
+SCAN_POLICY = jax.checkpoint_policies.dots_saveable
 
 
 def document_positions(segment_ids_BxT: jax.Array) -> jax.Array:
@@ -42,6 +55,7 @@ class DecoderLM(nnx.Module):
 
     config_class: ClassVar[type]  # the family's config dataclass
     block_cls: ClassVar[type] = Block
+    scan_layers: ClassVar[bool] = True  # False: blocks that differ per layer, in a Python loop
 
     def __init__(self, config: Any, *, rngs: nnx.Rngs) -> None:
         if not isinstance(config, self.config_class):
@@ -59,7 +73,7 @@ class DecoderLM(nnx.Module):
         self.dtype = jnp.dtype(config.dtype)
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
-        self.blocks = nnx.List([self.make_block(i, rngs) for i in range(c.n_layers)])
+        self.blocks = self.make_blocks(rngs)
         self.final_norm = self.make_norm(c.d_model)
         if c.tie_embeddings:
             self.lm_head = None
@@ -89,7 +103,11 @@ class DecoderLM(nnx.Module):
         raise NotImplementedError
 
     def make_block(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
-        """Block ``index``: norm, attention, norm, MLP (attention first: the init order)."""
+        """Block ``index``: norm, attention, norm, MLP (attention first: the init order).
+
+        With ``scan_layers`` this runs once for all layers, under ``nnx.vmap``: ``index`` is
+        then a traced int32 scalar, and the block must have the same structure at every index.
+        """
         d = self.config.d_model
         return self.block_cls(
             self.make_norm(d),
@@ -98,6 +116,43 @@ class DecoderLM(nnx.Module):
             self.make_mlp(index, rngs),
         )
 
+    def make_blocks(self, rngs: nnx.Rngs) -> nnx.Module:
+        """Every layer's block: stacked on a leading ``layers`` axis (``scan_layers``), or an
+        ``nnx.List`` of ``make_block(i)``."""
+        if self.scan_layers:
+            return stack_blocks(self.make_block, self.config.n_layers, rngs)
+        return nnx.List([self.make_block(i, rngs) for i in range(self.config.n_layers)])
+
+    @property
+    def stacked(self) -> bool:
+        """Whether ``blocks`` holds every layer stacked (run under a scan)."""
+        return not isinstance(self.blocks, nnx.List)
+
+    def layer(self, index: int) -> nnx.Module:
+        """Block ``index`` as a module of its own; from a stack its parameters are copies."""
+        if not self.stacked:
+            return self.blocks[index]
+        if not 0 <= index < self.config.n_layers:
+            raise IndexError(f"layer {index} of a {self.config.n_layers}-layer model")
+        return layer_of(self.blocks, index)
+
+    def per_layer(self) -> list[nnx.Module]:
+        """A block per layer for reading static attributes (heads, windows): a stack's one
+        module stands for every layer (its parameters keep the leading ``layers`` axis)."""
+        if self.stacked:
+            return [self.blocks] * self.config.n_layers
+        return list(self.blocks)
+
+    def unrolled(self) -> DecoderLM:
+        """This model with ``blocks`` an ``nnx.List`` run by a Python loop: module paths
+        ``blocks.<i>.<name>`` an eager pass can record. Parameters outside the blocks are
+        shared; the blocks' are slices of the stack. A model already unrolled is returned."""
+        if not self.stacked:
+            return self
+        view = nnx.merge(*nnx.split(self))
+        view.blocks = nnx.List([self.layer(i) for i in range(self.config.n_layers)])
+        return view
+
     def out_std(self) -> float:
         """Init std of the projections into the residual stream (GPT-2's 1/sqrt(2 * layers))."""
         return self.config.init_std / math.sqrt(2 * self.config.n_layers)
@@ -105,10 +160,17 @@ class DecoderLM(nnx.Module):
     def embed_tokens(self, tokens_BxT: jax.Array, positions_BxT: jax.Array) -> jax.Array:
         return self.embed(tokens_BxT)
 
+    def attention_implementation(self, seq_len: int) -> str:
+        """The attention kernel the layers run at ``seq_len`` on this backend (``flash``,
+        ...): ``Attention.implementation_for``; distinct ones joined by ``+``."""
+        blocks = self.per_layer()[:1] if self.stacked else self.per_layer()
+        names = dict.fromkeys(b.attention.implementation_for(seq_len) for b in blocks)
+        return "+".join(names)
+
     @property
     def kv_shape(self) -> tuple[int, int]:
         """(kv heads, head_dim) of the attention layers, for the cache."""
-        attention = self.blocks[0].attention
+        attention = self.per_layer()[0].attention
         return attention.n_kv_heads, attention.head_dim
 
     # ------------------------------------------------------------------ the forward
@@ -157,25 +219,61 @@ class DecoderLM(nnx.Module):
             k_slot_BxS = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32), (B, S))
             info = MaskInfo(q_slot_BxT + cache.index, k_slot_BxS, segment_ids_BxT, k_segment_BxS)
         x_BxTxD = self.embed_tokens(tokens_BxT, positions_BxT)
-        ks, vs, stats = [], [], []
-        for i, block in enumerate(self.blocks):
-            layer_cache = None if cache is None else LayerCache(cache.k[i], cache.v[i], cache.index)
-            x_BxTxD, layer_cache, block_stats = block(x_BxTxD, positions_BxT, info, layer_cache)
-            stats.append(block_stats)
-            if layer_cache is not None:
-                ks.append(layer_cache.k)
-                vs.append(layer_cache.v)
+        x_BxTxD, kv, stats = self.run_blocks(x_BxTxD, positions_BxT, info, cache)
         logits_BxTxV = self.head(self.final_norm(x_BxTxD))
         if cache is not None:
-            cache = KVCache(jnp.stack(ks), jnp.stack(vs), info.k_segment, cache.index + T)
+            cache = KVCache(*kv, info.k_segment, cache.index + T)
         aux, summary = self.aux_losses(stats)
         return logits_BxTxV, aux, summary, cache
 
+    def run_blocks(
+        self,
+        x_BxTxD: jax.Array,
+        positions_BxT: jax.Array,
+        info: MaskInfo,
+        cache: KVCache | None,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None, dict[str, jax.Array]]:
+        """Every block in turn: the output, the new keys and values (LxBxGxSxK each, with a
+        cache) and the blocks' statistics, each stacked on a leading L axis.
+
+        A stack runs under ``nnx.scan``, each step one layer's parameters and cache slices.
+        """
+        index = None if cache is None else cache.index
+        kv = None if cache is None else (cache.k, cache.v)
+
+        def layer(
+            block: nnx.Module, x_BxTxD: jax.Array, kv: tuple[jax.Array, jax.Array] | None
+        ) -> tuple[jax.Array, tuple[tuple[jax.Array, jax.Array] | None, dict[str, jax.Array]]]:
+            layer_cache = None if kv is None else LayerCache(kv[0], kv[1], index)
+            x_BxTxD, layer_cache, stats = block(x_BxTxD, positions_BxT, info, layer_cache)
+            return x_BxTxD, (None if layer_cache is None else (layer_cache.k, layer_cache.v), stats)
+
+        if self.stacked:
+            if not getattr(self.blocks, "rematerialized", False):
+                layer = nnx.remat(layer, policy=SCAN_POLICY)
+            scan = nnx.scan(
+                layer,
+                in_axes=(0, nnx.Carry, 0),
+                out_axes=(nnx.Carry, 0),
+                transform_metadata=LAYER_METADATA,
+            )
+            x_BxTxD, (kv, stats) = scan(self.blocks, x_BxTxD, kv)
+            return x_BxTxD, kv, stats
+        outputs = []
+        for i, block in enumerate(self.blocks):
+            x_BxTxD, out = layer(block, x_BxTxD, None if kv is None else (kv[0][i], kv[1][i]))
+            outputs.append(out)
+        if not outputs:
+            return x_BxTxD, kv, {}
+        kv, stats = jax.tree.map(lambda *per_layer: jnp.stack(per_layer), *outputs)
+        return x_BxTxD, kv, stats
+
     def aux_losses(
-        self, stats: list[dict[str, jax.Array]]
+        self, stats: dict[str, jax.Array]
     ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
-        """Weighted auxiliary losses (the trainer adds them) and statistics to report,
-        from each block's statistics (``Block.feed_forward``); none by default."""
+        """Weighted auxiliary losses (the trainer adds them) and statistics to report, from
+        the blocks' statistics (``Block.feed_forward``), each stacked on a leading L axis
+        (``stats["counts"]`` is LxE); none by default."""
         return {}, {}
 
     def forward_with_aux(
@@ -244,7 +342,7 @@ class DecoderLM(nnx.Module):
         for path, value in nnx.to_flat_state(nnx.state(self, nnx.Param)):
             n += self.matmul_share(tuple(str(p) for p in path), float(value[...].size))
         attention = 0.0
-        for block in self.blocks:
+        for block in self.per_layer():
             a = block.attention
             window = a.sliding_window or seq_len
             keys = sum(min(t + 1, window) for t in range(seq_len)) / seq_len

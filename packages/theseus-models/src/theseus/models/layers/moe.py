@@ -1,20 +1,44 @@
 """Mixture of SwiGLU experts with a top-k softmax router.
 
-Stages: ``route`` (router logits -> top-k experts and weights), ``experts`` (dropless: every
-expert on every token, unselected weights zero; or with a capacity: tokens past an expert's
-capacity are dropped and the drop fraction reported), ``shared`` (an always-on expert).
-``forward_with_stats`` also returns what the load-balancing loss needs.
+Stages: ``route`` (router logits -> top-k experts and weights), ``experts`` (each token runs
+through its k chosen experts only), ``shared`` (an always-on expert). ``forward_with_stats``
+also returns what the load-balancing loss and the router-health statistics need.
+
+How the experts see only their tokens, with static shapes: each of the N x k (token, expert)
+assignments gets a row in a buffer whose rows are grouped by expert (``assign_rows``: a
+stable sort by expert), the tokens are gathered into it, the expert SwiGLU runs on it, and
+each token gathers its k outputs back and sums them weighted by its router weights. Layouts:
+
+* dropless (``capacity_factor=0``, the default), ``grouping="tiles"``: each expert's group is
+  padded to whole tiles of ``dropless_tile`` rows and each tile multiplies with its own
+  expert's weights (one batched matmul over the tiles, the weights gathered per tile). The
+  FLOPs are the routed rows' plus at most 1 / PAD_SHARE of padding, on every backend.
+* dropless, ``grouping="ragged_dot"``: the sorted rows go through ``jax.lax.ragged_dot``,
+  a grouped matmul natively on TPU; elsewhere (jax 0.10) it lowers to a masked matmul with
+  every expert, E / k times the routed FLOPs, so it is not the default.
+* with a capacity (``capacity_factor > 0``): every expert owns ``capacity`` rows, claimed by
+  first choices first, then in token order; assignments past it are dropped (their output
+  is zero) and the fraction reported. Padding tokens claim no row.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.models.errors import ModelError
 from theseus.models.layers.linear import Linear, param
 from theseus.models.layers.mlp import SwiGLU
+
+MAX_TILE = 512  # rows per tile in the dropless layout, at most
+PAD_SHARE = 8  # the tiles' padding adds at most 1 / PAD_SHARE of the routed rows
+GROUPINGS = ("tiles", "ragged_dot")  # how the dropless layout multiplies with its experts
+
+Matmul = Callable[[jax.Array, jax.Array], jax.Array]  # (rows, w_ExIxO) -> rows x O
 
 
 def load_balancing_loss(
@@ -30,6 +54,75 @@ def load_balancing_loss(
     return E * jnp.sum((counts_E / n) * (prob_sums_E / n))
 
 
+def dropless_tile(assignments: int, n_experts: int) -> int:
+    """Rows per tile: the largest power of two <= assignments / (PAD_SHARE E), in [1, MAX_TILE].
+
+    Padding each of the E groups to whole tiles adds fewer than E x tile rows, at most
+    1 / PAD_SHARE of the assignments; smaller tiles pad less but gather more weight copies
+    (one per tile).
+    """
+    tile = max(1, assignments // (PAD_SHARE * n_experts))
+    return min(1 << (tile.bit_length() - 1), MAX_TILE)
+
+
+def grouped_tiles(assignments: int, n_experts: int, tile: int) -> int:
+    """Tiles enough for any split of ``assignments`` rows into ``n_experts`` padded groups."""
+    return (assignments + n_experts * (tile - 1)) // tile
+
+
+def assign_rows(
+    expert_M: jax.Array, keep_M: jax.Array, n_experts: int, tile: int, capacity: int | None
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Buffer rows of the M assignments, grouped by expert, in assignment order within one.
+
+    ``expert_M``: each assignment's expert; ``keep_M``: whether it asks for a row at all.
+    Returns ``row_M`` (the assignment's row; the buffer size where it has none), ``kept_M``,
+    ``tile_expert_G`` (the expert of each tile of ``tile`` rows) and ``sizes_E`` (rows asked
+    of each expert). Dropless (``capacity`` None): the groups follow each other, each padded
+    to whole tiles (``tile=1``: no padding). With a capacity: expert e owns the rows
+    ``[e C, (e + 1) C)`` (``tile`` = C) and the assignments ranked past C are dropped.
+    """
+    E = n_experts
+    M = expert_M.shape[0]
+    key_M = jnp.where(keep_M, expert_M, E).astype(jnp.int32)  # E: no row, sorted last
+    order_M = jnp.argsort(key_M, stable=True)  # sorted position -> assignment
+    position_M = jnp.zeros((M,), jnp.int32).at[order_M].set(jnp.arange(M, dtype=jnp.int32))
+    sizes_E = jnp.zeros((E + 1,), jnp.int32).at[key_M].add(1)[:E]
+    starts_E = jnp.cumsum(sizes_E) - sizes_E
+    rank_M = position_M - jnp.concatenate([starts_E, jnp.array([M], jnp.int32)])[key_M]
+    if capacity is None:
+        G = grouped_tiles(M, E, tile)
+        tiles_E = (sizes_E + tile - 1) // tile
+        tile_ends_E = jnp.cumsum(tiles_E)
+        first_tile_M = jnp.concatenate([tile_ends_E - tiles_E, jnp.array([G], jnp.int32)])[key_M]
+        kept_M = keep_M
+        row_M = tile * first_tile_M + rank_M
+        tiles_G = jnp.arange(G, dtype=jnp.int32)
+        tile_expert_G = jnp.minimum(jnp.searchsorted(tile_ends_E, tiles_G, side="right"), E - 1)
+    else:
+        G = E
+        kept_M = keep_M & (rank_M < capacity)
+        row_M = key_M * capacity + rank_M
+        tile_expert_G = jnp.arange(E, dtype=jnp.int32)
+    row_M = jnp.where(kept_M, row_M, G * tile).astype(jnp.int32)
+    return row_M, kept_M, tile_expert_G.astype(jnp.int32), sizes_E
+
+
+def tile_matmul(x_GxCxI: jax.Array, w_ExIxO: jax.Array, tile_expert_G: jax.Array) -> jax.Array:
+    """``x[g] @ w[tile_expert_G[g]]`` for every tile g: a batched matmul over gathered weights.
+
+    Checkpointed: the backward pass gathers the tiles' weights again rather than keeping the
+    G x I x O copy alive (a gather, no FLOPs; the matmul itself is not redone).
+    """
+
+    @jax.checkpoint
+    def gathered(x_GxCxI: jax.Array, w_ExIxO: jax.Array, tile_expert_G: jax.Array) -> jax.Array:
+        w_GxIxO = jnp.take(w_ExIxO, tile_expert_G, axis=0, mode="clip")
+        return jnp.einsum("gci,gio->gco", x_GxCxI, w_GxIxO)
+
+    return gathered(x_GxCxI, w_ExIxO, tile_expert_G)
+
+
 class MoE(nnx.Module):
     def __init__(
         self,
@@ -40,6 +133,7 @@ class MoE(nnx.Module):
         *,
         norm_topk_prob: bool = True,
         capacity_factor: float = 0.0,
+        grouping: str = "tiles",
         shared_d_ff: int = 0,
         std: float = 0.02,
         out_std: float | None = None,
@@ -63,6 +157,9 @@ class MoE(nnx.Module):
         self.n_experts, self.k = E, k
         self.norm_topk_prob = norm_topk_prob
         self.capacity_factor = capacity_factor
+        if grouping not in GROUPINGS:
+            raise ModelError(f"moe_grouping={grouping!r}: use one of {', '.join(GROUPINGS)}")
+        self.grouping = grouping
         self.dtype = dtype
 
     # ------------------------------------------------------------------ the stages
@@ -75,41 +172,52 @@ class MoE(nnx.Module):
             top_w_Nxk = top_w_Nxk / jnp.sum(top_w_Nxk, axis=-1, keepdims=True)
         return probs_NxE, top_e_Nxk, top_w_Nxk
 
-    def expert_ffn(self, x_ExCxD: jax.Array) -> jax.Array:
-        """Each expert's SwiGLU on its own tokens."""
+    def expert_ffn(self, x: jax.Array, matmul: Matmul) -> jax.Array:
+        """The experts' SwiGLU on their rows; ``matmul(x, w_ExIxO)`` picks each row's expert."""
         dt = self.dtype
-        gate = jnp.einsum("ecd,edf->ecf", x_ExCxD, self.w_gate[...].astype(dt))
-        up = jnp.einsum("ecd,edf->ecf", x_ExCxD, self.w_up[...].astype(dt))
-        return jnp.einsum("ecf,efd->ecd", jax.nn.silu(gate) * up, self.w_down[...].astype(dt))
+        gate = matmul(x, self.w_gate[...].astype(dt))
+        up = matmul(x, self.w_up[...].astype(dt))
+        return matmul(jax.nn.silu(gate) * up, self.w_down[...].astype(dt))
 
     def experts(
         self, x_NxD: jax.Array, top_e_Nxk: jax.Array, top_w_Nxk: jax.Array, valid_N: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
         """The weighted sum of the chosen experts' outputs, and the fraction of assignments dropped."""
-        E = self.n_experts
-        N = x_NxD.shape[0]
-        x = x_NxD.astype(self.dtype)
-        gates_NxE = jnp.sum(jax.nn.one_hot(top_e_Nxk, E) * top_w_Nxk[..., None], axis=1)
-        if self.capacity_factor <= 0:  # dropless: all experts see all tokens
-            y_ExNxD = self.expert_ffn(jnp.broadcast_to(x[None], (E, *x.shape)))
-            y = jnp.einsum("ne,end->nd", gates_NxE.astype(self.dtype), y_ExNxD)
-            return y, jnp.zeros((), jnp.float32)
-        capacity = max(1, math.ceil(self.capacity_factor * N * self.k / E))
-        # Slot of each assignment in its expert's buffer: first choices first, then token order.
-        chosen_kxNxE = jnp.swapaxes(jax.nn.one_hot(top_e_Nxk, E, dtype=jnp.int32), 0, 1)
-        chosen_kxNxE = chosen_kxNxE * valid_N[None, :, None].astype(jnp.int32)
-        slot_kxNxE = jnp.cumsum(chosen_kxNxE.reshape(-1, E), axis=0).reshape(chosen_kxNxE.shape) - 1
-        kept_kxNxE = chosen_kxNxE * (slot_kxNxE < capacity)
-        dispatch_NxExC = jnp.sum(
-            jax.nn.one_hot(jnp.where(kept_kxNxE > 0, slot_kxNxE, -1), capacity, dtype=self.dtype), 0
-        )
-        x_ExCxD = jnp.einsum("nec,nd->ecd", dispatch_NxExC, x)
-        y_ExCxD = self.expert_ffn(x_ExCxD)
-        combine_NxExC = dispatch_NxExC * gates_NxE[..., None].astype(self.dtype)
-        y = jnp.einsum("nec,ecd->nd", combine_NxExC, y_ExCxD)
-        assigned = jnp.maximum(jnp.sum(chosen_kxNxE), 1)
-        dropped = 1.0 - jnp.sum(kept_kxNxE) / assigned
-        return y, dropped.astype(jnp.float32)
+        E, k = self.n_experts, self.k
+        N, D = x_NxD.shape
+        M = N * k
+        # Assignments in k-major order (all first choices, then all second, ...): with a
+        # capacity, the order in which they claim their expert's rows.
+        expert_M = top_e_Nxk.T.reshape(M)
+        token_M = jnp.tile(jnp.arange(N, dtype=jnp.int32), k)
+        if self.capacity_factor > 0:
+            capacity = max(1, math.ceil(self.capacity_factor * M / E))
+            tile = capacity
+            keep_M = jnp.tile(valid_N, k)  # padding tokens claim no row
+        else:  # dropless: every assignment gets a row, padding tokens' too
+            capacity = None
+            tile = 1 if self.grouping == "ragged_dot" else dropless_tile(M, E)
+            keep_M = jnp.ones((M,), bool)
+        row_M, kept_M, tile_expert_G, sizes_E = assign_rows(expert_M, keep_M, E, tile, capacity)
+        G = tile_expert_G.shape[0]
+        token_P = jnp.full((G * tile,), N, jnp.int32).at[row_M].set(token_M, mode="drop")
+        x_PxD = jnp.take(x_NxD.astype(self.dtype), token_P, axis=0, mode="fill", fill_value=0)
+        if capacity is not None:  # expert e's C rows are tile e
+            matmul: Matmul = partial(jnp.einsum, "eci,eio->eco")
+            y_PxD = self.expert_ffn(x_PxD.reshape(E, tile, D), matmul).reshape(-1, D)
+        elif self.grouping == "ragged_dot":  # rows sorted by expert, sizes_E of each
+            matmul = partial(jax.lax.ragged_dot, group_sizes=sizes_E)
+            y_PxD = self.expert_ffn(x_PxD, matmul)
+        else:
+            matmul = partial(tile_matmul, tile_expert_G=tile_expert_G)
+            y_PxD = self.expert_ffn(x_PxD.reshape(G, tile, D), matmul).reshape(-1, D)
+        y_MxD = jnp.take(y_PxD, row_M, axis=0, mode="fill", fill_value=0)
+        w_kxN = top_w_Nxk.T.astype(self.dtype)
+        y_NxD = jnp.einsum("knd,kn->nd", y_MxD.reshape(k, N, D), w_kxN)
+        if capacity is None:
+            return y_NxD, jnp.zeros((), jnp.float32)
+        dropped = 1.0 - jnp.sum(kept_M) / jnp.maximum(jnp.sum(keep_M), 1)
+        return y_NxD, dropped.astype(jnp.float32)
 
     def shared(self, x_NxD: jax.Array) -> jax.Array | None:
         return None if self.shared_expert is None else self.shared_expert(x_NxD)
@@ -119,24 +227,26 @@ class MoE(nnx.Module):
     def forward_with_stats(
         self, x_BxTxD: jax.Array, valid_BxT: jax.Array | None = None
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The layer's output and its routing statistics over the valid tokens (plain arrays:
+        ``counts`` (E) assignments per expert, ``prob_sums`` (E) router probability sums,
+        ``tokens``, ``drop_fraction``)."""
         B, T, D = x_BxTxD.shape
         x_NxD = x_BxTxD.reshape(B * T, D)
         valid_N = jnp.ones((B * T,), bool) if valid_BxT is None else valid_BxT.reshape(-1)
-        probs_NxE, top_e, top_w = self.route(x_NxD)
-        y, dropped = self.experts(x_NxD, top_e, top_w, valid_N)
+        probs_NxE, top_e_Nxk, top_w_Nxk = self.route(x_NxD)
+        y_NxD, dropped = self.experts(x_NxD, top_e_Nxk, top_w_Nxk, valid_N)
         shared = self.shared(x_NxD)
         if shared is not None:
-            y = y + shared
-        v = valid_N.astype(jnp.float32)
+            y_NxD = y_NxD + shared
+        v_N = valid_N.astype(jnp.float32)
+        counts_E = jnp.zeros((self.n_experts,), jnp.float32)
         stats = {
-            "counts": jnp.sum(
-                jax.nn.one_hot(top_e, self.n_experts) * v[:, None, None], axis=(0, 1)
-            ),
-            "prob_sums": jnp.sum(probs_NxE * v[:, None], axis=0),
-            "tokens": jnp.sum(v),
+            "counts": counts_E.at[top_e_Nxk.reshape(-1)].add(jnp.repeat(v_N, self.k)),
+            "prob_sums": jnp.sum(probs_NxE * v_N[:, None], axis=0),
+            "tokens": jnp.sum(v_N),
             "drop_fraction": dropped,
         }
-        return y.reshape(B, T, D).astype(self.dtype), stats
+        return y_NxD.reshape(B, T, D).astype(self.dtype), stats
 
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         return self.forward_with_stats(x_BxTxD)[0]

@@ -63,6 +63,7 @@ class Llama(DecoderLM):
             rope=self.make_rope(),
             qk_norm_eps=c.norm_eps if c.qk_norm else None,
             sliding_window=c.sliding_window,
+            implementation=c.attention,
             std=c.init_std,
             out_std=self.out_std(),
             dtype=self.dtype,

@@ -19,6 +19,11 @@ class Qwen3MoeConfig(Qwen3Config):
     capacity_factor: float = option(
         0.0, "expert capacity = factor * tokens * k / experts; 0 = dropless"
     )
+    moe_grouping: str = option(
+        "tiles",
+        "dropless expert matmuls: tiles (batched over per-expert tiles, routed FLOPs on every "
+        "backend) | ragged_dot (jax.lax.ragged_dot: grouped on TPU, every expert elsewhere)",
+    )
 
 
 PRESETS: dict[str, dict] = {
