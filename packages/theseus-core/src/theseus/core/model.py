@@ -35,7 +35,12 @@ class LanguageModel(Protocol):
     * ``forward_with_aux(...) -> (logits_BxTxV, aux)``: ``aux`` maps names to scalar
       auxiliary losses already weighted (e.g. MoE load balancing); the trainer adds them.
     * ``flops_per_token(seq_len)``: training FLOPs per token (forward + backward).
-    * ``blocks``: the transformer blocks (``sharding.remat`` checkpoints each).
+    * ``blocks``: the transformer blocks, either a sequence of block modules or one module
+      whose parameters are stacked over a leading ``layers`` axis and which the model runs
+      under a scan; ``sharding.remat`` checkpoints each block (per layer inside the scan).
+    * ``unrolled()``: the same model with one block module per layer, run by a Python loop
+      (module paths ``blocks.<i>.<name>``, what time travel records); ``self`` when the
+      blocks are not stacked.
     * ``attention_implementation(seq_len)``: the attention kernel the model runs at this
       length on this backend (``reference``, ``flash``, ``cudnn``, ...), for the start-up
       log and the dry run.
@@ -53,6 +58,8 @@ class LanguageModel(Protocol):
     def flops_per_token(self, seq_len: int) -> float: ...
 
     def attention_implementation(self, seq_len: int) -> str: ...
+
+    def unrolled(self) -> Any: ...
 
 
 @runtime_checkable

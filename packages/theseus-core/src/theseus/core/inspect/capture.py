@@ -2,7 +2,8 @@
 
 A module is recorded by swapping its class for a subclass whose ``__call__`` stores the
 arguments and the result, then swapping it back: the model's code is untouched. Blocks run
-under a scan are called once for all layers, so recording uses the model's ``unrolled`` form.
+under a scan are called once for all layers, so recording uses the model's ``unrolled()``
+form (see ``theseus.core.model.LanguageModel``).
 """
 
 from __future__ import annotations
@@ -32,17 +33,6 @@ class Capture:
     @property
     def output(self) -> Any:
         return self.calls[0][2]
-
-
-def unrolled(model: Any) -> Any:
-    """The model as an eager pass can record it, one block module per layer.
-
-    A model that stacks its blocks and runs them under a scan offers ``unrolled()``: the same
-    model with ``blocks`` a sequence of per-layer modules run by a Python loop, so each layer's
-    submodules have their own paths (``blocks.1.mlp``) and calls. Other models are their own.
-    """
-    unroll = getattr(model, "unrolled", None)
-    return unroll() if callable(unroll) else model
 
 
 def module_paths(model: Any) -> dict[str, Any]:

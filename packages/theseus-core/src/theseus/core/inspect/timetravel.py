@@ -57,9 +57,7 @@ class Moment:
         ``modules`` lists and ``capture`` runs. Its parameters are the checkpoint's arrays,
         except that blocks stacked over layers hold slices of them (copies)."""
         if self._view is None:
-            from theseus.core.inspect.capture import unrolled
-
-            self._view = unrolled(self.model)
+            self._view = self.model.unrolled()
         return self._view
 
     # ------------------------------------------------------------------ replay
