@@ -63,6 +63,8 @@ def _parse_value(raw: str) -> Any:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         return raw
+    if ":" in raw and isinstance(value, (int, float)):
+        return raw  # YAML 1.1 reads 2:4 as the base-60 number 124; keep such text as written
     if isinstance(value, (dict, list, int, float, bool)) or value is None:
         return value
     return raw

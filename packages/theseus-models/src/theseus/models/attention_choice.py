@@ -8,7 +8,7 @@ attention layer (``Attention.implementation_for`` asks ``jax.default_backend()``
 or from the config alone::
 
     resolve_attention(config.model.attention, jax.default_backend(), seq_len,
-                      dtype=config.model.dtype, head_dim=head_dim)
+                      dtype=compute_dtype(config.model.dtype), head_dim=head_dim)
 
 * ``reference``: the stages ``scores -> mask -> weights -> combine``: every score is
   materialised (memory quadratic in the length); any stage can be overridden.

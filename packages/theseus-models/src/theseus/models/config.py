@@ -7,6 +7,15 @@ from dataclasses import dataclass
 from theseus.core.components import option
 
 
+def compute_dtype(name: str) -> str:
+    """The compute dtype ``model.dtype`` names; ``auto`` is bfloat16 on GPU/TPU, else float32."""
+    if name != "auto":
+        return name
+    import jax
+
+    return "bfloat16" if jax.default_backend() in ("gpu", "tpu") else "float32"
+
+
 @dataclass(unsafe_hash=True)
 class ModelConfig:
     """Fields every family has (the trainer relies on the first four).
@@ -19,7 +28,9 @@ class ModelConfig:
     vocab_size: int = option(0, "vocabulary size; 0 takes it from the tokenized data")
     max_seq_len: int = option(256, "longest sequence the model accepts (positions)")
     dtype: str = option(
-        "float32", "compute dtype (params stay float32; softmax and loss in float32)"
+        "auto",
+        "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU), float32, bfloat16, "
+        "float16; params and optimizer state stay float32, softmax, norms and loss float32",
     )
     n_layers: int = option(6, "number of transformer blocks")
     d_model: int = option(384, "width of the residual stream")

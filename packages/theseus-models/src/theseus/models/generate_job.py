@@ -33,7 +33,7 @@ class GenerateJob(Job):
         if g.hf_dir:
             from theseus.models.hf import load_hf
 
-            return load_hf(g.hf_dir, dtype=getattr(self.config.model, "dtype", None))
+            return load_hf(g.hf_dir, dtype=self.config.model.dtype)
         if g.checkpoint:
             raise ModelError(
                 f"checkpoint={g.checkpoint!r}: loading training checkpoints is not wired yet; "

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.models.config import compute_dtype
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
 from theseus.models.layers.attention import KVCache, LayerCache, MaskInfo
 from theseus.models.layers.block import LAYER_METADATA, Block, layer_of, stack_blocks
@@ -70,7 +71,7 @@ class DecoderLM(nnx.Module):
                 "from the tokenized data)"
             )
         self.config = config
-        self.dtype = jnp.dtype(config.dtype)
+        self.dtype = jnp.dtype(compute_dtype(config.dtype))
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
         self.blocks = self.make_blocks(rngs)
