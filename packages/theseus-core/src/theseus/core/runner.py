@@ -15,9 +15,11 @@ from theseus.core.components import Choice, JobSpec
 from theseus.core.config import ConfigTree, parse_overrides
 from theseus.core.errors import JobError, PreemptedError, TheseusError
 from theseus.core.jobs import JobContext, check_job_key, check_run_name, default_run_name
+from theseus.core.locks import exclusive
 from theseus.core.plugins import Registries
 from theseus.core.plugins import registries as default_registries
 from theseus.core.rundir import RunDir, now
+from theseus.core.sharding.distributed import process_group
 
 log = logging.getLogger(__name__)
 ROOT_ENV = "THESEUS_ROOT"
@@ -110,6 +112,14 @@ class PreparedRun:
         config = self.typed_config(job_class)
         for prerequisite in self.prerequisites(job_class, config):
             run_prerequisite(prerequisite, self.root, self.registries)
+        group = process_group()
+        if group is not None and group.process_id != 0:  # process 0 holds the run for all
+            return self._run_locked(job_class, config)
+        what = f"run {self.name!r} under {self.root}"
+        with exclusive(self.run_dir.path, what, "wait for it to finish, or choose another --name"):
+            return self._run_locked(job_class, config)
+
+    def _run_locked(self, job_class: Any, config: Any) -> Any:
         if self.fresh and self.run_dir.path.exists():
             shutil.rmtree(self.run_dir.path)
             self.fresh = False

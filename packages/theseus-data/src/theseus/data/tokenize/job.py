@@ -20,6 +20,7 @@ from typing import Any
 from theseus.core.data import format as fmt
 from theseus.core.data.errors import DataError, SettingsConflictError
 from theseus.core.jobs import Job
+from theseus.core.locks import exclusive
 from theseus.data.tokenize.assemble import assemble, file_checksums
 from theseus.data.tokenize.options import RUNTIME_ONLY
 from theseus.data.tokenize.progress import TokenizeMeter
@@ -53,6 +54,12 @@ class TokenizeJob(Job):
     def __call__(self) -> dict[str, Any]:
         name = self.dataset_name()
         out = fmt.dataset_dir(self.context.root, name, self.config.data.suffix)
+        hint = "wait for it to finish (the next run reuses its output)"
+        with exclusive(out, f"dataset directory {out}", hint):
+            return self.tokenize(name, out)
+
+    def tokenize(self, name: str, out: Path) -> dict[str, Any]:
+        """Tokenize into ``out`` (its lock held), or reuse it when its settings match."""
         settings = self.settings(name)
         if self.reuse(out, settings):
             return fmt.read_json(out / fmt.METADATA)
