@@ -10,7 +10,7 @@ from theseus.core.errors import JobError
 from theseus.core.rundir import RunDir
 
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+@-]*$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
 def check_job_key(key: str) -> str:
@@ -23,12 +23,21 @@ def check_run_name(name: str) -> str:
     """Run names become directory names: no separators, no ``..``, nothing odd."""
     if not name or "/" in name or "\\" in name or ".." in name or not NAME_PATTERN.match(name):
         raise JobError(
-            f"run name {name!r} is invalid: use letters, digits and ._+@- "
-            "(no path separators, no '..', not starting with a dot)"
+            f"run name {name!r} is invalid: use letters, digits and ._+- (no path separators, "
+            "no '..', not starting with a dot; '@' is reserved for RUN@STEP)"
         )
     if len(name) > 200:
         raise JobError(f"run name {name[:40]!r}... is longer than 200 characters")
     return name
+
+
+def parse_reference(reference: str, key: str) -> tuple[str, int | None]:
+    """``RUN`` or ``RUN@STEP`` (``--branch``, ``init.checkpoint``) -> (name, step or None)."""
+    name, sep, step = reference.partition("@")
+    check_run_name(name)
+    if sep and not step.isdigit():
+        raise JobError(f"{key}={reference!r}: {step!r} is not a step number (use RUN@STEP)")
+    return name, int(step) if sep else None
 
 
 def default_run_name(key: str) -> str:

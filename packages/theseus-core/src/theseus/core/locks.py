@@ -38,7 +38,9 @@ def exclusive(directory: Path, what: str, hint: str) -> Iterator[None]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise TheseusError(f"cannot create {path.parent} ({error.strerror}): check the root") from error
+        raise TheseusError(
+            f"cannot create {path.parent} ({error.strerror}): check the root"
+        ) from error
     lock = FileLock(str(path), timeout=0, thread_local=False)
     owner = path.with_suffix(".owner")
     try:

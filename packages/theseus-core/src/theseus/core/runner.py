@@ -14,7 +14,13 @@ import yaml
 from theseus.core.components import Choice, JobSpec
 from theseus.core.config import ConfigTree, parse_overrides
 from theseus.core.errors import JobError, PreemptedError, TheseusError
-from theseus.core.jobs import JobContext, check_job_key, check_run_name, default_run_name
+from theseus.core.jobs import (
+    JobContext,
+    check_job_key,
+    check_run_name,
+    default_run_name,
+    parse_reference,
+)
 from theseus.core.locks import exclusive
 from theseus.core.plugins import Registries
 from theseus.core.plugins import registries as default_registries
@@ -179,8 +185,8 @@ def prepare(
     if branch is not None:
         if run_dir.exists():
             raise JobError(f"run {name!r} already exists under {root}; branch into a new name")
-        parent_name = branch.split("@", 1)[0]
-        parent = RunDir(root, check_run_name(parent_name))
+        parent_name, _ = parse_reference(branch, "--branch")
+        parent = RunDir(root, parent_name)
         parent_record = parent.read_record()
         if parent_record.get("key") != key:
             raise JobError(

@@ -12,7 +12,7 @@ from typing import Any
 from theseus.core.components import Choice, JobSpec
 from theseus.core.evaluate.configs import EvaluateConfig
 from theseus.core.evaluate.errors import EvaluationError
-from theseus.core.jobs import Job
+from theseus.core.jobs import Job, parse_reference
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class EvaluateJob(Job):
             return hf_target(
                 e.hf_dir, e.tokenizer, self.context.registries, root=self.context.root, **common
             )
-        self._check_family(e.checkpoint.partition("@")[0])
+        self._check_family(parse_reference(e.checkpoint, "evaluate.checkpoint")[0])
         return checkpoint_target(self.context.root, e.checkpoint, **common)
 
     def _check_family(self, run_name: str) -> None:

@@ -118,15 +118,16 @@ def run_target(
 def checkpoint_target(root: str, reference: str, **options: Any) -> tuple[EvalTarget, dict]:
     """The model of run ``RUN`` (latest checkpoint) or ``RUN@STEP``, and where it came from."""
     from theseus.core.inspect.timetravel import checkpointed_steps, open_step
+    from theseus.core.jobs import parse_reference
     from theseus.core.rundir import RunDir
 
-    name, _, step_text = reference.partition("@")
+    name, at_step = parse_reference(reference, "evaluate.checkpoint")
     run = RunDir(root, name)
     run.read_record()  # a one-line error when the run does not exist
     steps = checkpointed_steps(run.path)
     if not steps:
         raise EvaluationError(f"run {name!r} has no checkpoints under {run.checkpoint_dir}")
-    step = int(step_text) if step_text else steps[-1]
+    step = steps[-1] if at_step is None else at_step
     moment = open_step(root, name, step)
     target = run_target(moment.setup, moment.data, moment.state["params"], str(root), **options)
     return target, {"run": name, "step": step}

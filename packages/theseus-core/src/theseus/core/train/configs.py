@@ -7,6 +7,7 @@ from typing import Any
 
 from theseus.core.components import option
 from theseus.core.data.config import DataConfig
+from theseus.core.errors import ConfigError
 from theseus.core.sharding.config import ShardingConfig
 
 
@@ -21,6 +22,9 @@ class TrainingConfig:
         0, "sequences per device per micro-step (0: global batch / devices, no accumulation)"
     )
     skip_nonfinite: bool = option(False, "skip steps whose loss is not finite instead of stopping")
+    max_skipped_steps: int = option(
+        10, "with skip_nonfinite: stop the run once more steps than this were skipped"
+    )
 
 
 @dataclass
@@ -92,3 +96,29 @@ class TrainJobConfig:
     precision: PrecisionConfig
     init: InitConfig
     sharding: ShardingConfig
+
+    def __post_init__(self) -> None:
+        """Counts that cannot be negative (or zero) are refused here, naming the key."""
+        positive = {
+            "training.seq_len": self.training.seq_len,
+            "training.global_batch_size": self.training.global_batch_size,
+            "eval.batches": self.eval.batches,
+            "checkpoint.keep_last": self.checkpoint.keep_last,
+        }
+        if not self.training.total_tokens:
+            positive["training.total_steps"] = self.training.total_steps
+        at_least_zero = {
+            "training.total_tokens": self.training.total_tokens,
+            "training.per_device_batch_size": self.training.per_device_batch_size,
+            "training.max_skipped_steps": self.training.max_skipped_steps,
+            "checkpoint.every": self.checkpoint.every,
+            "checkpoint.keep_every": self.checkpoint.keep_every,
+            "eval.every": self.eval.every,
+            "logging.every": self.logging.every,
+        }
+        for key, value in positive.items():
+            if value <= 0:
+                raise ConfigError(f"{key}={value}: must be at least 1")
+        for key, value in at_least_zero.items():
+            if value < 0:
+                raise ConfigError(f"{key}={value}: must be 0 or more")

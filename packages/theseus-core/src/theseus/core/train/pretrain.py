@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 from theseus.core.errors import JobError
-from theseus.core.jobs import Job, Prerequisite
+from theseus.core.jobs import Job, Prerequisite, parse_reference
 from theseus.core.rundir import RunDir
 from theseus.core.train.configs import TrainJobConfig
 
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 def check_init(config: TrainJobConfig, root: str) -> None:
     """``init.checkpoint`` must name a run with checkpoints, ``init.hf`` an existing folder."""
     if config.init.checkpoint:
-        name = config.init.checkpoint.partition("@")[0]
+        name, _ = parse_reference(config.init.checkpoint, "init.checkpoint")
         if not RunDir(root, name).checkpoint_dir.is_dir():
             raise JobError(f"init.checkpoint: run {name!r} has no checkpoints under {root}/runs")
     if config.init.hf and not Path(config.init.hf).is_dir():
@@ -65,7 +66,12 @@ class PretrainJob(Job):
         data = open_data(self.config, self.context.root, self.layout)
         setup = TrainSetup.build(self.config, self.context.registries, data.vocab_size)
         summary = Trainer(setup, data, self.context).fit()
-        (self.run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        finite = {
+            k: v if not isinstance(v, float) or math.isfinite(v) else None
+            for k, v in summary.items()
+        }
+        text = json.dumps(finite, indent=2, allow_nan=False)  # always valid JSON (NaN -> null)
+        (self.run.path / "summary.json").write_text(text + "\n")
         log.info("finished %s: %s", self.run.name, summary)
         return summary
 

@@ -79,13 +79,13 @@ class Trainer:
         return fresh
 
     def _from_other_run(self, reference: str, abstract: Any, abstract_rng: Any) -> dict:
+        from theseus.core.jobs import parse_reference
         from theseus.core.rundir import RunDir
 
-        name, _, step_text = reference.partition("@")
+        name, at_most = parse_reference(reference, "the parent run")
         other = RunDir(self.context.root, name)
         if not other.checkpoint_dir.exists():
             raise JobError(f"run {name!r} has no checkpoints under {other.checkpoint_dir}")
-        at_most = int(step_text) if step_text else None
         source = Checkpoints(other.checkpoint_dir, 1000, 0, False)
         steps = source.steps()
         if at_most is not None and at_most not in steps:
@@ -231,6 +231,15 @@ class _Tracker:
             self._record(*self.pending)
             self.pending = None
 
+    def check_skipped(self, step: int, skipped: int) -> None:
+        limit = self.trainer.config.training.max_skipped_steps
+        if skipped > limit:
+            raise NonFiniteLossError(
+                f"run {self.trainer.run.name} skipped {skipped} steps with a non-finite loss by "
+                f"step {step} (training.max_skipped_steps={limit}): the data or the learning "
+                "rate needs a look"
+            )
+
     def _record(self, step: int, metrics: dict) -> None:
         loss = float(metrics["loss"])
         if not math.isfinite(float(metrics["grad_norm"])):
@@ -240,6 +249,8 @@ class _Tracker:
                 f"loss is {loss} at step {step} of run {self.trainer.run.name}; the last good "
                 "checkpoint is kept (set training.skip_nonfinite=true to skip such steps)"
             )
+        if self.trainer.config.training.skip_nonfinite:
+            self.check_skipped(step, int(metrics["skipped"]))
         self.last_loss = loss
         now = time.perf_counter()
         first = self.window_start is None  # compile + first step: not a throughput sample
