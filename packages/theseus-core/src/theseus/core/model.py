@@ -25,6 +25,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from theseus.core.errors import PluginError
 
+STAT_PREFIX = "stat/"  # aux entries a model reports for logging only (not added to the loss)
+
 
 @runtime_checkable
 class LanguageModel(Protocol):
@@ -33,7 +35,9 @@ class LanguageModel(Protocol):
     * ``model(tokens_BxT, positions=, segment_ids=) -> logits_BxTxV`` (``segment_ids``:
       0 = padding, attention stays within a document; ``positions`` restart per document).
     * ``forward_with_aux(...) -> (logits_BxTxV, aux)``: ``aux`` maps names to scalar
-      auxiliary losses already weighted (e.g. MoE load balancing); the trainer adds them.
+      auxiliary losses already weighted (e.g. MoE load balancing); the trainer adds them,
+      except entries named ``stat/...`` (``STAT_PREFIX``), which it only logs. Every entry
+      is logged as ``model/<name>``.
     * ``flops_per_token(seq_len)``: training FLOPs per token (forward + backward).
     * ``blocks``: the transformer blocks, either a sequence of block modules or one module
       whose parameters are stacked over a leading ``layers`` axis and which the model runs

@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from theseus.core.model import STAT_PREFIX
 
 Batch = dict[str, jax.Array]
-STAT_PREFIX = "stat/"  # aux entries reported by the model but not added to the loss
 
 
 def token_losses(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array:

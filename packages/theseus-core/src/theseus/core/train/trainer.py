@@ -276,7 +276,7 @@ class _Tracker:
             record["perf/mfu"] = (
                 self.trainer.setup.flops_per_token * tokens_per_sec / self.peak_flops
             )
-        for name, value in metrics.get("model", {}).items():
+        for name, value in metrics["model"].items():
             record[f"model/{name}"] = float(value)
         if self.trainer.config.training.skip_nonfinite:
             record["train/skipped"] = int(metrics["skipped"])

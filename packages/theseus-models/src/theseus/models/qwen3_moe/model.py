@@ -11,13 +11,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.model import STAT_PREFIX
 from theseus.models.layers import Block
 from theseus.models.layers.moe import MoE, load_balancing_loss
 from theseus.models.qwen3.model import Qwen3
 from theseus.models.qwen3_moe.config import Qwen3MoeConfig
 
 EXPERT_PARAMS = ("w_gate", "w_up", "w_down")  # the stacked expert kernels of ``MoE``
-STAT_PREFIX = "stat/"  # aux entries the trainer logs but does not add to the loss
 
 
 class MoEBlock(Block):
