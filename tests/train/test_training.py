@@ -66,7 +66,8 @@ def test_tokenizes_first_then_trains_with_falling_loss_and_full_metrics(shared_r
     train_row = train_rows[1]  # the first step's row times the compile instead
     for key in ("train/grad_norm", "train/lr", "perf/tokens_per_sec", "perf/step_time", "perf/mfu"):
         assert key in train_row and math.isfinite(train_row[key])
-    assert all(0 < r["perf/mfu"] < 1 for r in train_rows[1:])
+    timed = [r for r in train_rows if "perf/mfu" in r]
+    assert len(timed) >= 20 and all(0 < r["perf/mfu"] < 1 for r in timed)
     val = [r["val/loss"] for r in rows if "val/loss" in r]
     assert len(val) >= 3 and val[-1] < val[0]
     checkpoints = sorted(p.name for p in (shared_root / "runs/learns/checkpoints").iterdir())

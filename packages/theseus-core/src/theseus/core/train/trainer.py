@@ -216,7 +216,8 @@ class _Tracker:
         self.pending: tuple[int, dict] | None = None
         self.every = max(1, trainer.config.logging.every)
         self.started = time.perf_counter()
-        self.window_start: float | None = None  # opens when the first (compiled) step is done
+        self.recorded = False
+        self.window_start: float | None = None  # opens at a record taken in the loop
         self.window_tokens = 0.0
         self.window_steps = 0
         self.last_loss = float("nan")
@@ -227,8 +228,11 @@ class _Tracker:
             self._record(*previous)
 
     def flush(self) -> None:
+        """Record the pending step now (before an evaluation, a checkpoint, the end). Its
+        wait is not a throughput sample: on CPU a step may run inside its own dispatch,
+        so the interval since the last record can be far shorter than a step."""
         if self.pending is not None:
-            self._record(*self.pending)
+            self._record(*self.pending, timed=False)
             self.pending = None
 
     def check_skipped(self, step: int, skipped: int) -> None:
@@ -240,7 +244,7 @@ class _Tracker:
                 "rate needs a look"
             )
 
-    def _record(self, step: int, metrics: dict) -> None:
+    def _record(self, step: int, metrics: dict, timed: bool = True) -> None:
         loss = float(metrics["loss"])
         if not math.isfinite(float(metrics["grad_norm"])):
             loss = float("nan") if math.isfinite(loss) else loss
@@ -253,12 +257,13 @@ class _Tracker:
             self.check_skipped(step, int(metrics["skipped"]))
         self.last_loss = loss
         now = time.perf_counter()
-        first = self.window_start is None  # compile + first step: not a throughput sample
-        if not first:
+        first = not self.recorded  # compile + first step: its time is reported apart
+        sample = timed and self.window_start is not None  # push to push: one loop iteration
+        if sample:
             self.window_tokens += self.trainer.setup.tokens_per_step
             self.window_steps += 1
         # "step k" is the loss of the state after k updates on the batch of index k
-        if not first and step % self.every and step != self.trainer.total_steps - 1:
+        if sample and step % self.every and step != self.trainer.total_steps - 1:
             return
         record: dict[str, Any] = {
             "step": step,
@@ -268,7 +273,7 @@ class _Tracker:
         }
         if first:
             record["perf/first_step_time"] = now - self.started
-        elif self.window_steps:
+        elif sample:
             elapsed = now - self.window_start
             tokens_per_sec = self.window_tokens / elapsed
             record["perf/tokens_per_sec"] = tokens_per_sec
@@ -285,7 +290,9 @@ class _Tracker:
         ):
             record.update(extra or {})
         self.writer.write(record)
-        self.window_start, self.window_tokens, self.window_steps = now, 0.0, 0
+        self.recorded = True
+        self.window_start = now if timed else None
+        self.window_tokens, self.window_steps = 0.0, 0
 
 
 @contextmanager
