@@ -70,6 +70,7 @@ class SSHD:
     host_key: Path
     client_key: Path
     known_hosts: Path
+    sftp: bool = True  # False: no `Subsystem sftp` line (a host that cannot take uploads)
     pidfile: Path = field(init=False)
     pid: int | None = field(init=False, default=None)
 
@@ -81,7 +82,8 @@ class SSHD:
             f"PidFile {self.pidfile}\nAuthorizedKeysFile {self.directory}/authorized_keys\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
             "StrictModes no\nPermitRootLogin prohibit-password\n"
-            "Subsystem sftp internal-sftp\nMaxStartups 100\nMaxSessions 100\n"
+            "MaxStartups 100\nMaxSessions 100\n"
+            + ("Subsystem sftp internal-sftp\n" if self.sftp else "")
         )
         Path("/run/sshd").mkdir(exist_ok=True)
         log = self.directory / f"sshd-{self.host}.log"
@@ -98,13 +100,18 @@ class SSHD:
         return f"[{self.host}]:{self.port} {key}\n"
 
 
-def start_sshds(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "127.0.0.2")) -> list[SSHD]:
+def start_sshds(
+    directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "127.0.0.2"), sftp: bool = True
+) -> list[SSHD]:
+    """One sshd per loopback address, sharing a host key, a client key and known_hosts."""
     directory.mkdir(parents=True, exist_ok=True)
     host_key = keygen(directory / "host_key")
     client_key = keygen(directory / "client_key")
     shutil.copy(client_key.with_suffix(".pub"), directory / "authorized_keys")
     known = directory / "known_hosts"
-    servers = [SSHD(h, free_port(h), directory, host_key, client_key, known).start() for h in hosts]
+    servers = [
+        SSHD(h, free_port(h), directory, host_key, client_key, known, sftp).start() for h in hosts
+    ]
     known.write_text("".join(s.known_hosts_line() for s in servers))
     return servers
 

@@ -11,11 +11,21 @@ import pytest
 from dispatch_helpers import REPO, VENV_PYTHON, run_status, wait_for
 from dispatch_servers import free_port
 
-# The job the tests submit: switch to the tiny training job (and LOSS_FILE) when it exists.
+from tests.train.conftest import TINY
+
+# The job most tests submit (fast: no JAX work); the two-node test trains a tiny GPT.
 JOB = "core/info"
 OVERRIDES: list[str] = []
 OUTPUT = "info.json"
-LOSS_FILE: str | None = None  # e.g. "metrics.jsonl": the 2-node losses must match 1 process
+TRAIN_JOB = "gpt/train/pretrain"
+TRAIN_OVERRIDES = [
+    *TINY,
+    "training.total_steps=6",
+    "eval.every=0",
+    "checkpoint.every=6",  # one checkpoint, at the end
+    "logging.peak_flops=1e12",  # no matmul benchmark: MFU is not what this test is about
+]
+LOSS_FILE = "metrics.jsonl"  # the 2-node losses must match 1 process
 LOSS_KEY = "train/loss"
 
 
@@ -132,16 +142,37 @@ def test_solver_explains_per_target(slurm1, cli, tmp_path):
     assert "cluster (slurm, sbatch locally)" in plan and "#SBATCH --nodes=1" in plan
 
 
+def losses(path) -> dict[int, float]:
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return {r["step"]: r[LOSS_KEY] for r in rows if LOSS_KEY in r}
+
+
 @pytest.mark.slow
 def test_two_nodes_run_jax_distributed(slurm2, cli, tmp_path):
+    """A tiny GPT trained data-parallel over 2 SLURM nodes (one CPU device per process,
+    jax.distributed over gloo) takes exactly the steps of one process with 2 devices.
+
+    The reference is one process with two forced host devices, so the mesh (data=2), the
+    per-device programs and every shard's inputs are the same as the two-node run; what
+    differs is only the transport of the cross-device reductions (XLA's in-process
+    all-reduce vs gloo). With two participants a reduction is one addition, a + b, which
+    IEEE float32 computes identically in either order, so the losses are compared with
+    ``==``, not a tolerance. (A one-device reference would sum the batch in another order
+    and differ by a few ulps per step.)
+    """
     root = tmp_path / "shared-root"
-    if LOSS_FILE:  # the single-process reference first (it also prepares any data)
-        subprocess.run(
-            [VENV_PYTHON, "-m", "theseus.cli.main", "run", JOB, *OVERRIDES, "--root", str(root), "--name", "one"],
-            cwd=REPO, check=True, capture_output=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        )  # fmt: skip
-    cli.write({"pair": slurm_target(slurm2, tmp_path)})
-    cli("submit", JOB, *OVERRIDES, "--nodes", "2", "--name", "dist")
+    reference = subprocess.run(  # also tokenizes the corpus into the shared root, once
+        [VENV_PYTHON, "-m", "theseus.cli.main", "run", TRAIN_JOB, *TRAIN_OVERRIDES,
+         "--root", str(root), "--name", "one"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu",
+             "XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+    )  # fmt: skip
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert "2 devices (data=2" in reference.stderr + reference.stdout
+    cache = {k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION", "JAX_PERSIS"))}
+    cli.write({"pair": slurm_target(slurm2, tmp_path, env={"JAX_PLATFORMS": "cpu", **cache})})
+    cli("submit", TRAIN_JOB, *TRAIN_OVERRIDES, "--nodes", "2", "--name", "dist")
     launch = tmp_path / "shared-work" / "launches" / "dist"
     wait_for(
         lambda: (launch / "exit.0").exists() and (launch / "exit.1").exists(), 300, what="exits"
@@ -150,16 +181,10 @@ def test_two_nodes_run_jax_distributed(slurm2, cli, tmp_path):
     assert (launch / "exit.0").read_text().strip() == "0", logs
     assert (launch / "exit.1").read_text().strip() == "0", logs
     assert "process 0 of 2" in logs[0] and "process 1 of 2" in logs[1]
+    assert "2 devices (data=2" in logs[0], logs[0]  # one CPU device per task, one global mesh
     run_dir = root / "runs" / "dist"
-    if OUTPUT == "info.json":
-        devices = json.loads((run_dir / OUTPUT).read_text())["devices"]
-        assert len(devices) == 2, devices  # one CPU device per task, one global view
-    if LOSS_FILE:
-
-        def losses(path):
-            rows = [json.loads(x) for x in path.read_text().splitlines()]
-            return [r[LOSS_KEY] for r in rows if LOSS_KEY in r]
-
-        expected = losses(root / "runs" / "one" / LOSS_FILE)
-        assert expected and losses(run_dir / LOSS_FILE) == pytest.approx(expected, rel=1e-4)
-    assert f"dist  pair  {JOB}  finished" in cli("status", "dist").stdout
+    expected = losses(root / "runs" / "one" / LOSS_FILE)
+    assert sorted(expected) == list(range(6)), expected
+    assert losses(run_dir / LOSS_FILE) == expected
+    assert json.loads((run_dir / "job.json").read_text())["status"] == "finished"
+    assert f"dist  pair  {TRAIN_JOB}  finished" in cli("status", "dist").stdout

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
+import subprocess
 import threading
 import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from dispatch_helpers import REPO, VENV_PYTHON, run_status, wait_for
 
-# The job the tests submit, and its overrides: switch to the tiny training job when it exists.
+from tests.core.plugin_factory import write_plugin
+from tests.train.conftest import TINY, final_params, train_losses
+
+# The job most tests submit (fast: no JAX work), and its overrides.
 JOB = "core/info"
 OVERRIDES: list[str] = []
 OUTPUT = "info.json"  # a file the job writes in its run directory
+TRAIN_JOB = "gpt/train/pretrain"  # the resume test trains a tiny GPT
 SECRET = "sk-" + uuid.uuid4().hex  # made at run time: the bundle must not contain it
 
 
@@ -304,3 +312,97 @@ def test_resubmit_after_preemption_resumes_the_run(sshds, cli, tmp_path):
     record = json.loads((root / "runs" / "again" / "job.json").read_text())
     assert record["status"] == "finished" and record["attempts"] == 2
     assert "again  box  core/info  finished" in cli("status", "again").stdout
+
+
+# Holds the training process right after its checkpoint at step HOLD_STEP (once: the
+# marker file says it happened), so the test kills it at a known point, not by timing.
+HOLD_STEP = 2
+HOLD_PLUGIN = """
+import os
+import time
+from theseus.core.hookspecs import hookimpl
+
+
+@hookimpl
+def theseus_on_checkpoint(step, run):
+    marker = os.environ["THESEUS_TEST_HOLD_FILE"]
+    if step == int(os.environ["THESEUS_TEST_HOLD_STEP"]) and not os.path.exists(marker):
+        with open(marker + ".tmp", "w") as out:
+            out.write(str(os.getpid()))
+        os.rename(marker + ".tmp", marker)
+        time.sleep(300)  # the test kills it long before
+"""
+
+
+@pytest.mark.slow
+def test_killed_training_job_resumes_bit_exactly_when_resubmitted(sshds, cli, tmp_path):
+    """A tiny GPT submitted over SSH is SIGKILLed on the host after its first checkpoint;
+    the same submit command again resumes it there, and it ends with the losses and the
+    parameters of an uninterrupted local run, bit for bit (one process: same programs, same
+    data order from (seed, step), state restored exactly)."""
+    steps = 6
+    args = [
+        *TINY,
+        f"training.total_steps={steps}",
+        "eval.every=0",
+        f"checkpoint.every={HOLD_STEP}",
+        "logging.peak_flops=1e12",  # no matmul benchmark
+    ]
+    root = tmp_path / "remote-root"
+    whole = subprocess.run(  # the reference; it also tokenizes the corpus into the root
+        [VENV_PYTHON, "-m", "theseus.cli.main", "run", TRAIN_JOB, *args,
+         "--root", str(root), "--name", "whole"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    site = tmp_path / "site"
+    write_plugin(site, "hold-after-checkpoint", "hold", "hold_after_checkpoint", HOLD_PLUGIN)
+    marker = tmp_path / "held.pid"
+    env = {
+        **{k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION", "JAX_PERSIS"))},
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(site),
+        "THESEUS_TEST_HOLD_FILE": str(marker),
+        "THESEUS_TEST_HOLD_STEP": str(HOLD_STEP),
+    }
+    cli.write({"box": ssh_target(sshds, tmp_path, env=env)})
+    launch = tmp_path / "remote-work" / "launches" / "killed"
+    run_dir = root / "runs" / "killed"
+    cli("submit", TRAIN_JOB, *args, "--name", "killed")
+    try:
+        wait_for(marker.exists, 180, what="the run to reach its first checkpoint")
+        pid = int(marker.read_text())
+        assert "killed" in Path(f"/proc/{pid}/cmdline").read_text()  # the training process
+        # asynchronous checkpointing: wait until the save is committed (renamed into place)
+        wait_for(lambda: (run_dir / "checkpoints" / str(HOLD_STEP)).is_dir(), 60, what="commit")
+    finally:  # killed here, in every case: a failed wait leaves no held process behind
+        if marker.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(marker.read_text()), signal.SIGKILL)
+    wait_for(lambda: (launch / "exit.0").exists(), 30, what="the bootstrap to end")
+    assert (launch / "exit.0").read_text().strip() == str(128 + signal.SIGKILL)
+    assert sorted(train_losses(root, "killed")) == list(range(HOLD_STEP))
+    assert "killed  box  gpt/train/pretrain  failed" in cli("status", "killed").stdout
+
+    again = cli("submit", TRAIN_JOB, *args, "--name", "killed")
+    assert "submitted run killed" in again.stdout
+    wait_for(lambda: (launch / "exit.0").exists(), 180, what="attempt 2 to end")
+    log = (launch / "log.0").read_text()
+    assert (launch / "exit.0").read_text().strip() == "0", log
+    assert f"resumed killed from step {HOLD_STEP}" in log, log
+    record = json.loads((run_dir / "job.json").read_text())
+    assert record["status"] == "finished" and record["attempts"] == 2
+    assert (
+        "killed  box  gpt/train/pretrain  finished (run: finished, attempt 2)"
+        in cli("status", "killed").stdout
+    )
+
+    expected, got = train_losses(root, "whole"), train_losses(root, "killed")
+    assert sorted(expected) == list(range(steps))
+    assert got == expected  # exact float equality, step by step
+    a, b = final_params(root, "whole"), final_params(root, "killed")
+    assert a.keys() == b.keys() and len(a) > 4
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key

@@ -104,15 +104,3 @@ def test_in_process_the_lock_is_exclusive_and_released(tmp_path):
     started = time.perf_counter()
     with exclusive(target, "run 'r'", "hint"):  # released: taken again at once
         assert time.perf_counter() - started < 1.0
-
-
-def test_a_root_that_is_a_file_is_one_line_and_exit_2(tmp_path):
-    root = tmp_path / "not-a-folder"
-    root.write_text("a file, not a directory")
-    done = run_cli(root, "run", "example/fit-line", "task.steps=2")
-    assert done.returncode == 2, done.stderr[-2000:]
-    line = done.stderr.strip().splitlines()[-1]
-    assert (
-        line.startswith(f"error: cannot create {root}/runs/.locks (") and "check the root" in line
-    )
-    assert root.read_text() == "a file, not a directory"

@@ -156,7 +156,15 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(error.exit_code)
         if type(error).__name__ == "Abort":
             sys.exit(130)
-        raise
+        from theseus.core.environment import explain
+
+        problem = explain(error)  # a full disk, a read-only root: one line, exit 2
+        if problem is None:
+            raise
+        if verbose:
+            traceback.print_exc()
+        typer.echo(f"error: {problem}", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,19 @@ from omegaconf import MISSING
 from theseus.core.errors import PluginError
 
 
-def option(default: Any = MISSING, help: str = "", *, factory: Any = None) -> Any:
-    """A config field with a default (or required when no default) and a one-line help."""
+def option(
+    default: Any = MISSING, help: str = "", *, factory: Any = None, resume_safe: bool = False
+) -> Any:
+    """A config field with a default (or required when no default) and a one-line help.
+
+    ``resume_safe``: the value may change when a run resumes (logging, evaluation,
+    checkpoint cadence, how long to train, how the work is laid out); a change to any
+    other field changes the model or the training and is refused on resume.
+    """
+    metadata = {"help": help, "resume_safe": resume_safe}
     if factory is not None:
-        return field(default_factory=factory, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 def load_target(target: str) -> Any:

@@ -218,20 +218,30 @@ class ConfigTree:
 
     def _field(self, key: str) -> tuple[Any, str]:
         """(type, help) of the schema field at dotted ``key``; ``(Any, "")`` past the schema."""
+        field_type, found = self._schema_field(key)
+        return field_type, found.metadata.get("help", "") if found is not None else ""
+
+    def _schema_field(self, key: str) -> tuple[Any, dataclasses.Field | None]:
+        """(type, dataclass field) at dotted ``key``; ``(Any, None)`` past the schema."""
         parts = key.split(".")
         schema: Any = self.schemas.get(parts[0])
         field_type: Any = schema if schema is not None else Any
-        help_text = ""
+        found: dataclasses.Field | None = None
         for part in parts[1:]:
             if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
-                return Any, help_text
+                return Any, found
             fields = {f.name: f for f in dataclasses.fields(schema)}
             if part not in fields:
-                return Any, ""
-            help_text = fields[part].metadata.get("help", "")
-            field_type = typing.get_type_hints(schema).get(part, fields[part].type)
+                return Any, None
+            found = fields[part]
+            field_type = typing.get_type_hints(schema).get(part, found.type)
             schema = field_type
-        return field_type, help_text
+        return field_type, found
+
+    def resume_safe(self, key: str) -> bool:
+        """Whether ``key`` may change when a run resumes (declared by its schema field)."""
+        found = self._schema_field(key)[1]
+        return bool(found is not None and found.metadata.get("resume_safe"))
 
     def _field_type(self, key: str) -> Any:
         return self._field(key)[0]
@@ -389,3 +399,15 @@ class ConfigView:
 
     def __repr__(self) -> str:
         return OmegaConf.to_yaml(self.node)
+
+
+def flatten(data: Any, prefix: str = "", tree: ConfigTree | None = None) -> list[tuple[str, Any]]:
+    """Dotted leaves of a nested dict; a field typed as a dict stays one leaf."""
+    if isinstance(data, dict) and not (
+        prefix and tree is not None and tree.is_mapping_field(prefix)
+    ):
+        items: list[tuple[str, Any]] = []
+        for key, value in data.items():
+            items.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key), tree))
+        return items
+    return [(prefix, data)]

@@ -52,6 +52,37 @@ def source_revision() -> str | None:
     return rev + ("+dirty" if dirty else "")
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` whole or not at all (a crash or a full disk leaves the old file)."""
+    # a unique temporary name: several processes of one multi-host run share the folder
+    tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_record(record_path: Path) -> dict[str, Any]:
+    """A run's ``job.json`` as a dict; ``JobError`` naming the file if it is not one."""
+    try:
+        record = json.loads(record_path.read_bytes().decode("utf-8"))
+    except FileNotFoundError as error:
+        raise JobError(f"{record_path} is missing") from error
+    except UnicodeDecodeError as error:
+        raise JobError(
+            f"{record_path} is not UTF-8 text (byte {error.start}: {error.reason})"
+        ) from error
+    except json.JSONDecodeError as error:
+        raise JobError(f"{record_path} is not valid JSON: {error}") from error
+    except OSError as error:
+        raise JobError(f"{record_path} cannot be read: {error.strerror or error}") from error
+    if not isinstance(record, dict):
+        raise JobError(f"{record_path} holds a JSON {type(record).__name__}, not an object")
+    return record
+
+
 class RunDir:
     """One run's folder and its ``job.json`` record."""
 
@@ -86,19 +117,13 @@ class RunDir:
 
     # the record
     def read_record(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.record_path.read_text())
-        except FileNotFoundError as error:
-            raise JobError(f"no run named {self.name!r} under {self.root}") from error
-        except json.JSONDecodeError as error:
-            raise JobError(f"{self.record_path} is not valid JSON: {error}") from error
+        if not self.record_path.exists():
+            raise JobError(f"no run named {self.name!r} under {self.root}")
+        return read_record(self.record_path)
 
     def write_record(self, record: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        # a unique temporary name: several processes of one multi-host run share the folder
-        tmp = self.path / f"job.json.{socket.gethostname()}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.record_path)
+        write_atomic(self.record_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
     def update_record(self, **changes: Any) -> dict[str, Any]:
         record = self.read_record() if self.exists() else {}
@@ -108,7 +133,7 @@ class RunDir:
 
     def create(self, key: str, config_yaml: str, parent: str | None) -> dict[str, Any]:
         (self.path / "logs").mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(config_yaml)
+        write_atomic(self.config_path, config_yaml)  # a full disk leaves the old one whole
         previous = self.read_record() if self.exists() else {}
         record = {
             "key": key,
@@ -120,6 +145,8 @@ class RunDir:
             "source_revision": source_revision(),
             "host": socket.gethostname(),
             "attempts": previous.get("attempts", 0),
+            "history": previous.get("history", []),
+            "checkpoint_step": previous.get("checkpoint_step", 0),
         }
         self.write_record(record)
         return record

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 from theseus.core.components import Choice, JobSpec
-from theseus.core.config import ConfigTree, parse_overrides
+from theseus.core.config import ConfigTree, flatten, parse_overrides
+from theseus.core.environment import check_root
 from theseus.core.errors import JobError, PreemptedError, TheseusError
 from theseus.core.jobs import (
     JobContext,
@@ -24,6 +25,13 @@ from theseus.core.jobs import (
 from theseus.core.locks import exclusive
 from theseus.core.plugins import Registries
 from theseus.core.plugins import registries as default_registries
+from theseus.core.resume import (
+    Change,
+    check_changes,
+    check_checkpoints,
+    config_changes,
+    history_entry,
+)
 from theseus.core.rundir import RunDir, now
 from theseus.core.sharding.distributed import process_group
 
@@ -40,18 +48,6 @@ def job_spec(key: str, registries: Registries) -> JobSpec:
     if key not in registries.jobs:
         raise JobError(registries.jobs.unknown_message(key))
     return registries.jobs.get(key)
-
-
-def flatten(data: Any, prefix: str = "", tree: ConfigTree | None = None) -> list[tuple[str, Any]]:
-    """Dotted leaves of a nested dict; a field typed as a dict stays one leaf."""
-    if isinstance(data, dict) and not (
-        prefix and tree is not None and tree.is_mapping_field(prefix)
-    ):
-        items: list[tuple[str, Any]] = []
-        for key, value in data.items():
-            items.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key), tree))
-        return items
-    return [(prefix, data)]
 
 
 def config_for(
@@ -90,6 +86,7 @@ class PreparedRun:
         self.registries = registries
         self.parent = parent
         self.run_dir = RunDir(root, name)
+        self.changes: list[Change] = []  # resume-safe config changes of a resumed run
 
     @property
     def config(self) -> Any:
@@ -114,6 +111,7 @@ class PreparedRun:
         return job_class.dry_run(self.typed_config(job_class), self.root, as_json)
 
     def __call__(self) -> Any:
+        check_root(self.root)
         job_class = self.spec.load()
         config = self.typed_config(job_class)
         for prerequisite in self.prerequisites(job_class, config):
@@ -130,8 +128,10 @@ class PreparedRun:
             shutil.rmtree(self.run_dir.path)
             self.fresh = False
         record = self.run_dir.create(self.spec.key, self.tree.to_yaml(), self.parent)
+        attempt, started = record["attempts"] + 1, now()
+        history = [*record["history"], history_entry(attempt, started, self.changes)]
         self.run_dir.update_record(
-            status="running", started=now(), attempts=record["attempts"] + 1, error=None
+            status="running", started=started, attempts=attempt, error=None, history=history
         )
         context = JobContext(root=self.root, run=self.run_dir, registries=self.registries)
         handler = _file_handler(self.run_dir.log_path)
@@ -183,8 +183,11 @@ def prepare(
     run_dir = RunDir(root, name)
     overrides = list(overrides)
     if branch is not None:
-        if run_dir.exists():
-            raise JobError(f"run {name!r} already exists under {root}; branch into a new name")
+        if run_dir.exists() and not fresh:
+            raise JobError(
+                f"run {name!r} already exists under {root}: branch into a new --name, or add "
+                "--fresh to replace it"
+            )
         parent_name, _ = parse_reference(branch, "--branch")
         parent = RunDir(root, parent_name)
         parent_record = parent.read_record()
@@ -192,9 +195,9 @@ def prepare(
             raise JobError(
                 f"cannot branch job {key} from run {parent_name!r} of job {parent_record.get('key')}"
             )
-        base = yaml.safe_load(parent.config_path.read_text())
+        base = _saved_config(parent)
         tree = config_for(spec, registries, overrides, base)
-        return PreparedRun(spec, tree, root, name, registries, parent=branch)
+        return PreparedRun(spec, tree, root, name, registries, parent=branch, fresh=fresh)
     if run_dir.exists() and not fresh:
         record = run_dir.read_record()
         if record.get("key") != key:
@@ -202,16 +205,34 @@ def prepare(
                 f"run {name!r} under {root} belongs to job {record.get('key')}, not {key}; "
                 "choose another --name"
             )
-        base = (
-            yaml.safe_load(run_dir.config_path.read_text())
-            if run_dir.config_path.exists()
-            else None
-        )
+        base = _saved_config(run_dir)
         tree = config_for(spec, registries, overrides, base)
+        changes = config_changes(config_for(spec, registries, (), base), tree) if base else []
+        check_changes(run_dir, changes)
+        check_checkpoints(run_dir, record)
         log.info("resuming run %s (%s)", name, run_dir.path)
-        return PreparedRun(spec, tree, root, name, registries, parent=record.get("parent"))
+        for change in changes:
+            log.info("run %s: %s (allowed on resume, recorded in job.json)", name, change)
+        prepared = PreparedRun(spec, tree, root, name, registries, parent=record.get("parent"))
+        prepared.changes = changes
+        return prepared
     tree = config_for(spec, registries, overrides)
     return PreparedRun(spec, tree, root, name, registries, fresh=fresh)
+
+
+def _saved_config(run_dir: RunDir) -> dict | None:
+    if not run_dir.config_path.exists():
+        return None
+    try:
+        saved = yaml.safe_load(run_dir.config_path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise JobError(
+            f"{run_dir.config_path} is not readable YAML ({type(error).__name__}); restore it, "
+            "or rerun with --fresh to start the run over"
+        ) from error
+    if saved is not None and not isinstance(saved, dict):
+        raise JobError(f"{run_dir.config_path} does not hold a config mapping")
+    return saved
 
 
 def run_prerequisite(prerequisite: Any, root: str, registries: Registries) -> None:

@@ -106,7 +106,8 @@ def status(
                 result = session.backend(record["target"]).status(record["handle"])
                 line = f"{result.state}"
                 if result.run_status:
-                    line += f" (run: {result.run_status})"
+                    again = f", attempt {result.attempts}" if (result.attempts or 0) > 1 else ""
+                    line += f" (run: {result.run_status}{again})"
                 if result.detail:
                     line += f" [{result.detail}]"
             except TheseusError as error:

@@ -206,13 +206,38 @@ class SSHShell(Shell):
         return done.exited
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        import paramiko
+
         if path.startswith("~/"):
             path = path[2:]
-        sftp = self.conn.sftp()
-        with sftp.open(path, "wb") as handle:
-            sftp.chmod(path, mode)  # before any byte lands: secrets are never world-readable
-            handle.set_pipelined(True)
-            handle.write(data)
+        sftp = self._sftp()
+        try:
+            with sftp.open(path, "wb") as handle:
+                sftp.chmod(path, mode)  # before any byte lands: secrets are never world-readable
+                handle.set_pipelined(True)
+                handle.write(data)
+        except OSError as error:  # paramiko maps SFTP status codes to IOError/OSError
+            reason = error.strerror or str(error) or type(error).__name__
+            raise DispatchError(f"{self.label}: cannot write {path}: {reason}") from error
+        except (EOFError, paramiko.SSHException) as error:
+            raise DispatchError(f"{self.label}: connection lost while uploading {path}") from error
+
+    def _sftp(self) -> Any:
+        """The connection's SFTP client; a server without the SFTP subsystem (sshd_config
+        has no ``Subsystem sftp`` line) is one line saying so, not paramiko's traceback."""
+        import paramiko
+
+        try:
+            return self.conn.sftp()
+        except (EOFError, paramiko.SSHException) as error:
+            transport = self.conn.client.get_transport()
+            if transport is None or not transport.is_active():
+                raise DispatchError(f"{self.label}: connection lost: {error}") from error
+            raise DispatchError(
+                f"{self.label}: the SSH server offers no SFTP, which theseus needs to upload "
+                "the bundle and launch files; enable it in the host's sshd_config (e.g. "
+                "`Subsystem sftp internal-sftp`) or use another host"
+            ) from error
 
     def close(self) -> None:
         self.conn.close()

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from theseus.core.components import option
+from theseus.core.errors import ConfigError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def compute_dtype(name: str) -> str:
@@ -31,6 +34,7 @@ class ModelConfig:
         "auto",
         "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU), float32, bfloat16, "
         "float16; params and optimizer state stay float32, softmax, norms and loss float32",
+        resume_safe=True,
     )
     n_layers: int = option(6, "number of transformer blocks")
     d_model: int = option(384, "width of the residual stream")
@@ -40,4 +44,16 @@ class ModelConfig:
         "auto",
         "attention implementation: auto | reference | flash | cudnn | splash (auto: cudnn on "
         "GPU, splash on TPU, else flash from 512 tokens, reference below)",
+        resume_safe=True,
     )
+
+    def __post_init__(self) -> None:
+        """Names that select code are checked when the config is built, naming the key."""
+        from theseus.models.attention_choice import IMPLEMENTATIONS
+
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"model.dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.attention not in IMPLEMENTATIONS:
+            raise ConfigError(
+                f"model.attention={self.attention!r}: expected one of {', '.join(IMPLEMENTATIONS)}"
+            )

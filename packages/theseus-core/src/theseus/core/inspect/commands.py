@@ -1,7 +1,9 @@
 """CLI commands for looking at runs: ``runs``, ``show``, ``plot``, ``inspect``.
 
 Registered by core's plugin through the same ``theseus_register_commands`` hook as any
-third-party command. Heavy imports stay inside the functions.
+third-party command. Heavy imports stay inside the functions. They only read a run: a
+damaged file is flagged or skipped with one line naming it, or, when the command cannot do
+what was asked without it, is a one-line error (exit 2).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 from typing import Annotated
 
 import typer
+from theseus.core.errors import TheseusError
 
 RootOption = Annotated[
     str | None, typer.Option("--root", help="root directory (default $THESEUS_ROOT, else ./runs)")
@@ -32,12 +35,10 @@ def runs(
     from theseus.core.inspect.runs import run_summaries
 
     table = Table("run", "job", "status", "step", "loss", "parent", "started", box=None)
-    for s in run_summaries(_root(root_dir or root)):
-        loss = f"{s['loss']:.4f}" if s["loss"] is not None else "-"
-        step = str(s["step"]) if s["step"] is not None else "-"
-        table.add_row(
-            s["name"], s["key"], s["status"], step, loss, s["parent"] or "-", s["started"] or "-"
-        )
+    for s in run_summaries(_root(root_dir or root)):  # a damaged run: a row and a warning
+        loss = f"{s['loss']:.4f}" if s["loss"] is not None else None
+        cells = (s["name"], s["key"], s["status"], s["step"], loss, s["parent"], s["started"])
+        table.add_row(*("-" if c is None else str(c) for c in cells))
     Console(width=200).print(table)
 
 
@@ -61,7 +62,9 @@ def plot(
         list[str] | None,
         typer.Option("--metric", help="metric to plot (repeatable; default train/loss)"),
     ] = None,
-    out: Annotated[str, typer.Option("--out", help="output image path")] = "plot.png",
+    out: Annotated[
+        str, typer.Option("--out", help="output image path (missing folders are created)")
+    ] = "plot.png",
     smoothing: Annotated[float, typer.Option("--smoothing", help="EMA weight in [0, 1)")] = 0.0,
     root: RootOption = None,
 ) -> None:
@@ -89,7 +92,8 @@ def inspect(
         list[str] | None, typer.Option("--module", help="module path to capture")
     ] = None,
     out: Annotated[
-        str, typer.Option("--out", help="where to write captured arrays (.npz)")
+        str,
+        typer.Option("--out", help="where to write captured arrays (.npz; folders are created)"),
     ] = "acts.npz",
     replay: Annotated[bool, typer.Option("--replay", help="recompute the step's loss")] = False,
     root: RootOption = None,
@@ -97,8 +101,10 @@ def inspect(
     """Time travel: restore a run at a step, replay it, capture module activations."""
     import jax
     import numpy as np
+    from theseus.core.inspect.plot import writable
     from theseus.core.inspect.timetravel import open_step
 
+    out_path = writable(out) if module else None  # before the restore, which takes a while
     moment = open_step(_root(root), run, step)
     if replay:
         result = moment.replay()
@@ -119,5 +125,8 @@ def inspect(
             leaves = jax.tree.leaves(capture.output)
             for i, leaf in enumerate(leaf for leaf in leaves if hasattr(leaf, "shape")):
                 arrays[f"{path}/output{i if len(leaves) > 1 else ''}"] = np.asarray(leaf)
-        np.savez(out, **arrays)
+        try:
+            np.savez(out_path, **arrays)
+        except OSError as error:
+            raise TheseusError(f"cannot write {out}: {error.strerror or error}") from error
         typer.echo(f"wrote {out}: " + ", ".join(f"{k} {v.shape}" for k, v in arrays.items()))

@@ -5,7 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from theseus.core.errors import TheseusError
-from theseus.core.inspect.runs import read_metrics
+from theseus.core.inspect.runs import is_number, read_metrics
+
+
+def writable(out: str | Path) -> Path:
+    """``out`` with its folder created (a researcher expects ``--out plots/a/x.png`` to work)."""
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise TheseusError(
+            f"cannot create the folder {out.parent} for {out.name}: {error.strerror or error}"
+        ) from error
+    return out
 
 
 def smooth(values: list[float], weight: float) -> list[float]:
@@ -36,7 +48,11 @@ def plot_runs(
             run_path = Path(root) / "runs" / run
             if not (run_path / "job.json").exists():
                 raise TheseusError(f"no run named {run!r} under {root}")
-            rows = [r for r in read_metrics(run_path) if metric in r]
+            rows = [
+                r
+                for r in read_metrics(run_path)
+                if is_number(r.get(metric)) and isinstance(r.get("step"), int)
+            ]
             if not rows:
                 continue
             steps = [r["step"] for r in rows]
@@ -50,7 +66,11 @@ def plot_runs(
         axis.grid(alpha=0.3)
         axis.legend()
     figure.tight_layout()
-    out = Path(out)
-    figure.savefig(out, dpi=120)
-    plt.close(figure)
+    out = writable(out)
+    try:
+        figure.savefig(out, dpi=120)
+    except OSError as error:
+        raise TheseusError(f"cannot write {out}: {error.strerror or error}") from error
+    finally:
+        plt.close(figure)
     return out

@@ -1,47 +1,115 @@
-"""Runs under a root: a table of them, and one run in detail."""
+"""Runs under a root: a table of them, and one run in detail.
+
+Everything here only reads. A damaged file never ends a listing: ``run_summaries`` flags the
+run (status ``unreadable``) and logs one line naming the file; unreadable metric lines are
+skipped with one line naming the file and the line numbers. Only what a command cannot do
+without (the record ``show`` was asked for) is an error.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from theseus.core.errors import JobError
+from theseus.core.rundir import read_record
+
+log = logging.getLogger(__name__)
 
 
 def read_metrics(run_path: Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` that can be read.
+
+    A last line without its newline that is text but not JSON is a write cut short by a crash
+    (the writer emits ASCII): it is dropped silently. Any other line that is not UTF-8 or not
+    a JSON object is skipped, and one warning names the file and the line numbers.
+    """
     path = run_path / "metrics.jsonl"
-    if not path.exists():
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return []
-    rows = []
-    for line in path.read_text().splitlines():
+    except OSError as error:
+        log.warning("%s cannot be read (%s); no metrics shown", path, error.strerror or error)
+        return []
+    lines = data.split(b"\n")
+    cut_short = lines[-1] != b""  # the last line has no newline
+    rows: list[dict[str, Any]] = []
+    bad: list[str] = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            problem = "not UTF-8"
         except json.JSONDecodeError:
-            continue  # a line cut by a kill; the rest still counts
+            problem = "not JSON"
+        else:
+            if isinstance(row, dict):
+                rows.append(row)
+                continue
+            problem = "not a JSON object"
+        if cut_short and number == len(lines) and problem == "not JSON":
+            continue  # a write cut short by a crash
+        bad.append(f"{number} ({problem})")
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        log.warning("%s: skipped unreadable line%s %s", path, "s" if len(bad) > 1 else "", shown)
     return rows
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def last_value(rows: list[dict], metric: str) -> tuple[int | None, float | None]:
     for row in reversed(rows):
-        if metric in row:
-            return row.get("step"), row[metric]
+        if is_number(row.get(metric)):
+            step = row.get("step")
+            return (step if isinstance(step, int) else None), row[metric]
     return None, None
 
 
+def _unreadable(name: str, problem: str) -> dict[str, Any]:
+    log.warning("run %r is unreadable: %s", name, problem)
+    return {
+        "name": name,
+        "key": None,
+        "status": "unreadable",
+        "step": None,
+        "loss": None,
+        "parent": None,
+        "started": None,
+        "problem": problem,
+    }
+
+
 def run_summaries(root: str | Path) -> list[dict[str, Any]]:
-    """One dict per run: name, job key, status, step, last loss, parent, start time."""
+    """One dict per run: name, job key, status, step, last loss, parent, start time.
+
+    A folder under ``runs/`` whose ``job.json`` is missing or damaged is listed with status
+    ``unreadable`` and a ``problem`` naming the file; hidden folders (locks) are not runs.
+    """
     runs_dir = Path(root) / "runs"
     if not runs_dir.is_dir():
         raise JobError(f"no runs under {root} (expected a folder {runs_dir})")
     summaries = []
     for path in sorted(runs_dir.iterdir()):
+        if path.name.startswith(".") or not path.is_dir():
+            continue
         record_path = path / "job.json"
         if not record_path.exists():
+            summaries.append(_unreadable(path.name, f"{record_path} is missing"))
             continue
-        record = json.loads(record_path.read_text())
-        rows = read_metrics(path)
-        step, loss = last_value(rows, "train/loss")
+        try:
+            record = read_record(record_path)
+        except JobError as error:
+            summaries.append(_unreadable(path.name, str(error)))
+            continue
+        step, loss = last_value(read_metrics(path), "train/loss")
         summaries.append(
             {
                 "name": path.name,
@@ -51,9 +119,63 @@ def run_summaries(root: str | Path) -> list[dict[str, Any]]:
                 "loss": loss,
                 "parent": record.get("parent"),
                 "started": record.get("started") or record.get("created"),
+                "problem": None,
             }
         )
     return summaries
+
+
+def _lineage(root: str | Path, record: dict[str, Any]) -> list[str]:
+    """Parents as ``RUN@STEP``, nearest first; a parent whose record is damaged ends it."""
+    from theseus.core.rundir import RunDir
+
+    lineage: list[str] = []
+    parent = record.get("parent")
+    while isinstance(parent, str) and parent and len(lineage) <= 100:
+        lineage.append(parent)
+        parent_run = RunDir(root, parent.split("@", 1)[0])
+        if not parent_run.exists():
+            break
+        try:
+            parent = read_record(parent_run.record_path).get("parent")
+        except JobError as error:
+            log.warning("lineage stops at %s: %s", parent, error)
+            break
+    return lineage
+
+
+def _config_text(config_path: Path) -> str:
+    """The saved config as text; damage is shown, with a warning naming the file."""
+    import yaml
+
+    try:
+        data = config_path.read_bytes()
+    except FileNotFoundError:
+        log.warning("%s is missing", config_path)
+        return ""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        log.warning("%s is not UTF-8 text (line %d); shown with replacements", config_path, line)
+        return data.decode("utf-8", errors="replace")
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        log.warning("%s is not valid YAML: %s", config_path, yaml_problem(error))
+    return text
+
+
+def yaml_problem(error: Exception) -> str:
+    """A YAML parse error as ``<problem> at line N``."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    return f"{getattr(error, 'problem', None) or one_line(error)}{where}"
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (YAML and Orbax messages span several)."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def run_details(root: str | Path, name: str) -> dict[str, Any]:
@@ -61,26 +183,18 @@ def run_details(root: str | Path, name: str) -> dict[str, Any]:
     from theseus.core.rundir import RunDir
 
     run = RunDir(root, name)
-    record = run.read_record()
-    rows = read_metrics(run.path)
+    if not run.exists():
+        raise JobError(f"no run named {name!r} under {root}")
+    record = read_record(run.record_path)
     finals = {}
-    for row in rows:
+    for row in read_metrics(run.path):
         for key, value in row.items():
             if key != "step":
                 finals[key] = value
-    lineage = []
-    parent = record.get("parent")
-    while parent:
-        lineage.append(parent)
-        parent_name = parent.split("@", 1)[0]
-        parent_run = RunDir(root, parent_name)
-        parent = parent_run.read_record().get("parent") if parent_run.exists() else None
-        if len(lineage) > 100:
-            break
     return {
         "record": record,
-        "config": run.config_path.read_text() if run.config_path.exists() else "",
-        "lineage": lineage,
+        "config": _config_text(run.config_path),
+        "lineage": _lineage(root, record),
         "checkpoints": checkpointed_steps(run.path),
         "final_metrics": finals,
     }

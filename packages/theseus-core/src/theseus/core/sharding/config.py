@@ -20,12 +20,22 @@ class ShardingError(ConfigError):
 @dataclass
 class ShardingConfig:
     strategy: str = option(
-        "dp", "dp | zero1 | fsdp | tp, or one of dp, zero1, fsdp combined with tp: 'fsdp+tp'"
+        "dp",
+        "dp | zero1 | fsdp | tp, or one of dp, zero1, fsdp combined with tp: 'fsdp+tp'",
+        resume_safe=True,
     )
-    data: int = option(0, "data mesh axis size; -1: the rest; 0: the rest unless fsdp takes it")
-    fsdp: int = option(0, "fsdp mesh axis size; -1: the rest; 0: the rest under fsdp, else 1")
-    tensor: int = option(1, "tensor mesh axis size (heads and MLP width); -1: the rest")
-    remat: str = option("none", "activation checkpointing: none | block (save matmuls) | full")
+    data: int = option(
+        0, "data mesh axis size; -1: the rest; 0: the rest unless fsdp takes it", resume_safe=True
+    )
+    fsdp: int = option(
+        0, "fsdp mesh axis size; -1: the rest; 0: the rest under fsdp, else 1", resume_safe=True
+    )
+    tensor: int = option(
+        1, "tensor mesh axis size (heads and MLP width); -1: the rest", resume_safe=True
+    )
+    remat: str = option(
+        "none", "activation checkpointing: none | block (save matmuls) | full", resume_safe=True
+    )
 
 
 def parse_strategy(strategy: str) -> tuple[str, bool]:

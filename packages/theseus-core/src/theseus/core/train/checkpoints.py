@@ -1,8 +1,13 @@
-"""Orbax checkpoints: asynchronous saves, keep-last-K plus every M-th, torn-save fallback.
+"""Orbax checkpoints: asynchronous saves, keep-last-K plus every M-th, verified restores.
 
 A checkpoint holds the train state (parameters, optimizer state, step, skipped-step count),
-the RNG key data and a JSON record (the step is also the data position, since the batch at
-step s is a pure function of the seed and s).
+the RNG key data and a JSON record: the step (also the data position, since the batch at
+step s is a pure function of the seed and s) and a digest of every saved array.
+
+A restore first compares the checkpoint's shapes with the ones the config builds (a
+mismatch is a config error, named by path), then checks each restored array's digest. A
+checkpoint that cannot be read or fails its digests is moved to ``checkpoints.torn/`` and
+the previous one is tried; when none is readable, nothing is moved and the run stops.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 from theseus.core.errors import TheseusError
+from theseus.core.train.digest import array_digests, path_name
 
 log = logging.getLogger(__name__)
 for _noisy in ("absl", "orbax"):
@@ -22,6 +28,14 @@ for _noisy in ("absl", "orbax"):
 
 class CheckpointError(TheseusError):
     """Checkpoints exist but none can be restored."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint holds other shapes than the config builds (not damage: another model)."""
+
+
+class CheckpointDigestError(CheckpointError):
+    """Restored arrays do not match the digests written when the checkpoint was saved."""
 
 
 class Checkpoints:
@@ -40,10 +54,18 @@ class Checkpoints:
     def steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
+    def committed(self) -> list[int]:
+        """Steps whose save has finished on disk (a save is renamed into place when done)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+
     def save(self, step: int, state: Any, rng_data: Any, meta: dict) -> None:
+        rng = {"key_data": rng_data}
+        meta = {**meta, "arrays": describe_arrays({"state": state, "rng": rng})}
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
-            rng=ocp.args.StandardSave({"key_data": rng_data}),
+            rng=ocp.args.StandardSave(rng),
             meta=ocp.args.JsonSave(meta),
         )
         self.manager.save(step, args=args, force=True)
@@ -52,13 +74,40 @@ class Checkpoints:
         self.manager.wait_until_finished()
 
     def restore(self, step: int, abstract_state: Any, abstract_rng: Any) -> tuple[Any, Any, dict]:
+        meta = self.read_meta(step)
+        saved = meta.get("arrays")  # checkpoints written before this record have none
+        if saved is not None:
+            self.check_shapes(step, saved, abstract_state)
         args = ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state),
             rng=ocp.args.StandardRestore({"key_data": abstract_rng}),
-            meta=ocp.args.JsonRestore(),
         )
         restored = self.manager.restore(step, args=args)
-        return restored["state"], restored["rng"]["key_data"], dict(restored["meta"])
+        if saved is not None:
+            actual = describe_arrays({"state": restored["state"], "rng": restored["rng"]})
+            bad = sorted(k for k in saved if saved[k] != actual.get(k))
+            if bad:
+                raise CheckpointDigestError(
+                    f"{len(bad)} array(s) differ from what was saved (first: {bad[0]})"
+                )
+        return restored["state"], restored["rng"]["key_data"], meta
+
+    def read_meta(self, step: int) -> dict:
+        args = ocp.args.Composite(meta=ocp.args.JsonRestore())
+        return dict(self.manager.restore(step, args=args)["meta"])
+
+    def check_shapes(self, step: int, saved: dict, abstract_state: Any) -> None:
+        """Refuse a checkpoint whose arrays have other shapes or dtypes than the config's."""
+        stored = {k[len("state.") :]: v[:2] for k, v in saved.items() if k.startswith("state.")}
+        wanted = {k: v[:2] for k, v in describe_arrays(abstract_state, digests=False).items()}
+        for name in sorted(set(stored) | set(wanted)):
+            if stored.get(name) != wanted.get(name):
+                raise CheckpointMismatchError(
+                    f"checkpoint {step} in {self.directory} holds {name} as "
+                    f"{_describe(stored.get(name))} but this config builds "
+                    f"{_describe(wanted.get(name))}: it was saved by another model or optimizer "
+                    "config"
+                )
 
     def restore_latest(
         self, abstract_state: Any, abstract_rng: Any, at_most: int | None = None
@@ -71,10 +120,10 @@ class Checkpoints:
         for step in reversed(steps):
             try:
                 state, rng, meta = self.restore(step, abstract_state, abstract_rng)
-            except Exception as error:  # torn or unreadable: try the previous one
-                reason = (
-                    f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-                )
+            except CheckpointMismatchError:
+                raise
+            except Exception as error:  # torn, unreadable or corrupt: try the previous one
+                reason = _one_line(error)
                 log.warning(
                     "checkpoint %d in %s is unreadable (%s); trying the previous one",
                     step,
@@ -86,7 +135,8 @@ class Checkpoints:
             self._set_aside([int(f.split()[0]) for f in failures])
             return step, state, rng, meta
         raise CheckpointError(
-            f"no checkpoint in {self.directory} can be restored: " + "; ".join(failures)
+            f"no checkpoint in {self.directory} can be restored ({'; '.join(failures)}); "
+            "nothing was moved: if the files are damaged, rerun with --fresh to start over"
         )
 
     def _set_aside(self, steps: list[int]) -> None:
@@ -116,3 +166,28 @@ def abstract_of(tree: Any) -> Any:
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)),
         tree,
     )
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    if len(text) > 160:
+        text = text[:157] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def describe_arrays(tree: Any, digests: bool = True) -> dict[str, list]:
+    """``{path: [dtype, shape, digest]}`` of the array leaves of ``tree`` (JSON-ready)."""
+    flat = [
+        (path_name(path), leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+    ]
+    described = {name: [str(leaf.dtype), list(leaf.shape)] for name, leaf in flat}
+    if digests:
+        for name, digest in array_digests(tree).items():
+            described[name].append(digest)
+    return described
+
+
+def _describe(entry: list | None) -> str:
+    return "nothing" if entry is None else f"{entry[0]}{list(entry[1])}"

@@ -14,55 +14,79 @@ from theseus.core.sharding.config import ShardingConfig
 @dataclass
 class TrainingConfig:
     seed: int = option(0, "the one seed; params, data and dropout streams are split from it")
-    total_steps: int = option(100, "optimizer steps to train for (ignored when total_tokens > 0)")
-    total_tokens: int = option(0, "train for this many tokens instead of total_steps (0: off)")
+    total_steps: int = option(
+        100, "optimizer steps to train for (ignored when total_tokens > 0)", resume_safe=True
+    )
+    total_tokens: int = option(
+        0, "train for this many tokens instead of total_steps (0: off)", resume_safe=True
+    )
     seq_len: int = option(128, "tokens per training sequence")
     global_batch_size: int = option(16, "sequences per optimizer step, across all devices")
     per_device_batch_size: int = option(
-        0, "sequences per device per micro-step (0: global batch / devices, no accumulation)"
+        0,
+        "sequences per device per micro-step (0: global batch / devices, no accumulation)",
+        resume_safe=True,
     )
-    skip_nonfinite: bool = option(False, "skip steps whose loss is not finite instead of stopping")
+    skip_nonfinite: bool = option(
+        False, "skip steps whose loss is not finite instead of stopping", resume_safe=True
+    )
     max_skipped_steps: int = option(
-        10, "with skip_nonfinite: stop the run once more steps than this were skipped"
+        10,
+        "with skip_nonfinite: stop the run once more steps than this were skipped",
+        resume_safe=True,
     )
 
 
 @dataclass
 class CheckpointConfig:
-    every: int = option(50, "save a checkpoint every this many steps (and at the end)")
-    keep_last: int = option(3, "keep the last this many checkpoints")
-    keep_every: int = option(
-        0, "also keep every checkpoint whose step is a multiple of this (0: off)"
+    every: int = option(
+        50, "save a checkpoint every this many steps (and at the end)", resume_safe=True
     )
-    asynchronous: bool = option(True, "write checkpoints in the background")
+    keep_last: int = option(3, "keep the last this many checkpoints", resume_safe=True)
+    keep_every: int = option(
+        0, "also keep every checkpoint whose step is a multiple of this (0: off)", resume_safe=True
+    )
+    asynchronous: bool = option(True, "write checkpoints in the background", resume_safe=True)
 
 
 @dataclass
 class LoggingConfig:
-    every: int = option(10, "record metrics every this many steps")
-    progress: bool = option(True, "show a progress bar when the output is a terminal")
+    every: int = option(10, "record metrics every this many steps", resume_safe=True)
+    progress: bool = option(
+        True, "show a progress bar when the output is a terminal", resume_safe=True
+    )
     loggers: list[str] = option(
-        help="extra metric loggers by name (e.g. tensorboard, wandb)", factory=list
+        help="extra metric loggers by name (e.g. tensorboard, wandb)",
+        factory=list,
+        resume_safe=True,
     )
     peak_flops: float = option(
-        0.0, "peak FLOP/s per device for MFU (0: chip table, or measured once per machine)"
+        0.0,
+        "peak FLOP/s per device for MFU (0: chip table, or measured once per machine)",
+        resume_safe=True,
     )
     profile_steps: str = option(
-        "", "START:END: write a jax.profiler trace of these steps into <run>/profile"
+        "",
+        "START:END: write a jax.profiler trace of these steps into <run>/profile",
+        resume_safe=True,
     )
 
 
 @dataclass
 class EvalConfig:
-    every: int = option(25, "validation loss every this many steps (0: only at the end)")
-    batches: int = option(4, "validation batches per evaluation (a fixed set)")
+    every: int = option(
+        25, "validation loss every this many steps (0: only at the end)", resume_safe=True
+    )
+    batches: int = option(4, "validation batches per evaluation (a fixed set)", resume_safe=True)
     tasks: list[str] = option(
         help="registered evaluations run at each evaluation (e.g. [val-ppl, addition])",
         factory=list,
+        resume_safe=True,
     )
     options: dict[str, Any] = option(
         help="per-task options, e.g. {hellaswag: {files: hs.jsonl, limit: 200}}",
         factory=dict,
+        resume_safe=True,
     )
 
 

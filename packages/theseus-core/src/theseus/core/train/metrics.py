@@ -92,6 +92,40 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
+def supersede_rows(path: Path, start: int) -> int:
+    """Before a run continues from step ``start``, move the rows it will write again.
+
+    Training rows of steps >= ``start`` and other rows (evaluations) of steps > ``start``
+    were written after the checkpoint being resumed, by an attempt that did not reach its
+    next checkpoint; they move to ``metrics.superseded.jsonl`` (nothing is deleted), as do
+    lines that are not JSON (a write cut by a crash). Returns the number of rows moved.
+    """
+    if not path.exists():
+        return 0
+    kept, moved = [], []
+    for line in path.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            step = int(row["step"])
+        except (ValueError, KeyError, TypeError):
+            moved.append(line)
+            continue
+        redone = step >= start if "train/loss" in row else step > start
+        (moved if redone else kept).append(line)
+    if not moved:
+        return 0
+    aside = path.with_name(path.stem + ".superseded.jsonl")
+    with aside.open("ab") as out:
+        out.writelines(line + b"\n" for line in moved)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(b"".join(line + b"\n" for line in kept))
+    os.replace(tmp, path)
+    log.info("%d metric rows past step %d moved to %s", len(moved), start, aside.name)
+    return len(moved)
+
+
 class MetricsWriter:
     """Appends one JSON object per record to ``path``; ``write`` never blocks the caller."""
 

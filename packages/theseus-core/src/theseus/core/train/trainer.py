@@ -22,7 +22,7 @@ from theseus.core.errors import JobError, PreemptedError, TheseusError
 from theseus.core.evaluate.training import run_training_evaluations
 from theseus.core.sharding.mesh import describe
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
-from theseus.core.train.metrics import MetricsWriter, device_peak_flops
+from theseus.core.train.metrics import MetricsWriter, device_peak_flops, supersede_rows
 from theseus.core.train.profile import StepProfiler
 from theseus.core.train.setup import TrainSetup
 
@@ -49,6 +49,7 @@ class Trainer:
             self.run.checkpoint_dir, ckpt.keep_last, ckpt.keep_every, ckpt.asynchronous
         )
         self.preempted = False
+        self.restored_from: tuple[int, Path] | None = None  # (step, folder) of a resume
 
     @property
     def total_steps(self) -> int:
@@ -59,11 +60,17 @@ class Trainer:
         """Resume this run's latest checkpoint, else branch/init from elsewhere, else fresh."""
         abstract, abstract_rng = self.setup.abstract_state, abstract_of(self.rng_data)
         restored = self.checkpoints.restore_latest(abstract, abstract_rng)
+        record = self.run.read_record()
         if restored is not None:
             step, state, self.rng_data, _ = restored
+            self.restored_from = (step, self.checkpoints.directory / str(step))
             log.info("resumed %s from step %d", self.run.name, step)
             return state
-        parent = self.run.read_record().get("parent")
+        if int(record.get("checkpoint_step") or 0) > 0:  # never restart silently from 0
+            from theseus.core.resume import check_checkpoints
+
+            check_checkpoints(self.run, record)
+        parent = record.get("parent")
         if parent:  # a branch continues the parent's state, step count included
             return self._from_other_run(parent, abstract, abstract_rng)
         fresh = self.setup.init_state()
@@ -101,6 +108,11 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         state = self.initial_state()
         start = int(state["step"])
+        if start >= self.total_steps and self.restored_from is not None:
+            log.info("run %s is at step %d of %d: nothing to train", self.run.name, start, start)
+            self.checkpoints.close()
+            self.final_state = state
+            return self._previous_summary(start)
         setup = self.setup
         peak, peak_source = device_peak_flops(
             self.config.logging.peak_flops, Path(self.context.root) / ".theseus"
@@ -128,6 +140,8 @@ class Trainer:
             if main_process
             else []
         )
+        if main_process:  # rows past the resumed step are redone: keep each step once
+            supersede_rows(self.run.metrics_path, start)
         writer = MetricsWriter(self.run.metrics_path, enabled=main_process, loggers=loggers)
         tracker = _Tracker(self, writer, peak * devices)
         profiler = StepProfiler(self.config.logging.profile_steps, self.run.path / "profile")
@@ -174,7 +188,20 @@ class Trainer:
         finally:
             profiler.stop()
             self.checkpoints.close()
+            self._record_checkpoint_step()
             writer.close()
+
+    def _previous_summary(self, step: int) -> dict[str, Any]:
+        """What the finished run reported, when it is started again with nothing to do."""
+        import json
+
+        try:
+            summary = json.loads((self.run.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = {}
+        return (
+            summary if isinstance(summary, dict) and summary.get("step") == step else {"step": step}
+        )
 
     def _due(self, done: int, every: int) -> bool:
         return bool(every) and done % every == 0 and done < self.total_steps
@@ -187,7 +214,17 @@ class Trainer:
             "total_steps": self.total_steps,
         }
         self.checkpoints.save(step, state, self.rng_data, meta)
+        self._record_checkpoint_step()
         self.hook.theseus_on_checkpoint(step=step, run=self.run)
+
+    def _record_checkpoint_step(self) -> None:
+        """The newest finished checkpoint in job.json: a later start with none on disk is
+        refused instead of starting over (saves finish in the background, so this lags)."""
+        committed = self.checkpoints.committed()
+        if jax.process_index() == 0 and committed:
+            recorded = int(self.run.read_record().get("checkpoint_step") or 0)
+            if committed[-1] != recorded:
+                self.run.update_record(checkpoint_step=committed[-1])
 
     def evaluate(self, params: Any, step: int, writer: MetricsWriter) -> float:
         """Validation loss and ``eval.tasks`` at ``step``, recorded; returns the loss."""
@@ -244,15 +281,26 @@ class _Tracker:
                 "rate needs a look"
             )
 
+    def _nonfinite_message(self, step: int, loss: float) -> str:
+        run = self.trainer.run.name
+        restored = self.trainer.restored_from
+        if restored is not None and step == restored[0]:  # the first step after a restore
+            return (
+                f"loss is {loss} at step {step} of run {run}, the first step after restoring "
+                f"checkpoint {restored[0]} ({restored[1]}): that checkpoint is suspect; move "
+                f"it into {restored[1].parent}.torn/ and rerun to resume from the one before"
+            )
+        return (
+            f"loss is {loss} at step {step} of run {run}; the checkpoints saved before it are "
+            "kept (set training.skip_nonfinite=true to skip such steps)"
+        )
+
     def _record(self, step: int, metrics: dict, timed: bool = True) -> None:
         loss = float(metrics["loss"])
         if not math.isfinite(float(metrics["grad_norm"])):
             loss = float("nan") if math.isfinite(loss) else loss
         if not math.isfinite(loss) and not self.trainer.config.training.skip_nonfinite:
-            raise NonFiniteLossError(
-                f"loss is {loss} at step {step} of run {self.trainer.run.name}; the last good "
-                "checkpoint is kept (set training.skip_nonfinite=true to skip such steps)"
-            )
+            raise NonFiniteLossError(self._nonfinite_message(step, loss))
         if self.trainer.config.training.skip_nonfinite:
             self.check_skipped(step, int(metrics["skipped"]))
         self.last_loss = loss

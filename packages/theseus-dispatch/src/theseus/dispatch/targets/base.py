@@ -31,6 +31,7 @@ class Status:
     state: str
     detail: str = ""
     run_status: str | None = None  # the status in the remote run's job.json
+    attempts: int | None = None  # how many times the run was started (its job.json)
 
 
 class Backend:

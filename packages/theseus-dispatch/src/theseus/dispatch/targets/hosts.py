@@ -140,7 +140,7 @@ def status_on(shells: list[Shell], handle: dict[str, Any], name: str) -> Status:
     if state == RUNNING and run_status != "running":
         state = STARTING  # installing, or the job has not opened its run yet
     detail = ", ".join(f"process {i}: {s}" for i, s in enumerate(states))
-    return Status(state, detail, run_status)
+    return Status(state, detail, run_status, record.get("attempts") if record else None)
 
 
 def logs_on(

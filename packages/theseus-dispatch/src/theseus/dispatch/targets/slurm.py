@@ -214,24 +214,25 @@ class SlurmBackend(Backend):
         ).stdout
         listing, _, rest = files.partition("---")
         exits_text, _, record_text = rest.partition("---")
-        run_status = None
+        run_status, attempts = None, None
         if '"status"' in record_text:
             import json
 
             try:
-                run_status = json.loads(record_text).get("status")
-            except json.JSONDecodeError:
+                record = json.loads(record_text)
+                run_status, attempts = record.get("status"), record.get("attempts")
+            except (json.JSONDecodeError, AttributeError):
                 run_status = None
         exits = dict(
             line.split() for line in exits_text.strip().splitlines() if len(line.split()) == 2
         )
         if "cancelled" in listing.split():
-            return Status(CANCELLED, f"job {handle['job_id']}", run_status)
+            return Status(CANCELLED, f"job {handle['job_id']}", run_status, attempts)
         if queued and queued[0] in QUEUED:
             state = QUEUED[queued[0]]
             if state == RUNNING and run_status != "running":
                 state = STARTING
-            return Status(state, f"job {handle['job_id']} {queued[0]}", run_status)
+            return Status(state, f"job {handle['job_id']} {queued[0]}", run_status, attempts)
         states = [
             (FINISHED if exits.get(f"exit.{i}") == "0" else FAILED)
             if f"exit.{i}" in exits
@@ -244,7 +245,7 @@ class SlurmBackend(Backend):
         detail = f"job {handle['job_id']}: " + ", ".join(
             f"task {i}: {s}" for i, s in enumerate(states)
         )
-        return Status(state, detail, run_status)
+        return Status(state, detail, run_status, attempts)
 
     def logs(self, handle: dict[str, Any], follow: bool, out: TextIO) -> None:
         d = q(handle["launch_dir"])

@@ -23,6 +23,7 @@ class Qwen3MoeConfig(Qwen3Config):
         "tiles",
         "dropless expert matmuls: tiles (batched over per-expert tiles, routed FLOPs on every "
         "backend) | ragged_dot (jax.lax.ragged_dot: grouped on TPU, every expert elsewhere)",
+        resume_safe=True,
     )
 
 

@@ -1,0 +1,91 @@
+"""What a resumed run may change, and what it must still have.
+
+A run's config is part of its record. When a run is started again under the same name, the
+requested config (the saved one with the command's overrides on top) is compared with the
+saved one, key by key, before anything in the run directory is touched:
+
+* a change to a field declared ``resume_safe`` (how long to train, logging, evaluation,
+  checkpoint cadence, the layout over devices) is allowed and recorded in the run's history;
+* any other change (the model's shape, the optimizer, the data, the seed, ...) is refused in
+  one line that names each change, with the two ways forward: ``--fresh`` or ``--branch``.
+
+A run that has checkpointed a step > 0 but whose checkpoints are gone is refused too: it
+would otherwise start again from step 0 under the same name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from theseus.core.config import ConfigTree, flatten
+from theseus.core.errors import JobError
+from theseus.core.rundir import RunDir
+
+
+class ResumeRefusedError(JobError):
+    """Starting the run again would damage or silently replace it."""
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str
+    before: Any
+    after: Any
+    safe: bool
+
+    def __str__(self) -> str:
+        return f"{self.key}: {_show(self.before)} -> {_show(self.after)}"
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def config_changes(saved: ConfigTree, requested: ConfigTree) -> list[Change]:
+    """Leaves whose value differs between two trees of one job (keys of both, sorted)."""
+    before = dict(flatten(saved.to_container(), tree=saved))
+    after = dict(flatten(requested.to_container(), tree=requested))
+    return [
+        Change(key, before[key], after[key], requested.resume_safe(key))
+        for key in sorted(after)
+        if key in before and before[key] != after[key]
+    ]
+
+
+def check_changes(run: RunDir, changes: list[Change]) -> None:
+    """Refuse the changes that would alter the model or the training of ``run``."""
+    refused = [change for change in changes if not change.safe]
+    if refused:
+        listing = ", ".join(str(change) for change in refused)
+        raise ResumeRefusedError(
+            f"run {run.name!r} under {run.root} was started with another config ({listing}); "
+            f"resuming would change what it trains: rerun with --fresh to start it over, or "
+            f"--name NEW --branch {run.name} to continue from its checkpoint as a new run"
+        )
+
+
+def committed_steps(run: RunDir) -> list[int]:
+    """Steps with a finished checkpoint on disk (Orbax renames a save into place when done)."""
+    if not run.checkpoint_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in run.checkpoint_dir.iterdir() if p.name.isdigit())
+
+
+def check_checkpoints(run: RunDir, record: dict[str, Any]) -> None:
+    """A run that checkpointed a step > 0 must still have a checkpoint to resume from."""
+    step = int(record.get("checkpoint_step") or 0)
+    if step > 0 and not committed_steps(run):
+        raise ResumeRefusedError(
+            f"run {run.name!r} under {run.root} checkpointed step {step} but "
+            f"{run.checkpoint_dir} holds no checkpoint: it will not restart from step 0 under "
+            "the same name; rerun with --fresh to start it over"
+        )
+
+
+def history_entry(attempt: int, started: str, changes: list[Change]) -> dict[str, Any]:
+    """One line of a run's history: an attempt, and the config changes it brought."""
+    entry: dict[str, Any] = {"attempt": attempt, "started": started}
+    if changes:
+        entry["changed"] = {c.key: [c.before, c.after] for c in changes}
+    return entry

@@ -1,0 +1,134 @@
+"""Starting a run again never damages it.
+
+Before: resuming with another ``model.d_model`` called every checkpoint "unreadable",
+rewrote config.yaml with the new values and marked the run failed; with its checkpoints
+deleted a run restarted from step 0 and appended a second history to metrics.jsonl; a
+rerun of a finished run wrote ``NaN`` into summary.json; after a kill, metrics.jsonl
+repeated the steps between the checkpoint and the kill.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.faults.test_locks import snapshot
+from tests.train.conftest import TINY, kill_after, metrics, run_cli
+
+ARGS = ["run", "gpt/train/pretrain", *TINY, "eval.every=0", "checkpoint.every=2"]
+
+
+@pytest.fixture(scope="module")
+def finished(shared_root) -> Path:
+    """A finished 4-step run with checkpoints 2 and 4, copied by each test that changes it."""
+    done = run_cli(shared_root, *ARGS, "training.total_steps=4", "--name", "resume-base")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return shared_root / "runs" / "resume-base"
+
+
+def args_with(*overrides: str) -> list[str]:
+    """ARGS with each ``key=value`` replacing that key's value (a key is given once)."""
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return [a for a in ARGS if a.split("=", 1)[0] not in keys] + list(overrides)
+
+
+def clone(run: Path, name: str) -> Path:
+    copy = run.parent / name
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(run, copy)
+    record = json.loads((copy / "job.json").read_text())
+    (copy / "job.json").write_text(json.dumps({**record, "name": name}))
+    return copy
+
+
+def last_line(done) -> str:
+    return done.stderr.strip().splitlines()[-1]
+
+
+def train_steps(root: Path, name: str) -> list[int]:
+    return [row["step"] for row in metrics(root, name) if "train/loss" in row]
+
+
+def test_a_config_change_that_changes_training_is_refused_untouched(shared_root, finished):
+    run = clone(finished, "resume-refused")
+    before = snapshot(run)
+    args = args_with("training.total_steps=6", "model.d_model=32")
+    done = run_cli(shared_root, *args, "--name", run.name)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    line = last_line(done)
+    assert line.startswith(f"error: run '{run.name}' under {shared_root} was started with")
+    assert "(model.d_model: 64 -> 32)" in line  # total_steps is a safe change: not listed
+    assert "--fresh" in line and f"--branch {run.name}" in line
+    assert snapshot(run) == before  # config.yaml, job.json, metrics, checkpoints
+
+
+def test_safe_changes_are_allowed_and_recorded_and_each_step_is_written_once(shared_root, finished):
+    run = clone(finished, "resume-longer")
+    args = args_with("checkpoint.every=3", "training.total_steps=6")
+    done = run_cli(shared_root, *args, "--name", run.name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((run / "job.json").read_text())
+    assert record["history"][-1]["changed"] == {
+        "checkpoint.every": [2, 3],
+        "training.total_steps": [4, 6],
+    }
+    assert record["attempts"] == 2 and record["checkpoint_step"] == 6
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["training"]["total_steps"] == 6
+    assert train_steps(shared_root, run.name) == list(range(6))
+
+
+def test_a_run_whose_checkpoints_are_gone_does_not_restart_from_zero(shared_root, finished):
+    run = clone(finished, "resume-gone")
+    shutil.rmtree(run / "checkpoints")
+    before = snapshot(run)
+    done = run_cli(shared_root, *ARGS, "training.total_steps=4", "--name", run.name)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert last_line(done) == (
+        f"error: run '{run.name}' under {shared_root} checkpointed step 4 but "
+        f"{run / 'checkpoints'} holds no checkpoint: it will not restart from step 0 under the "
+        "same name; rerun with --fresh to start it over"
+    )
+    assert snapshot(run) == before
+    fresh = run_cli(shared_root, *ARGS, "training.total_steps=4", "--name", run.name, "--fresh")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert train_steps(shared_root, run.name) == [0, 1, 2, 3]
+
+
+def test_rerunning_a_finished_run_rewrites_no_metrics_and_keeps_json_valid(shared_root, finished):
+    run = clone(finished, "resume-again")
+    metrics_before = (run / "metrics.jsonl").read_bytes()
+    done = run_cli(shared_root, *ARGS, "training.total_steps=4", "--name", run.name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run / "metrics.jsonl").read_bytes() == metrics_before
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"summary.json holds {name}, which is not JSON")
+
+    summary = json.loads((run / "summary.json").read_text(), parse_constant=no_constants)
+    assert summary["step"] == 4 and isinstance(summary["train/loss"], float)
+
+
+def test_after_a_kill_metrics_hold_each_step_once(shared_root):
+    name = "resume-killed"
+    args = [*ARGS, "training.total_steps=8"]
+    kill_after(shared_root, name, args, steps=5, sig=signal.SIGKILL)
+    rows_before = metrics(shared_root, name)
+    done = run_cli(shared_root, *args, "--name", name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert train_steps(shared_root, name) == list(range(8))
+    resumed = json.loads((shared_root / "runs" / name / "job.json").read_text())["history"]
+    assert len(resumed) == 2
+    moved_path = shared_root / "runs" / name / "metrics.superseded.jsonl"
+    moved = [json.loads(x) for x in moved_path.read_text().splitlines()]
+    restored = min(row["step"] for row in moved)  # the checkpoint the second attempt took
+    assert restored % 2 == 0 and restored < 5
+    kept = [row for row in rows_before if row not in moved]
+    assert all(row["step"] < restored for row in kept if "train/loss" in row)
+    assert len(moved) + len(kept) == len(rows_before)  # nothing lost: moved aside
