@@ -133,8 +133,8 @@ def test_incomplete_dataset_is_refused(tmp_path, stdlib_root, stdlib_data):
 def test_corrupted_and_truncated_shards_are_named(tmp_path, stdlib_root, stdlib_data):
     copy = tmp_path / "data" / "python-stdlib"
     shutil.copytree(stdlib_root / "data" / "python-stdlib", copy)
-    open_data(tmp_path, stdlib_data)  # verifies, and remembers the verified files
-    assert (copy / ".verified.json").exists()
+    open_data(tmp_path, stdlib_data)  # verifies (no run: nothing is remembered)
+    assert not (copy / ".verified.json").exists()  # no size + mtime stamps to trust
     shard = copy / "train-00000.bin"
     raw = bytearray(shard.read_bytes())
     raw[100] ^= 0xFF

@@ -150,6 +150,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(error.exit_code)
     except typer.Exit as done:
         sys.exit(done.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
     except Exception as error:  # usage errors of Typer's (vendored) click
         if hasattr(error, "show") and hasattr(error, "exit_code"):
             error.show()

@@ -7,7 +7,9 @@ saved one, key by key, before anything in the run directory is touched:
 * a change to a field declared ``resume_safe`` (how long to train, logging, evaluation,
   checkpoint cadence, the layout over devices) is allowed and recorded in the run's history;
 * any other change (the model's shape, the optimizer, the data, the seed, ...) is refused in
-  one line that names each change, with the two ways forward: ``--fresh`` or ``--branch``.
+  one line that names each change, with the two ways forward: ``--fresh`` or ``--branch``,
+  unless the run holds nothing yet (its earlier starts failed before any metric, checkpoint
+  or result), in which case the change is only recorded.
 
 A run that has checkpointed a step > 0 but whose checkpoints are gone is refused too: it
 would otherwise start again from step 0 under the same name.
@@ -53,8 +55,22 @@ def config_changes(saved: ConfigTree, requested: ConfigTree) -> list[Change]:
     ]
 
 
-def check_changes(run: RunDir, changes: list[Change]) -> None:
+def has_progress(run: RunDir, record: dict[str, Any]) -> bool:
+    """Whether ``run`` holds anything a config change could damage: it finished, or it
+    wrote metrics or checkpoints. A start that failed before any of that holds nothing."""
+    metrics = run.metrics_path
+    return (
+        record.get("status") == "finished"
+        or int(record.get("checkpoint_step") or 0) > 0
+        or bool(committed_steps(run))
+        or (metrics.exists() and metrics.stat().st_size > 0)
+    )
+
+
+def check_changes(run: RunDir, record: dict[str, Any], changes: list[Change]) -> None:
     """Refuse the changes that would alter the model or the training of ``run``."""
+    if not has_progress(run, record):
+        return
     refused = [change for change in changes if not change.safe]
     if refused:
         listing = ", ".join(str(change) for change in refused)

@@ -208,7 +208,7 @@ def prepare(
         base = _saved_config(run_dir)
         tree = config_for(spec, registries, overrides, base)
         changes = config_changes(config_for(spec, registries, (), base), tree) if base else []
-        check_changes(run_dir, changes)
+        check_changes(run_dir, record, changes)
         check_checkpoints(run_dir, record)
         log.info("resuming run %s (%s)", name, run_dir.path)
         for change in changes:

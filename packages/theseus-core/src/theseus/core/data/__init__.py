@@ -15,6 +15,7 @@ from theseus.core.data.errors import (
     DataIncompleteError,
     DataMissingError,
     SettingsConflictError,
+    TokenIdError,
 )
 
 _LAZY = {
@@ -40,6 +41,7 @@ __all__ = [
     "DataIncompleteError",
     "DataMissingError",
     "SettingsConflictError",
+    "TokenIdError",
     "TokenizedDataset",
     "TrainingData",
     "open_training_data",

@@ -9,7 +9,7 @@ from theseus.core.data import format as fmt
 from theseus.core.data.config import DataConfig
 from theseus.core.data.errors import DataError, SettingsConflictError
 from theseus.core.data.loader import TrainingData
-from theseus.core.data.reader import TokenizedDataset
+from theseus.core.data.reader import TokenizedDataset, Verified
 from theseus.core.jobs import Prerequisite
 from theseus.core.plugins import registries as default_registries
 
@@ -43,19 +43,33 @@ def dataset_prerequisite(
 def tokenize_prerequisites(
     data: DataConfig, root: str | os.PathLike = ".", registries: Any = None
 ) -> list[Prerequisite]:
-    """One prerequisite per dataset of the config (mixture order), e.g. its tokenize job."""
+    """One prerequisite per dataset of the config (mixture order), e.g. its tokenize job.
+
+    A dataset already tokenized is checked here (readable metadata, every file's size),
+    before the job touches its run directory: a damaged one is refused without a trace.
+    """
     entries = mixture_entries(data)
     primary = entries[0][0]
-    return [dataset_prerequisite(data, name, primary, root, registries) for name, _ in entries]
+    found = [dataset_prerequisite(data, name, primary, root, registries) for name, _ in entries]
+    for (name, _), prepare in zip(entries, found, strict=True):
+        path = fmt.dataset_dir(root, name, data.suffix)
+        if (path / fmt.METADATA).exists():
+            hint = " ".join([prepare.key, *prepare.overrides])
+            TokenizedDataset(path, job_hint=hint, verify="size")
+    return found
 
 
 def open_dataset(
-    root: str | os.PathLike, data: DataConfig, name: str, primary: str
+    root: str | os.PathLike,
+    data: DataConfig,
+    name: str,
+    primary: str,
+    verified: Verified | None = None,
 ) -> TokenizedDataset:
     path = fmt.dataset_dir(root, name, data.suffix)
     prepare = dataset_prerequisite(data, name, primary, root)
     hint = " ".join([prepare.key, *prepare.overrides])
-    dataset = TokenizedDataset(path, job_hint=hint)
+    dataset = TokenizedDataset(path, job_hint=hint, verify=data.verify, verified=verified)
     made_with = dataset.metadata.get("settings", {}).get("tokenizer", {}).get("name")
     if name == primary and made_with != data.tokenizer:
         raise SettingsConflictError(
@@ -75,11 +89,17 @@ def open_training_data(
     layout: str = "packed",
     process_index: int = 0,
     process_count: int = 1,
+    vocab_size: int | None = None,
+    verified: Verified | None = None,
 ) -> TrainingData:
-    """The batches of the (complete, verified) tokenized datasets named by ``data``."""
+    """The batches of the (complete, verified) tokenized datasets named by ``data``.
+
+    Files are checked as ``data.verify`` says (``verified``: the run's record of what it
+    hashed already); token ids must be below ``vocab_size`` (default: the tokenizer's).
+    """
     entries = mixture_entries(data)
     primary = entries[0][0]
-    datasets = [open_dataset(root, data, name, primary) for name, _ in entries]
+    datasets = [open_dataset(root, data, name, primary, verified) for name, _ in entries]
     first = datasets[0]
     for other in datasets[1:]:
         if other.tokenizer_fingerprint != first.tokenizer_fingerprint:
@@ -87,6 +107,9 @@ def open_training_data(
                 f"mixture datasets {first.path} and {other.path} use different tokenizers; "
                 "tokenize them with the same one"
             )
+    if vocab_size is not None:
+        for dataset in datasets:
+            dataset.check_token_ids(vocab_size)
     return TrainingData(
         datasets,
         [w for _, w in entries],

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.components import option
+from theseus.core.errors import ConfigError
 
 DEFAULT_DATASET = "python-stdlib"
+VERIFY_MODES = ("full", "size")
 
 
 @dataclass
@@ -31,11 +33,21 @@ class DataConfig:
         factory=dict,
     )
     validation_fraction: float = option(0.01, "fraction of documents held out for validation")
-    num_workers: int = option(0, "tokenization worker processes (0: all cores)")
+    num_workers: int = option(0, "tokenization worker processes (0: all cores)", resume_safe=True)
     document_masking: bool = option(True, "restart positions and mask attention per document")
     padding_side: str = option("right", "padded layout: pad on the 'left' or 'right'")
     loss_on: str = option("assistant", "chat data: learn 'assistant' turns only, or 'all' tokens")
-    prefetch: int = option(4, "batches prepared ahead in background threads")
+    prefetch: int = option(4, "batches prepared ahead in background threads", resume_safe=True)
+    verify: str = option(
+        "full",
+        "check the tokenized files when a run first opens them: 'full' (sha256 and token ids, "
+        "once per run) or 'size' (sizes only: fast, for huge datasets)",
+        resume_safe=True,
+    )
+
+    def __post_init__(self) -> None:
+        if self.verify not in VERIFY_MODES:
+            raise ConfigError(f"data.verify={self.verify!r}: expected 'full' or 'size'")
 
 
 @dataclass

@@ -23,3 +23,7 @@ class ChecksumError(DataError):
 
 class SettingsConflictError(DataError):
     """An output directory was made with other settings: names both."""
+
+
+class TokenIdError(DataError):
+    """A shard holds a token id outside the vocabulary: names the shard and the id."""

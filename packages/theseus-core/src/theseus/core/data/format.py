@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from theseus.core.data.errors import DataError
+
 FORMAT_VERSION = 1
 METADATA = "metadata.json"
 SETTINGS = "settings.json"
@@ -57,4 +59,26 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    return json.loads(Path(path).read_text())
+    """The JSON in ``path``; an unreadable, truncated or garbled file is one line naming it."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise DataError(f"cannot read {path} ({error.strerror or error})") from error
+    return parse_json(raw, path)
+
+
+def parse_json(raw: bytes, path: str | os.PathLike) -> Any:
+    """``raw`` (the bytes of ``path``) parsed; invalid JSON is one line naming the file."""
+    try:
+        return json.loads(raw)
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        reason = (
+            f"{error.msg} at line {error.lineno} column {error.colno}"
+            if isinstance(error, json.JSONDecodeError)
+            else "not UTF-8"
+        )
+        raise DataError(
+            f"{path} is not valid JSON ({reason}): truncated or corrupted; delete "
+            f"{Path(path).parent} and tokenize again"
+        ) from None

@@ -1,21 +1,38 @@
-"""Open a tokenized dataset: refuse missing or incomplete output, verify checksums."""
+"""Open a tokenized dataset: refuse missing, incomplete or damaged output.
+
+Verification (``data.verify``) always compares every file's size with ``metadata.json``;
+``full`` also hashes every file (sha256) and takes the largest token id of each shard in the
+same read. What a run verified is kept in its own directory (:class:`Verified`), keyed by
+the digest of ``metadata.json``: a resume of that run checks sizes only, a new run hashes
+again. No stamp of sizes or mtimes ever stands in for a hash.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from theseus.core.data import format as fmt
+from theseus.core.data.config import VERIFY_MODES
 from theseus.core.data.errors import (
     ChecksumError,
     DataError,
     DataIncompleteError,
     DataMissingError,
+    TokenIdError,
 )
+
+log = logging.getLogger(__name__)
+CHUNK = 1 << 20  # bytes per read when hashing: in cache while hashed (16 MiB was slower)
 
 
 @dataclass
@@ -40,34 +57,97 @@ class Shard:
         return self.tokens[start:stop], mask
 
 
-VERIFIED = ".verified.json"
+class Verified:
+    """What one run verified, in ``<run>/verified-data.json``: per dataset directory, the
+    sha256 of the ``metadata.json`` it hashed its files against and each shard's largest
+    token id. An unreadable record is treated as empty (everything is verified again)."""
+
+    NAME = "verified-data.json"
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        try:
+            entries = fmt.read_json(self.path) if self.path.exists() else {}
+        except DataError:
+            entries = {}
+        self.entries: dict[str, Any] = entries if isinstance(entries, dict) else {}
+
+    @classmethod
+    def of_run(cls, run_dir: str | os.PathLike) -> Verified:
+        return cls(Path(run_dir) / cls.NAME)
+
+    def lookup(self, dataset: Path, digest: str) -> dict[str, int] | None:
+        """The shards' largest token ids when this run hashed ``dataset`` against this very
+        metadata, else None."""
+        entry = self.entries.get(str(dataset))
+        if isinstance(entry, dict) and entry.get("metadata_sha256") == digest:
+            ids = entry.get("max_token_id")
+            if isinstance(ids, dict):
+                return ids
+        return None
+
+    def remember(self, dataset: Path, digest: str, max_token_id: dict[str, int]) -> None:
+        self.entries[str(dataset)] = {
+            "metadata_sha256": digest,
+            "max_token_id": max_token_id,
+            "verified": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        if not self.path.parent.is_dir():  # no run directory (yet): nothing to keep
+            return
+        text = json.dumps(self.entries, indent=2, sort_keys=True) + "\n"
+        tmp = None
+        try:  # a temporary file of its own: every process of a multi-host run may write
+            with tempfile.NamedTemporaryFile(
+                "w", dir=self.path.parent, prefix=f".{self.NAME}.", delete=False
+            ) as handle:
+                tmp = Path(handle.name)
+                handle.write(text)
+            os.replace(tmp, self.path)
+        except OSError as error:  # a read-only or full disk: hash again next time
+            log.warning("cannot record the verification in %s (%s)", self.path, error)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
 
 
 class TokenizedDataset:
-    """A complete tokenized dataset directory, memory-mapped."""
+    """A complete tokenized dataset directory, memory-mapped.
 
-    def __init__(self, path: str | os.PathLike, *, job_hint: str = "", verify: bool = True):
+    ``verify``: ``"full"`` (sizes, sha256 and token ids), ``"size"`` (sizes only) or
+    ``"none"``. ``verified``: the run's record; when it holds this metadata's digest the
+    files were hashed by this run already and only their sizes are checked.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        job_hint: str = "",
+        verify: str = "full",
+        verified: Verified | None = None,
+    ):
+        if verify not in (*VERIFY_MODES, "none"):
+            raise DataError(f"verify={verify!r}: expected one of {(*VERIFY_MODES, 'none')}")
         self.path = Path(path)
-        hint = job_hint or f"data/tokenize/{self.path.name}"
-        if not (self.path / fmt.METADATA).exists():
+        self.hint = job_hint or f"data/tokenize/{self.path.name}"
+        metadata_path = self.path / fmt.METADATA
+        if not metadata_path.exists():
             if (self.path / fmt.SETTINGS).exists():
                 raise DataIncompleteError(
                     f"tokenized data in {self.path} is incomplete (still being tokenized, or "
-                    f"interrupted): let `theseus run {hint}` finish first"
+                    f"interrupted): let `theseus run {self.hint}` finish first"
                 )
             raise DataMissingError(
-                f"no tokenized data in {self.path}: run `theseus run {hint}` first"
+                f"no tokenized data in {self.path}: run `theseus run {self.hint}` first"
             )
-        self.metadata: dict[str, Any] = fmt.read_json(self.path / fmt.METADATA)
-        version = self.metadata.get("format_version")
-        if version != fmt.FORMAT_VERSION:
-            raise DataError(
-                f"{self.path / fmt.METADATA} has format version {version}; this theseus reads "
-                f"version {fmt.FORMAT_VERSION}: tokenize again with `theseus run {hint}`"
-            )
-        if verify:
-            self.verify()
+        raw = _read_bytes(metadata_path)
+        self.metadata_digest = hashlib.sha256(raw).hexdigest()
+        self.metadata: dict[str, Any] = fmt.parse_json(raw, metadata_path)
+        self._check_metadata()
         self.dtype = np.dtype(self.metadata["token_dtype"])
+        self.max_token_id: dict[str, int] | None = None  # per shard file, once known
+        if verify != "none":
+            self.verify(verify, verified)
+            self.check_token_ids(self.vocab_size)
         self.splits: dict[str, list[Shard]] = {
             split: [self._open_shard(name) for name in self.metadata["splits"][split]["shards"]]
             for split in fmt.SPLITS
@@ -98,41 +178,109 @@ class TokenizedDataset:
     def has_mask(self) -> bool:
         return bool(self.metadata.get("has_loss_mask"))
 
-    # ------------------------------------------------------------------ checks
-    def verify(self) -> None:
-        """Every file listed in the metadata exists with its size and sha256 checksum.
+    @property
+    def token_files(self) -> list[str]:
+        """The token shards' file names, train then validation."""
+        return [
+            f"{s}.bin" for split in fmt.SPLITS for s in self.metadata["splits"][split]["shards"]
+        ]
 
-        Hashing is skipped for files unchanged (same size and mtime) since this directory
-        last verified them (``.verified.json``), so large datasets open fast the next time.
-        """
-        stamp_path = self.path / VERIFIED
+    # ------------------------------------------------------------------ checks
+    def _check_metadata(self) -> None:
+        """The keys every reader relies on, so a hand-edited or foreign file is one line."""
+        where = self.path / fmt.METADATA
+        meta = self.metadata
+        version = meta.get("format_version") if isinstance(meta, dict) else None
+        if version != fmt.FORMAT_VERSION:
+            raise DataError(
+                f"{where} has format version {version}; this theseus reads version "
+                f"{fmt.FORMAT_VERSION}: tokenize again with `theseus run {self.hint}`"
+            )
         try:
-            stamps = json.loads(stamp_path.read_text())
-        except (OSError, ValueError):
-            stamps = {}
-        fresh = {}
+            np.dtype(meta["token_dtype"])
+            int(meta["tokenizer"]["vocab_size"])
+            for split in fmt.SPLITS:
+                list(meta["splits"][split]["shards"])
+            for entry in meta["files"].values():
+                int(entry["bytes"]), str(entry["sha256"])
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise DataError(
+                f"{where} is malformed ({type(error).__name__}: {error}): tokenize again with "
+                f"`theseus run {self.hint}`"
+            ) from None
+
+    def check_sizes(self) -> None:
+        """Every file listed in the metadata exists with its size."""
         for name, expected in sorted(self.metadata["files"].items()):
             file = self.path / name
-            if not file.exists():
-                raise ChecksumError(f"{file} is missing (listed in {fmt.METADATA})")
-            stat = file.stat()
-            if stat.st_size != expected["bytes"]:
+            try:
+                size = file.stat().st_size
+            except FileNotFoundError:
+                raise ChecksumError(f"{file} is missing (listed in {fmt.METADATA})") from None
+            if size != expected["bytes"]:
                 raise ChecksumError(
-                    f"{file} has {stat.st_size} bytes, expected {expected['bytes']}: truncated "
+                    f"{file} has {size} bytes, expected {expected['bytes']}: truncated "
                     "or corrupted; delete the directory and tokenize again"
                 )
-            stamp = [stat.st_size, stat.st_mtime_ns, expected["sha256"]]
-            if stamps.get(name) != stamp and fmt.sha256_file(file) != expected["sha256"]:
+
+    def verify(self, mode: str = "full", verified: Verified | None = None) -> None:
+        """Sizes always; with ``mode="full"`` the sha256 of every file and each shard's
+        largest token id, unless ``verified`` shows this run hashed this metadata already."""
+        self.check_sizes()
+        known = verified.lookup(self.path, self.metadata_digest) if verified else None
+        if known is not None:
+            self.max_token_id = known
+            return
+        if mode != "full":
+            return
+        self.max_token_id = self.hash_files()
+        if verified is not None:
+            verified.remember(self.path, self.metadata_digest, self.max_token_id)
+
+    def hash_files(self) -> dict[str, int]:
+        """Hash every file against the metadata (files in parallel, large reads); returns
+        the largest token id of each non-empty shard, found in the same read."""
+        files = sorted(self.metadata["files"].items(), key=lambda kv: -kv[1]["bytes"])
+        shards = set(self.token_files)
+        total = sum(entry["bytes"] for _, entry in files)
+        started = time.perf_counter()
+
+        def check(item: tuple[str, dict]) -> tuple[str, int | None]:
+            name, expected = item
+            file = self.path / name
+            digest, top = scan_file(file, self.dtype if name in shards else None)
+            if digest != expected["sha256"]:
                 raise ChecksumError(
                     f"{file} does not match its sha256 checksum: corrupted; delete the "
                     "directory and tokenize again"
                 )
-            fresh[name] = stamp
-        if fresh != stamps:
-            try:
-                fmt.write_json_atomic(stamp_path, fresh)
-            except OSError:  # a read-only dataset directory: verify again next time
-                pass
+            return name, top
+
+        pool = ThreadPoolExecutor(max(1, min(len(files), _cores(), 8)))
+        try:
+            found = dict(pool.map(check, files))
+        finally:  # a bad file stops the rest: nothing left to hash
+            pool.shutdown(cancel_futures=True)
+        seconds = time.perf_counter() - started
+        log.info(
+            "verified %s: %d files, %.1f MB hashed in %.1f s (%.0f MB/s)",
+            self.path,
+            len(files),
+            total / 1e6,
+            seconds,
+            total / 1e6 / max(seconds, 1e-9),
+        )
+        return {name: top for name, top in found.items() if top is not None}
+
+    def check_token_ids(self, vocab_size: int) -> None:
+        """Refuse a shard holding an id >= ``vocab_size`` (known once hashed by this run)."""
+        for name, top in sorted((self.max_token_id or {}).items()):
+            if top >= vocab_size:
+                raise TokenIdError(
+                    f"{self.path / name} holds token id {top} >= the vocabulary size "
+                    f"{vocab_size}: the data was tokenized with another tokenizer, or is "
+                    "corrupted; delete the directory and tokenize again"
+                )
 
     def _open_shard(self, stem: str) -> Shard:
         tokens_path = self.path / f"{stem}.bin"
@@ -141,6 +289,46 @@ class TokenizedDataset:
         mask_path = self.path / f"{stem}.mask.bin"
         mask = _memmap(mask_path, np.dtype("uint8")) if mask_path.exists() else None
         return Shard(tokens_path, tokens, doc_starts, mask)
+
+
+def scan_file(path: Path, dtype: np.dtype | None = None) -> tuple[str, int | None]:
+    """(sha256, largest item when ``dtype`` is given and the file is not empty), one read."""
+    digest = hashlib.sha256()
+    top: int | None = None
+    buffer = bytearray(CHUNK)  # a multiple of every item size
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while filled := _fill(handle, view):
+            digest.update(view[:filled])
+            if dtype is not None and filled >= dtype.itemsize:
+                block = np.frombuffer(buffer, dtype, count=filled // dtype.itemsize)
+                top = max(top if top is not None else 0, int(block.max()))
+    return digest.hexdigest(), top
+
+
+def _fill(handle: Any, view: memoryview) -> int:
+    """Read until ``view`` is full or the file ends; the number of bytes read."""
+    filled = 0
+    while filled < len(view):
+        count = handle.readinto(view[filled:])
+        if not count:
+            break
+        filled += count
+    return filled
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise DataError(f"cannot read {path} ({error.strerror or error})") from error
 
 
 def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -107,7 +108,7 @@ def run_target(
         model=setup.model(params),
         tokenizer=load_tokenizer(data.tokenizer_dir, setup.registries),
         root=root,
-        data=config.data,
+        data=dataclasses.replace(config.data, verify="size"),  # ``data`` opened it verified
         seq_len=config.training.seq_len,
         seed=config.training.seed,
         layout=data.layout,

@@ -213,7 +213,7 @@ def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None
     lacking = _lacking(tree, base)
     hint = f"; {run_dir.config_path} lacks {lacking}: is it truncated?" if lacking else ""
     config = tree.to_object(job_class.config_type)
-    data = open_data(config, str(root), job_class.layout)
+    data = open_data(config, str(root), job_class.layout, run=run_dir)
     try:
         setup = TrainSetup.build(config, regs, data.vocab_size)
     except ConfigError as error:  # e.g. a value cut short: max_seq_len: 6 (was 64)

@@ -8,6 +8,7 @@ and JAX has not started yet, CPU runs simulate that many devices.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -41,7 +42,8 @@ def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
     try:
         from theseus.core.train.setup import open_data
 
-        return open_data(config, root).vocab_size, "tokenized data"
+        sized = dataclasses.replace(config.data, verify="size")  # a plan reads no tokens
+        return open_data(dataclasses.replace(config, data=sized), root).vocab_size, "tokenized data"
     except TheseusError:  # not tokenized yet: the configured tokenizer size
         return config.data.vocab_size, "data.vocab_size (data not tokenized yet)"
 

@@ -63,7 +63,7 @@ class PretrainJob(Job):
         from theseus.core.train.setup import TrainSetup, open_data
         from theseus.core.train.trainer import Trainer
 
-        data = open_data(self.config, self.context.root, self.layout)
+        data = open_data(self.config, self.context.root, self.layout, run=self.run)
         setup = TrainSetup.build(self.config, self.context.registries, data.vocab_size)
         summary = Trainer(setup, data, self.context).fit()
         finite = {

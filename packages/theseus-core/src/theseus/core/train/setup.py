@@ -55,9 +55,17 @@ def total_steps(training: TrainingConfig) -> int:
     return training.total_steps
 
 
-def open_data(config: TrainJobConfig, root: str, layout: str = "packed") -> TrainingData:
-    """This process's view of the run's batches (packed documents or padded chat rows)."""
+def open_data(
+    config: TrainJobConfig, root: str, layout: str = "packed", run: Any = None
+) -> TrainingData:
+    """This process's view of the run's batches (packed documents or padded chat rows).
+
+    The files are verified as ``data.verify`` says; ``run`` (its :class:`RunDir`) keeps
+    what this run hashed already, so its resumes check sizes only. Token ids are checked
+    against the tokenizer's vocabulary, which is the model's (:func:`model_config`).
+    """
     from theseus.core.data.api import open_training_data
+    from theseus.core.data.reader import Verified
 
     training = config.training
     return open_training_data(
@@ -69,6 +77,7 @@ def open_data(config: TrainJobConfig, root: str, layout: str = "packed") -> Trai
         layout=layout,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
+        verified=Verified.of_run(run.path) if run is not None else None,
     )
 
 
