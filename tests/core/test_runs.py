@@ -8,6 +8,7 @@ import pytest
 import yaml
 from theseus.core.errors import JobError
 from theseus.core.jobs import check_run_name
+from theseus.core.resume import ResumeRefusedError
 from theseus.core.runner import prepare, run
 
 
@@ -37,11 +38,12 @@ def test_prerequisites_run_first_in_the_same_root_and_are_reused(root, workflow_
 
 def test_same_name_resumes_with_the_saved_config(root):
     run("example/fit-line", ["task.steps=6", "optimizer.name=sgd"], root=root, name="again")
-    prepared = prepare("example/fit-line", ["task.seed=3"], root=root, name="again")
+    prepared = prepare("example/fit-line", [], root=root, name="again")
     assert prepared.config.task.steps == 6 and prepared.config.optimizer.name == "sgd"
-    assert prepared.config.task.seed == 3
     prepared()
     assert record(root, "again")["attempts"] == 2
+    with pytest.raises(ResumeRefusedError, match=r"\(task.seed: 0 -> 3\).*--fresh"):
+        prepare("example/fit-line", ["task.seed=3"], root=root, name="again")
 
 
 def test_fresh_starts_over_and_branch_records_the_parent(root):

@@ -11,7 +11,7 @@ from theseus.core.components import option
 class OptimizerBase:
     learning_rate: float = option(3e-4, "peak learning rate (the schedule scales it)")
     weight_decay: float = option(
-        0.0, "decoupled weight decay; norms, biases and embeddings' gains excluded"
+        0.0, "decoupled weight decay (times the learning rate) on matrices, not norms or biases"
     )
     grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables")
 
@@ -53,7 +53,7 @@ class MuonConfig(OptimizerBase):
     beta: float = option(0.95, "momentum decay")
     ns_steps: int = option(5, "Newton-Schulz iterations")
     adam_learning_rate: float = option(
-        3e-4, "learning rate of the AdamW used for non-matrix params"
+        3e-4, "peak learning rate of the AdamW for embeddings, norms and biases (no decay)"
     )
 
 
