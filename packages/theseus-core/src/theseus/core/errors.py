@@ -35,3 +35,8 @@ class PreemptedError(TheseusError):
     """The run was interrupted by a signal after saving a checkpoint."""
 
     exit_code = 3
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (YAML, Orbax and XLA messages span several)."""
+    return " ".join(str(error).split()) or type(error).__name__

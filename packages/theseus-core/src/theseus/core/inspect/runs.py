@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from theseus.core.errors import JobError
+from theseus.core.errors import JobError, one_line
 from theseus.core.rundir import read_record
 
 log = logging.getLogger(__name__)
@@ -173,13 +173,8 @@ def yaml_problem(error: Exception) -> str:
     return f"{getattr(error, 'problem', None) or one_line(error)}{where}"
 
 
-def one_line(error: BaseException) -> str:
-    """An exception's message on one line (YAML and Orbax messages span several)."""
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 def run_details(root: str | Path, name: str) -> dict[str, Any]:
-    from theseus.core.inspect.timetravel import checkpointed_steps
+    from theseus.core.resume import committed_steps
     from theseus.core.rundir import RunDir
 
     run = RunDir(root, name)
@@ -195,6 +190,6 @@ def run_details(root: str | Path, name: str) -> dict[str, Any]:
         "record": record,
         "config": _config_text(run.config_path),
         "lineage": _lineage(root, record),
-        "checkpoints": checkpointed_steps(run.path),
+        "checkpoints": committed_steps(run),
         "final_metrics": finals,
     }

@@ -6,14 +6,15 @@ together produce the loss logged as step k.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from difflib import get_close_matches
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from theseus.core.errors import ConfigError, TheseusError
-from theseus.core.inspect.runs import one_line, yaml_problem
+from theseus.core.errors import ConfigError, TheseusError, one_line
+from theseus.core.inspect.runs import yaml_problem
 
 if TYPE_CHECKING:
     from theseus.core.config import ConfigTree
@@ -129,10 +130,10 @@ class Moment:
 
 
 def checkpointed_steps(run_path: Path) -> list[int]:
-    directory = run_path / "checkpoints"
-    if not directory.exists():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    from theseus.core.resume import committed_steps
+    from theseus.core.rundir import RunDir
+
+    return committed_steps(RunDir(run_path.parent.parent, run_path.name))
 
 
 def read_config(run_dir: RunDir) -> dict[str, Any]:
@@ -213,7 +214,8 @@ def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None
     lacking = _lacking(tree, base)
     hint = f"; {run_dir.config_path} lacks {lacking}: is it truncated?" if lacking else ""
     config = tree.to_object(job_class.config_type)
-    data = open_data(config, str(root), job_class.layout, run=run_dir)
+    sized = dataclasses.replace(config.data, verify="size")  # read-only: no hashing record
+    data = open_data(dataclasses.replace(config, data=sized), str(root), job_class.layout)
     try:
         setup = TrainSetup.build(config, regs, data.vocab_size)
     except ConfigError as error:  # e.g. a value cut short: max_seq_len: 6 (was 64)

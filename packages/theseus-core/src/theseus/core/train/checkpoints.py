@@ -18,7 +18,7 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
-from theseus.core.errors import TheseusError
+from theseus.core.errors import TheseusError, one_line
 from theseus.core.train.digest import array_digests, path_name
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class Checkpoints:
             except CheckpointMismatchError:
                 raise
             except Exception as error:  # torn, unreadable or corrupt: try the previous one
-                reason = _one_line(error)
+                reason = _short(one_line(error), type(error).__name__)
                 log.warning(
                     "checkpoint %d in %s is unreadable (%s); trying the previous one",
                     step,
@@ -168,13 +168,6 @@ def abstract_of(tree: Any) -> Any:
     )
 
 
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    if len(text) > 160:
-        text = text[:157] + "..."
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 def describe_arrays(tree: Any, digests: bool = True) -> dict[str, list]:
     """``{path: [dtype, shape, digest]}`` of the array leaves of ``tree`` (JSON-ready)."""
     flat = [
@@ -191,3 +184,8 @@ def describe_arrays(tree: Any, digests: bool = True) -> dict[str, list]:
 
 def _describe(entry: list | None) -> str:
     return "nothing" if entry is None else f"{entry[0]}{list(entry[1])}"
+
+
+def _short(text: str, kind: str) -> str:
+    text = text if len(text) <= 160 else text[:157] + "..."
+    return text if text.startswith(kind) else f"{kind}: {text}"
