@@ -202,16 +202,7 @@ def test_update_matches_optax_with_the_defaults_written_out(name):
     assert min(moved) > 0, moved  # every leaf was updated: the check compared real updates
 
 
-SIGNUM_IGNORES_DECAY = pytest.mark.xfail(
-    strict=True,
-    reason="the example plugin's signum ignores the weight_decay (and grad_clip) it inherits",
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=SIGNUM_IGNORES_DECAY) if n == "signum" else n for n in OPTIMIZERS],
-)
+@pytest.mark.parametrize("name", OPTIMIZERS)
 def test_weight_decay_shrinks_matrices_by_lr_times_decay_and_nothing_else(name):
     """With a zero gradient an update is the weight decay alone: ``-lr * weight_decay * p`` on
     the matrices (AdamW's decoupled convention, whatever the optimizer), 0 elsewhere."""

@@ -67,7 +67,12 @@ def test_tokenizes_first_then_trains_with_falling_loss_and_full_metrics(shared_r
     for key in ("train/grad_norm", "train/lr", "perf/tokens_per_sec", "perf/step_time", "perf/mfu"):
         assert key in train_row and math.isfinite(train_row[key])
     timed = [r for r in train_rows if "perf/mfu" in r]
-    assert len(timed) >= 20 and all(0 < r["perf/mfu"] < 1 for r in timed)
+    assert len(timed) >= 20 and all(r["perf/mfu"] > 0 for r in timed)
+    # MFU = FLOPs per token x tokens/s / peak: the implied FLOPs per token is one constant.
+    # (No "< 1": on CPU the peak is a matmul measured once; a busier machine then makes it
+    # small, and a later quieter step can beat it.)
+    implied = [r["perf/mfu"] / r["perf/tokens_per_sec"] for r in timed]
+    assert max(implied) == pytest.approx(min(implied), rel=1e-9)
     val = [r["val/loss"] for r in rows if "val/loss" in r]
     assert len(val) >= 3 and val[-1] < val[0]
     checkpoints = sorted(p.name for p in (shared_root / "runs/learns/checkpoints").iterdir())

@@ -2,7 +2,7 @@
 
 from theseus.quick import quick
 with quick("/runs") as q:
-    q.build("gpt/train/pretrain", "my-training-job")
+    q.build("gpt/train/pretrain", "my-training-job", config="base.yaml")  # config: optional
     q.config.training.per_device_batch_size = 8
     job = q.create()
     job()
@@ -11,10 +11,10 @@ with quick("/runs") as q:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from theseus.core.config import ConfigView
+from theseus.core.config import ConfigSource, ConfigView
 from theseus.core.errors import TheseusError
 from theseus.core.runner import PreparedRun, default_root, prepare
 
@@ -44,10 +44,22 @@ class Quick:
         *,
         fresh: bool = False,
         branch: str | None = None,
+        config: ConfigSource | Iterable[ConfigSource] = (),
     ) -> Quick:
-        """Resolve job ``key`` as run ``name`` (default: the key with '-' for '/')."""
+        """Resolve job ``key`` as run ``name`` (default: the key with '-' for '/').
+
+        ``config``: a YAML config file (or a mapping), or several applied left to right,
+        before ``overrides``; as ``theseus run KEY --config FILE ... key=value``.
+        """
+        configs = [config] if isinstance(config, (str, os.PathLike, Mapping)) else list(config)
         self._prepared = prepare(
-            key, overrides, root=self.root, name=name, fresh=fresh, branch=branch
+            key,
+            overrides,
+            root=self.root,
+            name=name,
+            fresh=fresh,
+            branch=branch,
+            configs=configs,
         )
         return self
 

@@ -1,6 +1,7 @@
 """``theseus``: list, configure and run jobs. Plugins add commands through a hook.
 
-Nothing on the paths of ``theseus jobs``, ``plugins``, ``config`` or ``--help`` imports JAX.
+Nothing on the paths of ``theseus jobs``, ``plugins``, ``config``, ``--help`` or shell
+completion imports JAX.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import logging
 import sys
 import traceback
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,11 +20,62 @@ app = typer.Typer(
     name="theseus",
     help="Train language models with JAX: jobs by key, strict typed configs, plugins.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
-Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides, key=value")]
+
+def complete_job_key(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of job keys: (key, description) of those starting with ``incomplete``.
+
+    Reads the registries only (plugins describe their jobs without importing JAX); a
+    broken plugin setup completes nothing rather than printing into the shell.
+    """
+    try:
+        jobs = _registries().jobs
+        return [(key, spec.description) for key, spec in jobs.items() if key.startswith(incomplete)]
+    except Exception:
+        return []
+
+
+def complete_override(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of the config keys of the job on the line, as ``key=``."""
+    if "=" in incomplete:
+        return []
+    try:
+        from theseus.core.config import ConfigTree
+        from theseus.core.runner import job_spec
+
+        regs = _registries()
+        tree = ConfigTree(job_spec(ctx.params.get("job") or "", regs), regs)
+        return [
+            (f"{row['key']}=", f"{row['type']}: {row['help']}")
+            for row in tree.describe()
+            if row["key"].startswith(incomplete)
+        ]
+    except Exception:
+        return []
+
+
+JobKey = Annotated[
+    str,
+    typer.Argument(help="job key, e.g. gpt/train/pretrain", autocompletion=complete_job_key),
+]
+Overrides = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="config overrides, key=value (after the --config files)",
+        autocompletion=complete_override,
+    ),
+]
+ConfigFiles = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help="YAML config file (nested or dotted keys); repeat to merge left to right",
+    ),
+]
 RootOption = Annotated[
     str | None, typer.Option("--root", help="root directory (default $THESEUS_ROOT, else ./runs)")
 ]
@@ -68,16 +121,30 @@ def plugins() -> None:
 
 @app.command()
 def config(
-    job: Annotated[str, typer.Argument(help="job key, e.g. gpt/train/pretrain")],
+    job: JobKey,
     overrides: Overrides = None,
+    configs: ConfigFiles = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of YAML")] = False,
+    save: Annotated[
+        str | None,
+        typer.Option("--save", help="write the resolved config to this YAML file, to run with"),
+    ] = None,
 ) -> None:
-    """Print a job's resolved config with each key's type and help."""
+    """Print a job's resolved config with each key's type and help (or --save it)."""
     from theseus.core.runner import config_for, job_spec
 
     regs = _registries()
-    tree = config_for(job_spec(job, regs), regs, overrides or [])
-    if as_json:
+    tree = config_for(job_spec(job, regs), regs, overrides or [], configs=configs or [])
+    if save is not None:
+        path = Path(save)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = (
+            f"# {job}: the resolved config, each key with its type and help.\n"
+            f"# Run it with:  theseus run {job} --config {save} [key=value ...]\n"
+        )
+        path.write_text(header + tree.annotated_yaml(), encoding="utf-8")
+        typer.echo(f"wrote {path} (theseus run {job} --config {save})")
+    elif as_json:
         rows = tree.describe()
         for row in rows:
             if row["value"] == "???":
@@ -88,17 +155,33 @@ def config(
         typer.echo(tree.annotated_yaml(), nl=False)
 
 
-@app.command()
+RUN_EXAMPLES = """\
+Examples:
+  theseus run gpt/train/pretrain model.preset=tiny training.total_steps=200
+  theseus run gpt/train/pretrain -c base.yaml -c small.yaml training.seed=1
+  theseus run gpt/train/pretrain training.total_steps=400  # same run: resume
+  theseus run gpt/train/pretrain --fresh  # start that run over
+  theseus run gpt/train/pretrain --name low-lr --branch gpt-train-pretrain@200
+  theseus run gpt/train/pretrain --config my.yaml --dry-run  # config, memory
+  theseus config gpt/train/pretrain model.preset=tiny --save my.yaml
+"""
+
+
+@app.command(epilog=RUN_EXAMPLES)
 def run(
-    job: Annotated[str, typer.Argument(help="job key, e.g. gpt/train/pretrain")],
+    job: JobKey,
     overrides: Overrides = None,
+    configs: ConfigFiles = None,
     root: RootOption = None,
     name: Annotated[
         str | None, typer.Option("--name", help="run name (default: from the key)")
     ] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="start over instead of resuming")] = False,
     branch: Annotated[
-        str | None, typer.Option("--branch", help="start a new run from RUN[@STEP]")
+        str | None,
+        typer.Option(
+            "--branch", help="start a new run from a checkpoint: RUN (its latest) or RUN@STEP"
+        ),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="resolve, plan and report memory; run nothing")
@@ -107,15 +190,43 @@ def run(
         bool, typer.Option("--json", help="with --dry-run: print the plan as one JSON object")
     ] = False,
 ) -> None:
-    """Run a job (its missing prerequisites first) in a run directory under the root."""
+    """Run a job (its missing prerequisites first) in a run directory under the root.
+
+    The config is the job's defaults, then the --config files left to right, then the
+    key=value overrides. A run that exists already resumes, with its saved config as the
+    base: files and overrides then act as changes, checked for what a resume may change.
+    """
     from theseus.core.runner import prepare
 
-    prepared = prepare(job, overrides or [], root=root, name=name, fresh=fresh, branch=branch)
+    prepared = prepare(
+        job,
+        overrides or [],
+        root=root,
+        name=name,
+        fresh=fresh,
+        branch=branch,
+        configs=configs or [],
+    )
     if dry_run:
-        prepared.dry_run(as_json)
+        _dry_run(prepared, as_json)
         return
     prepared()
     typer.echo(f"run {prepared.name}: {prepared.run_dir.path.resolve()}")
+
+
+def _dry_run(prepared, as_json: bool) -> None:
+    """The resolved config with types and help, then the job's own plan (if it has one)."""
+    if as_json:  # the job's plan as one JSON object
+        prepared.dry_run(True)
+        return
+    from theseus.core.jobs import Job
+
+    job_class = prepared.spec.load()
+    prepared.typed_config(job_class)  # missing or invalid values are errors here already
+    typer.echo(prepared.tree.annotated_yaml(), nl=False)
+    if getattr(job_class.dry_run, "__func__", None) is not Job.dry_run.__func__:
+        typer.echo("")
+        prepared.dry_run(False)
 
 
 def _add_plugin_commands() -> None:

@@ -41,7 +41,8 @@ def theseus_register_schedules(register):
 
 @dataclass
 class NoOptions:
-    """Loggers take their settings from the environment (e.g. WANDB_PROJECT)."""
+    """The built-in loggers have no options of their own here: they read the run's config
+    (``logging.wandb.*`` for W&B)."""
 
 
 @hookimpl
@@ -68,6 +69,9 @@ def theseus_register_commands(register):
     register("show", commands.show)
     register("plot", commands.plot)
     register("inspect", commands.inspect)
+    from theseus.core.evaluate.harness import command
+
+    register("lm-eval", command())  # lm-evaluation-harness with --model theseus
 
 
 @hookimpl

@@ -9,10 +9,12 @@ schema. Every node is in struct mode: unknown keys and wrongly typed values are 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from difflib import get_close_matches
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -56,6 +58,69 @@ def parse_overrides(overrides: Iterable[str]) -> list[tuple[str, Any]]:
         seen[key] = text
         parsed.append((key, _parse_value(raw)))
     return parsed
+
+
+ConfigSource = str | os.PathLike | Mapping[str, Any]
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML where a key given twice in one mapping is an error (not: the last wins)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} is given twice (first at line {seen[key]})",
+                    key_node.start_mark,
+                )
+            if isinstance(key, typing.Hashable):
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """A YAML config file as a nested mapping (``training: {lr: ...}`` or ``training.lr: ...``).
+
+    A missing file, invalid YAML (with its line) and a file that is not a mapping are
+    one-line config errors naming the file. An empty file is an empty mapping.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from error
+    except OSError as error:
+        raise ConfigError(f"config file {path} cannot be read ({error.strerror})") from error
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML: {problem}{where}") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config file {path} holds a YAML {type(data).__name__}, not a mapping of config keys"
+        )
+    return data
+
+
+def read_config_source(source: ConfigSource) -> tuple[dict[str, Any], str]:
+    """(mapping, the name errors give it) of a config file path or of a mapping."""
+    if isinstance(source, Mapping):
+        return dict(source), "config mapping"
+    return load_config_file(source), f"config file {os.fspath(source)}"
 
 
 def _parse_value(raw: str) -> Any:
@@ -164,11 +229,18 @@ class ConfigTree:
         if leaf == "preset" and key == f"{group}.preset" and isinstance(choice, Choice):
             self._apply_preset(group, choice, parent, value)
             return
-        if self._field_type(key) is float and not isinstance(value, bool):
-            value = _as_float(value)
+        if self._is_group(parent, leaf, key):  # task={steps: 4}: its keys, one by one
+            if not isinstance(value, Mapping):
+                raise ConfigTypeError(
+                    f"config key {key!r} is a group of keys, not a value; set its keys "
+                    f"({key}.KEY=VALUE) or give a mapping, got {value!r}"
+                )
+            self.apply(flatten(dict(value), key, self))
+            return
+        value = _coerce(self._field_type(key), value)
         try:
             parent[leaf] = value
-        except oc_errors.ValidationError as error:
+        except (oc_errors.ValidationError, oc_errors.KeyValidationError) as error:
             raise ConfigTypeError(self._type_message(key, parent, leaf, value)) from error
         except (oc_errors.ConfigAttributeError, oc_errors.ConfigKeyError) as error:
             raise ConfigKeyError(self._unknown_message(key, parent, leaf)) from error
@@ -181,6 +253,41 @@ class ConfigTree:
         rest = [kv for kv in items if kv not in names and kv not in presets]
         for key, value in names + presets + rest:
             self.set(key, value)
+
+    def _is_group(self, parent: DictConfig, leaf: str, key: str) -> bool:
+        """Whether ``key`` is a group (or nested dataclass) of keys, not a dict value."""
+        if OmegaConf.is_missing(parent, leaf) or self.is_mapping_field(key):
+            return False
+        return isinstance(parent[leaf], DictConfig)
+
+    def merge(self, data: Mapping[str, Any], source: str | None = None) -> None:
+        """Set every leaf of a nested mapping (a config file, a saved config) strictly.
+
+        Component choices (``<group>.name``) go first, so that the rest is read against the
+        chosen components' schemas; a dict-typed field (``data.mixture``) is one value and
+        replaces the old one whole; ``???`` (a value still missing) is skipped. Errors are
+        prefixed with ``source`` (the file's name).
+        """
+        try:
+            leaves = flatten(dict(data), tree=self)
+            keys = [key for key, _ in leaves]
+            twice = sorted({key for key in keys if keys.count(key) > 1})
+            if twice:  # training.seq_len and training: {seq_len: ...} in one file
+                raise ConfigError(f"config key {twice[0]!r} is given twice; give it once")
+            choices = [
+                (k, v)
+                for k, v in leaves
+                if k.count(".") == 1
+                and k.endswith(".name")
+                and isinstance(self.spec.groups.get(k[:-5]), Choice)
+            ]
+            self.apply(choices)
+            rest = flatten(dict(data), tree=self)  # again: the choices changed the schemas
+            self.apply([(k, v) for k, v in rest if v != MISSING and (k, v) not in choices])
+        except ConfigError as error:
+            if source is None:
+                raise
+            raise type(error)(f"{source}: {error}") from error
 
     def _resolve_parent(self, key: str) -> tuple[DictConfig, str]:
         parts = key.split(".")
@@ -265,8 +372,12 @@ class ConfigTree:
 
     # ------------------------------------------------------------------ output
     def keys(self) -> Iterator[str]:
-        for key, _ in _walk(self.node, ""):
+        for key, _ in self._leaves():
             yield key
+
+    def _leaves(self) -> Iterator[tuple[str, Any]]:
+        """(dotted key, value) of every leaf; a dict-typed field is one leaf, even empty."""
+        return _walk(self.node, "", self.is_mapping_field)
 
     def to_object(self, config_type: type | None = None) -> Any:
         """The validated config as typed objects: each group an instance of its schema.
@@ -292,7 +403,7 @@ class ConfigTree:
     def describe(self) -> list[dict[str, Any]]:
         """One entry per leaf: key, value, type and help."""
         rows = []
-        for key, value in _walk(self.node, ""):
+        for key, value in self._leaves():
             rows.append(
                 {
                     "key": key,
@@ -314,8 +425,7 @@ class ConfigTree:
                     lines.append("  " * depth + f"{part}:")
             last_path = parts[:-1]
             value = row["value"]
-            shown = "???" if value is MISSING else yaml.safe_dump(value, default_flow_style=True)
-            shown = shown.strip().removesuffix("...").strip()
+            shown = "???" if value is MISSING else _flow(value)
             comment = f"# {row['type']}" + (f": {row['help']}" if row["help"] else "")
             lines.append("  " * (len(parts) - 1) + f"{parts[-1]}: {shown}  {comment}")
         return "\n".join(lines) + "\n"
@@ -338,16 +448,37 @@ def _has(node: DictConfig, key: str) -> bool:
     return key in node.keys()
 
 
-def _walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+def _coerce(field_type: Any, value: Any) -> Any:
+    """Numbers for float fields become floats, also inside ``dict[str, float]`` and
+    ``list[float]`` values, as the command line and YAML give ints and "3e-3" strings."""
+    if field_type is float and not isinstance(value, bool):
+        return _as_float(value)
+    origin, args = typing.get_origin(field_type), typing.get_args(field_type)
+    if origin is dict and len(args) == 2 and isinstance(value, Mapping):
+        return {k: _coerce(args[1], v) for k, v in value.items()}
+    if origin is list and len(args) == 1 and isinstance(value, list):
+        return [_coerce(args[0], v) for v in value]
+    return value
+
+
+def _flow(value: Any) -> str:
+    """A value as one line of YAML: ``{a: 1.0, b: 2.0}``, ``[val-ppl]``, ``'3'``."""
+    text = yaml.safe_dump(
+        value, default_flow_style=True, width=float("inf"), sort_keys=False, allow_unicode=True
+    )
+    return text.strip().removesuffix("...").strip()
+
+
+def _walk(node: Any, prefix: str, is_leaf: Any = None) -> Iterator[tuple[str, Any]]:
     for key in node.keys():
         full = f"{prefix}.{key}" if prefix else str(key)
         if OmegaConf.is_missing(node, key):
             yield full, MISSING
             continue
         child = node[key]
-        if isinstance(child, DictConfig):
-            yield from _walk(child, full)
-        elif isinstance(child, ListConfig):
+        if isinstance(child, DictConfig) and not (is_leaf is not None and is_leaf(full)):
+            yield from _walk(child, full, is_leaf)
+        elif isinstance(child, (DictConfig, ListConfig)):
             yield full, OmegaConf.to_container(child, resolve=True)
         else:
             yield full, child

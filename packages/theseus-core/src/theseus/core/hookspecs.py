@@ -63,8 +63,12 @@ def theseus_register_models(register: Callable[..., None]) -> None:
 def theseus_register_datasets(register: Callable[..., None]) -> None:
     """Register datasets: ``register(Component(name, config, target="pkg.module:Dataset"))``.
 
-    theseus-data gives each registered dataset a ``data/tokenize/<name>`` job and prepares
-    it for trainers through :func:`theseus_prepare_dataset`.
+    ``target`` names a subclass of theseus-data's ``Dataset`` base class (module
+    ``datasets.base`` of that package; its docstring is the contract: ``kind``,
+    ``records()``, ``limit()``); ``config`` is a dataclass of the dataset's own options.
+    theseus-data gives each registered dataset a ``data/tokenize/<name>`` job (the options
+    are ``data.<option>`` there; a trainer passes them as ``data.dataset_options``) and
+    prepares it for trainers through :func:`theseus_prepare_dataset`.
     """
 
 
@@ -82,7 +86,11 @@ def theseus_register_optimizers(register: Callable[..., None]) -> None:
     """Register optimizers.
 
     ``target`` names a function ``build(config, learning_rate) -> optax.GradientTransformation``
-    where ``learning_rate`` is a schedule (a callable of the step).
+    where ``learning_rate`` is a schedule (a callable of the step). ``config`` must subclass
+    ``theseus.core.optim.configs.OptimizerBase`` (a plugin that registers one that does not
+    is refused when it loads); its docstring is the contract: core clips the gradients to
+    ``grad_clip`` before the build's transformation and adds the decoupled ``weight_decay``
+    after it, unless the config class sets ``applies_weight_decay = True``.
     """
 
 
@@ -90,7 +98,9 @@ def theseus_register_optimizers(register: Callable[..., None]) -> None:
 def theseus_register_schedules(register: Callable[..., None]) -> None:
     """Register learning-rate schedules.
 
-    ``target`` names a function ``build(config, peak_lr, total_steps) -> optax.Schedule``.
+    ``target`` names a function ``build(config, peak_lr, total_steps) -> optax.Schedule``;
+    ``config`` must subclass ``theseus.core.optim.configs.ScheduleBase`` (checked when the
+    plugin loads).
     """
 
 
@@ -103,8 +113,13 @@ def theseus_register_evaluations(register: Callable[..., None]) -> None:
 def theseus_register_loggers(register: Callable[..., None]) -> None:
     """Register metric loggers (TensorBoard, Weights & Biases...).
 
-    ``target`` names a class ``Logger(run_dir)`` with ``log(record: dict)`` and ``close()``;
-    its module is imported only when the user enables it (``logging.loggers=[name]``).
+    ``target`` names a class ``Logger(run_dir, config)`` with ``log(record: dict)`` and
+    ``close()``, and optionally ``check(config)`` (raise a ``TheseusError`` when it cannot
+    work: called for every logger named before any is built). ``config`` is the run's
+    resolved config as a nested dict (``<run>/config.yaml``). Its module is imported only
+    when the user enables it (``logging.loggers=[name]``). A class taking ``run_dir`` alone
+    (the earlier contract) is still built that way. ``theseus.core.train.loggers`` has the
+    details and the built-in TensorBoard and W&B loggers.
     """
 
 

@@ -14,9 +14,16 @@ It must be hashable (``@dataclass(unsafe_hash=True)``): the model's graph defini
 static argument of ``jax.jit``. The model is built as ``Model(config, rngs=nnx.Rngs(params=key))``
 from the typed config (an instance of the config dataclass, never a mapping).
 
-Parameters carry logical axis names (``vocab``, ``embed``, ``mlp``, ``heads``, ``kv_heads``,
-``head_dim``, ``experts``) in their ``sharding`` metadata; ``theseus.core.sharding.rules``
-maps them onto the mesh.
+Parameters are ``nnx.Param`` variables carrying logical axis names (``vocab``, ``embed``,
+``mlp``, ``heads``, ``kv_heads``, ``head_dim``, ``experts``, ``layers`` for a stack of blocks,
+or None) in their ``out_sharding`` metadata: ``nnx.Param(value, out_sharding=("embed", "mlp"),
+eager_sharding=False)``. ``theseus.core.sharding.rules`` maps the names onto the mesh, and the
+optimizers read them to tell matrices (weight decay) from norm gains and biases
+(``theseus.core.optim.optimizers``). Name norm gains ``scale`` and biases ``bias``.
+
+Besides the members of :class:`LanguageModel`, nothing is required: a model without a KV
+cache trains and runs the likelihood evaluations; one that also implements :class:`Decoder`
+can generate. ``docs/plugins.md`` builds a complete model plugin.
 """
 
 from __future__ import annotations

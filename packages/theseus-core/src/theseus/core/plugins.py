@@ -13,6 +13,7 @@ import pluggy
 from theseus.core import hookspecs
 from theseus.core.components import Component, JobSpec
 from theseus.core.errors import PluginError, TheseusError
+from theseus.core.optim.configs import check_component_config
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,12 @@ class Registry:
     def unknown_message(self, name: str) -> str:
         from difflib import get_close_matches
 
+        from theseus.core.requirements import plugin_hint
+
+        loaded = {owner.distribution for owner in self._owners.values()}
+        missing = plugin_hint(self.kind, name, loaded)
+        if missing:  # e.g. a data/tokenize job without theseus-data: name the pip command
+            return f"unknown {self.kind} {name!r}: {missing}"
         known = sorted(self._entries)
         close = get_close_matches(name, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -225,6 +232,9 @@ def load_registries() -> Registries:
             return register
 
         _call_each(pm, hook_name, infos, component_register)
+        for name, entry in registry.items():  # after the hook, so duplicates are named first
+            owner = registry.owner(name)
+            check_component_config(registry.kind, entry, owner.name, owner.distribution)
 
     def job_register(info: PluginInfo) -> Callable:
         def register(spec: JobSpec) -> None:

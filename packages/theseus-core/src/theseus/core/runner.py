@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from theseus.core.components import Choice, JobSpec
-from theseus.core.config import ConfigTree, flatten, parse_overrides
+from theseus.core.components import JobSpec
+from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
 from theseus.core.environment import check_root
 from theseus.core.errors import JobError, PreemptedError, TheseusError
 from theseus.core.jobs import (
@@ -34,6 +34,7 @@ from theseus.core.resume import (
 )
 from theseus.core.rundir import RunDir, now
 from theseus.core.sharding.distributed import process_group
+from theseus.core.train.hf_init import fill_model_from_hf
 
 log = logging.getLogger(__name__)
 ROOT_ENV = "THESEUS_ROOT"
@@ -51,17 +52,23 @@ def job_spec(key: str, registries: Registries) -> JobSpec:
 
 
 def config_for(
-    spec: JobSpec, registries: Registries, overrides: Iterable[str] = (), base: dict | None = None
+    spec: JobSpec,
+    registries: Registries,
+    overrides: Iterable[str] = (),
+    base: dict | None = None,
+    configs: Iterable[ConfigSource] = (),
 ) -> ConfigTree:
-    """The job's config tree: schema defaults, then ``base`` (a saved config), then overrides."""
+    """The job's config tree: schema defaults, then ``base`` (a saved config), then the
+    config files (or mappings) ``configs`` left to right, then the command-line overrides."""
     tree = ConfigTree(spec, registries)
     if base:
-        saved = [(k, v) for k, v in flatten(base, tree=tree) if v != "???"]
-        choices = [(k, v) for k, v in saved if k.endswith(".name") and k.count(".") == 1]
-        choices = [(k, v) for k, v in choices if isinstance(spec.groups.get(k[:-5]), Choice)]
-        tree.apply(choices)
-        tree.apply([kv for kv in saved if kv not in choices])
-    tree.apply(parse_overrides(overrides))
+        tree.merge(base)
+    for source in configs:
+        data, name = read_config_source(source)
+        tree.merge(data, name)
+    parsed = parse_overrides(overrides)
+    tree.apply(parsed)
+    fill_model_from_hf(tree, [key for key, _ in parsed])  # init.hf: model.* from config.json
     return tree
 
 
@@ -174,14 +181,19 @@ def prepare(
     fresh: bool = False,
     branch: str | None = None,
     registries: Registries | None = None,
+    configs: Iterable[ConfigSource] = (),
 ) -> PreparedRun:
-    """Resolve a run: a new one, the same name again (resume), ``fresh`` or a ``branch``."""
+    """Resolve a run: a new one, the same name again (resume), ``fresh`` or a ``branch``.
+
+    ``configs`` (YAML files or mappings) apply left to right before ``overrides``; on a
+    resume or a branch they apply over the saved config, like overrides.
+    """
     registries = registries or default_registries()
     spec = job_spec(key, registries)
     root = str(root or default_root())
     name = check_run_name(name or default_run_name(key))
     run_dir = RunDir(root, name)
-    overrides = list(overrides)
+    overrides, configs = list(overrides), list(configs)
     if branch is not None:
         if run_dir.exists() and not fresh:
             raise JobError(
@@ -196,7 +208,7 @@ def prepare(
                 f"cannot branch job {key} from run {parent_name!r} of job {parent_record.get('key')}"
             )
         base = _saved_config(parent)
-        tree = config_for(spec, registries, overrides, base)
+        tree = config_for(spec, registries, overrides, base, configs)
         return PreparedRun(spec, tree, root, name, registries, parent=branch, fresh=fresh)
     if run_dir.exists() and not fresh:
         record = run_dir.read_record()
@@ -206,7 +218,7 @@ def prepare(
                 "choose another --name"
             )
         base = _saved_config(run_dir)
-        tree = config_for(spec, registries, overrides, base)
+        tree = config_for(spec, registries, overrides, base, configs)
         changes = config_changes(config_for(spec, registries, (), base), tree) if base else []
         check_changes(run_dir, record, changes)
         check_checkpoints(run_dir, record)
@@ -216,7 +228,7 @@ def prepare(
         prepared = PreparedRun(spec, tree, root, name, registries, parent=record.get("parent"))
         prepared.changes = changes
         return prepared
-    tree = config_for(spec, registries, overrides)
+    tree = config_for(spec, registries, overrides, configs=configs)
     return PreparedRun(spec, tree, root, name, registries, fresh=fresh)
 
 

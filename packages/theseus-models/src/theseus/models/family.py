@@ -26,10 +26,13 @@ class Family:
     hf: str = ""  # the module mapping the family to transformers; "" for none
 
     def component(self) -> Component:
-        """What core's model registry holds (its config tree reads ``extra["presets"]``)."""
-        return Component(
-            self.name, self.config, self.model, self.description, extra={"presets": self.presets}
-        )
+        """What core's model registry holds: its config tree reads ``extra["presets"]``, and
+        ``init.hf`` reads ``extra["hf_config"]`` (a function ``(model name, config.json) ->
+        model.* values``) to fill the model config from a checkpoint's config.json."""
+        extra: dict[str, Any] = {"presets": self.presets}
+        if self.hf:
+            extra["hf_config"] = "theseus.models.hf.checkpoint:model_values"
+        return Component(self.name, self.config, self.model, self.description, extra=extra)
 
     def load_model(self) -> type:
         return load_target(self.model)

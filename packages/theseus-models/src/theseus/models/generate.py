@@ -2,6 +2,11 @@
 
 Greedy when ``temperature == 0``; otherwise temperature, top-k and top-p sampling from a
 seeded key (reproducible). A row stops at its first stop token (kept in its output).
+
+A model without a KV cache (only core's ``LanguageModel`` protocol, e.g. a third-party
+family) generates too: each step runs the full forward over a fixed-length buffer (one
+compilation; causal attention keeps the not-yet-written tail from mattering). Slower, the
+same tokens.
 """
 
 from __future__ import annotations
@@ -56,6 +61,13 @@ def _step(graphdef, state, token_B, position_B, cache):
     return logits[:, -1], cache
 
 
+@partial(jax.jit, static_argnums=(0,))
+def _forward_at(graphdef, state, tokens, positions, segments, index):
+    model = nnx.merge(graphdef, state)
+    logits = model(tokens, positions=positions, segment_ids=segments)
+    return jax.lax.dynamic_index_in_dim(logits, index, axis=1, keepdims=False)
+
+
 @partial(jax.jit, static_argnums=(2, 3, 4))
 def _sample(logits, key, temperature, top_k, top_p):
     return sample(logits, key, temperature, top_k, top_p)
@@ -105,13 +117,12 @@ def generate(
             f"prompt of {P} tokens + max_new_tokens={max_new_tokens} = {length} exceeds the "
             f"model's max_seq_len={model.config.max_seq_len}"
         )
-    graphdef, state = nnx.split(model)
-    cache: KVCache = model.init_cache(B, length)
-    logits, cache = _prefill(
-        graphdef, state, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(segments), cache
-    )
+    if hasattr(model, "init_cache") and hasattr(model, "decode"):
+        advance = _with_cache(model, tokens, positions, segments, length)
+    else:
+        advance = _without_cache(model, tokens, positions, segments, length, pad_id)
+    logits = advance(None, 0)
     key = jax.random.key(seed)
-    next_pos = jnp.asarray(positions[:, -1] + 1)
     stops = np.asarray(sorted(set(stop_tokens)), np.int32)
     stop_set = set(stops.tolist())
     out = np.zeros((B, max_new_tokens), np.int32)
@@ -124,10 +135,57 @@ def generate(
         done |= np.isin(token, stops)
         if done.all() or t == max_new_tokens - 1:
             break
-        logits, cache = _step(graphdef, state, jnp.asarray(token), next_pos + t, cache)
+        logits = advance(token, t)
     results = []
     for row in range(B):
         ids = out[row].tolist()
         hit = [i for i, tok in enumerate(ids) if tok in stop_set]
         results.append(ids[: hit[0] + 1] if hit else ids)
     return results
+
+
+def _with_cache(model, tokens, positions, segments, length):
+    """``advance(token, t)``: the next logits (prefill when ``token`` is None) from the cache."""
+    graphdef, state = nnx.split(model)
+    cache: list[KVCache] = [model.init_cache(tokens.shape[0], length)]
+    next_pos = jnp.asarray(positions[:, -1] + 1)
+
+    def advance(token, t):
+        if token is None:
+            logits, cache[0] = _prefill(
+                graphdef,
+                state,
+                jnp.asarray(tokens),
+                jnp.asarray(positions),
+                jnp.asarray(segments),
+                cache[0],
+            )
+        else:
+            logits, cache[0] = _step(graphdef, state, jnp.asarray(token), next_pos + t, cache[0])
+        return logits
+
+    return advance
+
+
+def _without_cache(model, tokens, positions, segments, length, pad_id):
+    """``advance(token, t)``: the next logits by a full forward over a B x length buffer."""
+    graphdef, state = nnx.split(model)
+    B, P = tokens.shape
+    buffer = np.full((B, length), pad_id, np.int32)
+    buffer[:, :P] = tokens
+    all_segments = np.ones((B, length), np.int32)
+    all_segments[:, :P] = segments
+    all_positions = np.zeros((B, length), np.int32)
+    all_positions[:, :P] = positions
+    all_positions[:, P:] = positions[:, -1:] + 1 + np.arange(length - P)[None]
+    fixed = jnp.asarray(all_positions), jnp.asarray(all_segments)
+
+    def advance(token, t):
+        if token is not None:
+            buffer[:, P + t] = token
+            index = P + t
+        else:
+            index = P - 1
+        return _forward_at(graphdef, state, jnp.asarray(buffer), *fixed, index)
+
+    return advance

@@ -7,13 +7,15 @@ from theseus.core.components import option
 
 @dataclass
 class GenerateConfig:
-    hf_dir: str = option("", "a transformers checkpoint directory to load the model from")
-    checkpoint: str = option("", "a training run name under <root>/runs (not wired yet)")
+    run: str = option(
+        "", "sample from RUN (its newest checkpoint) or RUN@STEP of this root, with its tokenizer"
+    )
+    hf_dir: str = option("", "or load the model from this Hugging Face (transformers) folder")
     prompts: list[str] = option(
         help="prompts; with no tokenizer, whitespace-separated token ids", factory=lambda: ["1 2 3"]
     )
     tokenizer: str = option(
-        "", "tokenizer.json to encode/decode; '' = <hf_dir>/tokenizer.json if any"
+        "", "tokenizer.json to encode/decode; '' = the run's, or <hf_dir>/tokenizer.json if any"
     )
     max_new_tokens: int = option(32, "tokens to generate per prompt")
     temperature: float = option(0.0, "0 is greedy; otherwise the softmax temperature")

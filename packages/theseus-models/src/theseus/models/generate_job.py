@@ -1,26 +1,71 @@
-"""The ``<model>/generate`` job: prompts in, text out (and ``generations.jsonl`` in the run)."""
+"""The ``<model>/generate`` job: prompts in, text out (and ``generations.jsonl`` in the run).
+
+The model comes from a training run (``generate.run=RUN[@STEP]``: its checkpoint and its
+tokenizer, see :mod:`theseus.models.runs`), from a Hugging Face folder
+(``generate.hf_dir``), or from Python callers (``context.extra["model"]`` or ``["state"]``).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from theseus.core.jobs import Job
+from theseus.core.jobs import Job, parse_reference
+from theseus.core.requirements import require
 from theseus.models.errors import ModelError
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Text:
+    """Text <-> ids, whichever tokenizer reads the folder."""
+
+    encode: Callable[[str], list[int]]
+    decode: Callable[[list[int]], str]
+    vocab_size: int
+
+
+def load_text(path: Path, registries: Any) -> Text:
+    """A ``tokenizer.json`` (or a folder holding one) is read by ``tokenizers``, adding the
+    special tokens its post-processor adds (a Llama BOS); any other tokenizer theseus saved
+    (``byte``, ``tiktoken``) through ``theseus_load_tokenizer``."""
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if file.is_file() and file.suffix == ".json":
+        tokenizers = require("tokenizers", f"reading {file}", error=ModelError)
+        tk = tokenizers.Tokenizer.from_file(str(file))
+        return Text(lambda p: tk.encode(p).ids, tk.decode, tk.get_vocab_size())
+    found = registries.hook.theseus_load_tokenizer(path=str(path))
+    if found is None:
+        raise ModelError(
+            f"no installed plugin reads the tokenizer in {path} (pip install theseus-data)"
+        )
+    return Text(lambda p: list(found.encode(p)), found.decode, found.vocab_size)
+
+
+def as_list(ids: Any) -> list[int]:
+    return [ids] if isinstance(ids, int) else list(ids or [])
+
+
+def model_stops(model: Any) -> list[int]:
+    """The end-of-sequence id(s) a model imported from Hugging Face carries."""
+    return as_list(dict(getattr(model, "special_tokens", ())).get("eos_token_id"))
+
+
 class GenerateJob(Job):
     """Typed config: ``model`` (the registered model's config) and ``generate``."""
 
-    def load_model(self) -> Any:
-        """From ``context.extra["model"]`` or ``["state"]`` (Python callers), else ``hf_dir``."""
+    def load(self) -> tuple[Any, Path | None, list[int]]:
+        """(model, its tokenizer's path or None, its stop tokens) from the configured source."""
         extra = self.context.extra
+        g = self.config.generate
+        own = Path(g.tokenizer) if g.tokenizer else None
         if "model" in extra:
-            return extra["model"]
+            return extra["model"], own, model_stops(extra["model"])
         if "state" in extra:
             from flax import nnx
 
@@ -28,53 +73,58 @@ class GenerateJob(Job):
             cls = self.context.registries.models.get(config.name).load()
             model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0)))
             nnx.update(model, extra["state"])
-            return model
-        g = self.config.generate
-        if g.hf_dir:
-            from theseus.models.hf import load_hf
-
-            return load_hf(g.hf_dir, dtype=self.config.model.dtype)
-        if g.checkpoint:
+            return model, own, []
+        if bool(g.hf_dir) == bool(g.run):
             raise ModelError(
-                f"checkpoint={g.checkpoint!r}: loading training checkpoints is not wired yet; "
-                "use generate.hf_dir"
+                "set exactly one of generate.run=RUN[@STEP] (a training run of this root) and "
+                "generate.hf_dir=DIR (a Hugging Face folder)"
             )
-        raise ModelError("set generate.hf_dir (a transformers checkpoint directory)")
+        if g.run:
+            return self.from_run(own)
+        from theseus.models.hf import load_hf
 
-    def tokenizer(self) -> Any:
-        g = self.config.generate
-        path = Path(g.tokenizer) if g.tokenizer else Path(g.hf_dir or ".") / "tokenizer.json"
-        if not path.is_file():
-            if g.tokenizer:
-                raise ModelError(f"tokenizer {g.tokenizer!r} does not exist")
-            return None
-        from tokenizers import Tokenizer
+        model = load_hf(g.hf_dir, dtype=self.config.model.dtype)
+        found = Path(g.hf_dir) / "tokenizer.json"
+        return model, own or (found if found.is_file() else None), model_stops(model)
 
-        return Tokenizer.from_file(str(path))
+    def from_run(self, own: Path | None) -> tuple[Any, Path | None, list[int]]:
+        from theseus.core.rundir import RunDir
+        from theseus.models.runs import open_run, special_tokens
+
+        g, name = self.config.generate, self.config.model.name
+        run_name, _ = parse_reference(g.run, "generate.run")
+        key = str(RunDir(self.context.root, run_name).read_record().get("key", ""))
+        family = key.split("/")[0]
+        if family != name:
+            raise ModelError(
+                f"generate.run: run {run_name!r} is a {key} run: sample from it with "
+                f"{family}/generate, not {name}/generate"
+            )
+        opened = open_run(self.context.root, g.run, self.context.registries, "generate.run")
+        path = own or opened.tokenizer_dir
+        specials = special_tokens(opened.run, opened.tokenizer_dir, self.context.registries)
+        stops = as_list(specials.get("eos_token_id"))
+        log.info("sampling from run %s at step %d", opened.run.name, opened.step)
+        return opened.model, path, stops
 
     def __call__(self) -> list[str]:
         from theseus.models.generate import generate
 
         g = self.config.generate
-        model = self.load_model()
-        if not hasattr(model, "init_cache"):
-            raise ModelError(
-                f"{type(model).__name__} has no KV cache (init_cache/decode): it cannot generate"
-            )
-        tok = self.tokenizer()
-        if tok is not None:
+        if g.tokenizer and not Path(g.tokenizer).exists():
+            raise ModelError(f"tokenizer {g.tokenizer!r} does not exist")
+        model, tokenizer_path, default_stops = self.load()
+        text = load_text(tokenizer_path, self.context.registries) if tokenizer_path else None
+        if text is not None:
             if hasattr(model, "check_vocab"):
-                model.check_vocab(tok.get_vocab_size())
-            prompts = [tok.encode(p).ids for p in g.prompts]
+                model.check_vocab(text.vocab_size)
+            prompts = [text.encode(p) for p in g.prompts]
         else:
             try:
                 prompts = [[int(t) for t in p.split()] for p in g.prompts]
             except ValueError as error:
                 raise ModelError(f"no tokenizer: prompts must be token ids ({error})") from error
-        stops = list(g.stop_tokens)
-        if not stops:  # default: the checkpoint's end-of-sequence token(s)
-            eos = dict(getattr(model, "special_tokens", ())).get("eos_token_id")
-            stops = [eos] if isinstance(eos, int) else list(eos or [])
+        stops = list(g.stop_tokens) or default_stops  # default: the end-of-sequence token(s)
         outputs = generate(
             model,
             prompts,
@@ -85,10 +135,10 @@ class GenerateJob(Job):
             seed=g.seed,
             stop_tokens=stops,
         )
-        texts = [tok.decode(o) if tok is not None else " ".join(map(str, o)) for o in outputs]
+        texts = [text.decode(o) if text is not None else " ".join(map(str, o)) for o in outputs]
         with (self.run.path / "generations.jsonl").open("w") as f:
-            for prompt, ids, text in zip(g.prompts, outputs, texts, strict=True):
-                f.write(json.dumps({"prompt": prompt, "ids": ids, "text": text}) + "\n")
-                log.info("%s -> %s", prompt, text)
-                print(f"{prompt} -> {text}")
+            for prompt, ids, out in zip(g.prompts, outputs, texts, strict=True):
+                f.write(json.dumps({"prompt": prompt, "ids": ids, "text": out}) + "\n")
+                log.info("%s -> %s", prompt, out)
+                print(f"{prompt} -> {out}")
         return texts

@@ -46,20 +46,42 @@ def theseus_register_models(register: Any) -> None:
 @hookimpl
 def theseus_register_jobs(register: Any, registries: Any) -> None:
     from theseus.models.generate_config import GenerateConfig
+    from theseus.models.hf_jobs_config import ExportConfig, ImportConfig
 
-    for name in registries.models.names():  # any model with a KV cache can generate
+    # every registered model generates, third-party ones included (all models are
+    # registered before any job): with a KV cache when it has one, else by full forwards
+    for name in registries.models.names():
         if f"{name}/generate" not in registries.jobs:
             register(
                 JobSpec(
                     key=f"{name}/generate",
                     target="theseus.models.generate_job:GenerateJob",
-                    description=f"generate text with a {name} model (HF directory or checkpoint)",
+                    description=f"generate text with a {name} model (a training run or an HF "
+                    "folder)",
                     groups={
                         "model": Choice("models", name, locked=True),
                         "generate": GenerateConfig,
                     },
                 )
             )
+    register(
+        JobSpec(
+            key="hf/import",
+            target="theseus.models.hf_jobs:ImportJob",
+            description="import a Hugging Face folder as a <family>/train/pretrain run at "
+            "step 0 (weights, model config, tokenizer)",
+            groups={"hf": ImportConfig},
+        )
+    )
+    register(
+        JobSpec(
+            key="hf/export",
+            target="theseus.models.hf_jobs:ExportJob",
+            description="export a run's checkpoint as a Hugging Face folder (config.json, "
+            "safetensors, tokenizer)",
+            groups={"hf": ExportConfig},
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- services

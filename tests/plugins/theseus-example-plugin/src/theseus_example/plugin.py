@@ -14,7 +14,13 @@ from theseus.core.optim.configs import OptimizerBase, ScheduleBase
 
 @dataclass
 class SignumConfig(OptimizerBase):
+    """Signum's options; ``weight_decay`` and ``grad_clip`` come from the base class, and core
+    applies them around ``signum`` (which reads neither)."""
+
     learning_rate: float = option(0.01, "step size of each signed update")
+    grad_clip: float = option(
+        0.0, "clip the global gradient norm first (0: off; the sign drops the scale anyway)"
+    )
     momentum: float = option(0.9, "momentum applied before taking the sign")
 
 

@@ -33,6 +33,12 @@ def dataset_prerequisite(
         data=data, name=name, primary=primary, root=str(root)
     )
     if found is None:
+        from theseus.core.requirements import plugin_hint
+
+        loaded = {p.distribution for p in getattr(registries, "plugins", []) if p.error is None}
+        missing = plugin_hint("dataset", name, loaded)
+        if missing:
+            raise DataError(f"data.dataset {name!r}: {missing}")
         raise DataError(
             f"data.dataset: no installed plugin prepares dataset {name!r} "
             "(pip install theseus-data, or the plugin that registers it)"

@@ -59,3 +59,11 @@ def register_evaluations(register: Callable[[Component], None]) -> None:
             "synthetic a+b in the chat template: exact match and answer log-likelihood",
         )
     )
+    register(
+        Component(
+            "lm-eval",
+            ec.LmEvalConfig,
+            f"{EV}.harness:run",
+            "lm-evaluation-harness tasks by name (pip install 'theseus-core[lm-eval]')",
+        )
+    )

@@ -1,7 +1,9 @@
 """Multiple choice by log-likelihood: the choice the model finds likeliest is its answer.
 
 ``acc`` compares summed log-likelihoods; ``acc_norm`` divides each by the choice's length
-in bytes (lm-evaluation-harness's normalisation), which removes the bias to short choices.
+in characters, not counting the space that joins it to the context (lm-evaluation-harness's
+normalisation, checked against it in tests/evaluate/test_lm_eval.py), which removes the
+bias to short choices.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def score(questions: list[Question], target: EvalTarget) -> dict[str, float]:
     for question in questions:
         n = len(question.choices)
         logps = np.array([results[offset + i][0] for i in range(n)])
-        lengths = np.array([max(1, len(c.encode("utf-8"))) for c in question.choices])
+        lengths = np.array([max(1, len(_unjoined(c))) for c in question.choices])
         correct += int(np.argmax(logps) == question.answer)
         correct_norm += int(np.argmax(logps / lengths) == question.answer)
         offset += n
@@ -51,6 +53,11 @@ def score(questions: list[Question], target: EvalTarget) -> dict[str, float]:
         "acc_norm": correct_norm / len(questions),
         "examples": len(questions),
     }
+
+
+def _unjoined(choice: str) -> str:
+    """The choice as the harness counts it: without the leading space joining it."""
+    return choice[1:] if choice.startswith(" ") else choice
 
 
 # ----------------------------------------------------------------------------- schemas

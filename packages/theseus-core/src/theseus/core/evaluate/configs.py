@@ -21,6 +21,10 @@ class EvaluateConfig:
         help="per-task options, e.g. {hellaswag: {files: hs.jsonl}, addition: {max_digits: 2}}",
         factory=dict,
     )
+    lm_eval_tasks: list[str] = option(
+        help="lm-evaluation-harness tasks to run as well (the evaluation lm-eval)", factory=list
+    )
+    lm_eval_include_path: str = option("", "a folder of lm-eval task YAMLs for lm_eval_tasks")
 
 
 @dataclass
@@ -70,3 +74,31 @@ class AdditionEvalConfig:
     seed: int = option(1234, "generator seed (same seed, same problems)")
     max_new_tokens: int = option(8, "tokens generated per problem")
     limit: int = option(0, "at most this many examples (0: all)")
+
+
+LM_EVAL_FEATURE = "evaluating with lm-evaluation-harness"
+LM_EVAL_EXTRA = "theseus-core[lm-eval]"
+
+
+@dataclass
+class LmEvalConfig:
+    tasks: list[str] = option(help="lm-eval task or group names", factory=list)
+    include_path: str = option("", "a folder of lm-eval task YAMLs (searched before lm-eval's own)")
+    num_fewshot: int = option(-1, "few-shot examples per prompt (-1: each task's default)")
+    limit: int = option(0, "at most this many examples per task (0: all)")
+    apply_chat_template: bool = option(False, "render prompts in the SFT chat template")
+    max_gen_toks: int = option(256, "tokens generated when a task sets no max_gen_toks")
+    log_samples: bool = option(False, "keep every example's inputs and outputs in the JSON")
+    bootstrap_iters: int = option(0, "bootstrap iterations for standard errors (0: none)")
+
+    def check(self) -> None:
+        """Before any work: lm-eval is installed and tasks are named."""
+        from importlib.util import find_spec
+
+        from theseus.core.evaluate.errors import EvaluationError
+        from theseus.core.requirements import missing_module_message
+
+        if find_spec("lm_eval") is None:
+            raise EvaluationError(missing_module_message("lm_eval", LM_EVAL_FEATURE, LM_EVAL_EXTRA))
+        if not self.tasks:
+            raise EvaluationError("lm-eval: name its tasks, e.g. {lm-eval: {tasks: [arc_easy]}}")

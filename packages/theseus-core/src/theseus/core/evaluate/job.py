@@ -1,7 +1,8 @@
 """The ``<model>/evaluate`` job: registered evaluations on a checkpoint or imported weights.
 
 Writes ``results.json`` (source, tasks, scores) into its run directory and the same
-numbers as one line of ``metrics.jsonl`` (``eval/<task>/<metric>``).
+numbers as one line of ``metrics.jsonl`` (``eval/<task>/<metric>``); with lm-eval tasks
+(``evaluate.lm_eval_tasks``), the harness's own results JSON as ``lm-eval.json`` beside it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,28 @@ class EvaluateJob(Job):
                 f"not {self.config.model.name}/evaluate"
             )
 
+    def tasks(self) -> tuple[list[str], dict[str, Any]]:
+        """``evaluate.tasks`` and their options, with ``evaluate.lm_eval_tasks`` as the
+        evaluation ``lm-eval``."""
+        e = self.config.evaluate
+        tasks, options = list(e.tasks), dict(e.options or {})
+        if e.lm_eval_include_path and not e.lm_eval_tasks:
+            raise EvaluationError("evaluate.lm_eval_include_path is set but lm_eval_tasks is empty")
+        if e.lm_eval_tasks:
+            if "lm-eval" in tasks:
+                raise EvaluationError(
+                    "lm-eval tasks are given twice: in evaluate.lm_eval_tasks and as the "
+                    "evaluation lm-eval in evaluate.tasks; keep one"
+                )
+            tasks.append("lm-eval")
+            chosen = {"tasks": list(e.lm_eval_tasks), "include_path": e.lm_eval_include_path}
+            options["lm-eval"] = {**dict(options.get("lm-eval") or {}), **chosen}
+        if not tasks:
+            raise EvaluationError(
+                "evaluate.tasks and evaluate.lm_eval_tasks are empty: name at least one evaluation"
+            )
+        return tasks, options
+
     def __call__(self) -> dict[str, Any]:
         from theseus.core.evaluate.runner import (
             append_metrics,
@@ -55,9 +78,7 @@ class EvaluateJob(Job):
         )
 
         e = self.config.evaluate
-        options, tasks = e.options, e.tasks
-        if not tasks:
-            raise EvaluationError("evaluate.tasks is empty: name at least one evaluation")
+        tasks, options = self.tasks()
         check(tasks, self.context.registries, options)
         target, source = self.target()
         results = evaluate(target, tasks, self.context.registries, options)
@@ -68,6 +89,9 @@ class EvaluateJob(Job):
             "padding_side": e.padding_side,
             "results": results,
         }
+        for name, output in target.outputs.items():  # the harness's results JSON, ...
+            write_json(self.run.path / f"{name}.json", output)
+            payload.setdefault("files", {})[name] = f"{name}.json"
         write_json(self.run.path / "results.json", payload)
         append_metrics(self.run.metrics_path, metrics_record(source.get("step", 0), results))
         for task, metrics in results.items():

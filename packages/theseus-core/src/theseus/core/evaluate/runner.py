@@ -32,7 +32,8 @@ def task_config(component: Any, options: Mapping[str, Any] | None) -> Any:
 def check(
     tasks: Sequence[str], registries: Any, options: Mapping[str, Any] | None = None
 ) -> list[tuple[Any, Any]]:
-    """``(component, config)`` of each task; unknown tasks or options fail before any work."""
+    """``(component, config)`` of each task; unknown tasks or options, and whatever a
+    config's own ``check()`` refuses, fail before any work."""
     options = dict(options or {})
     stray = sorted(set(options) - set(tasks))
     if stray:
@@ -40,7 +41,11 @@ def check(
     if len(set(tasks)) != len(tasks):
         raise EvaluationError(f"a task is listed twice in {list(tasks)}")
     components = [registries.evaluations.get(str(name)) for name in tasks]
-    return [(c, task_config(c, options.get(c.name))) for c in components]
+    configs = [(c, task_config(c, options.get(c.name))) for c in components]
+    for _, config in configs:  # a config may check more: an optional dependency, ...
+        if callable(getattr(config, "check", None)):
+            config.check()
+    return configs
 
 
 def evaluate(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.core.evaluate.errors import EvaluationError
+from theseus.core.requirements import pip_install
 
 
 def _local(files: str) -> Iterator[dict]:
@@ -34,8 +35,9 @@ def _hub(name: str, config: Any) -> Iterator[dict]:
         import datasets
     except ImportError as error:
         raise EvaluationError(
-            f"{name}: reading {config.hf_path} needs the `datasets` package; or set "
-            f"evaluate.options.{name}.files to local jsonl"
+            f"{name}: reading {config.hf_path} needs the datasets package: "
+            f"{pip_install('theseus-core[hub]')}; or set evaluate.options.{name}.files to "
+            "local jsonl"
         ) from error
     try:
         loaded = datasets.load_dataset(config.hf_path, config.hf_name or None, split=config.split)

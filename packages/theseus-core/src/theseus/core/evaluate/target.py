@@ -42,6 +42,9 @@ class EvalTarget:
     batch_size: int = 8
     padding_side: str = "right"
     limit: int = 0
+    # what an evaluation leaves for its caller to save beside the scores, by name (the
+    # harness's results JSON of ``lm-eval``); the evaluate job and training write them
+    outputs: dict[str, Any] = field(default_factory=dict, repr=False)
     _scorer: Any = field(default=None, repr=False)
 
     @property
@@ -116,8 +119,13 @@ def run_target(
     )
 
 
-def checkpoint_target(root: str, reference: str, **options: Any) -> tuple[EvalTarget, dict]:
-    """The model of run ``RUN`` (latest checkpoint) or ``RUN@STEP``, and where it came from."""
+def checkpoint_target(
+    root: str, reference: str, overrides: list[str] | None = None, **options: Any
+) -> tuple[EvalTarget, dict]:
+    """The model of run ``RUN`` (latest checkpoint) or ``RUN@STEP``, and where it came from.
+
+    ``overrides`` change the run's config as it is opened, e.g. ``sharding.strategy=fsdp``
+    to lay the parameters out another way on the devices of this process."""
     from theseus.core.inspect.timetravel import checkpointed_steps, open_step
     from theseus.core.jobs import parse_reference
     from theseus.core.rundir import RunDir
@@ -129,7 +137,7 @@ def checkpoint_target(root: str, reference: str, **options: Any) -> tuple[EvalTa
     if not steps:
         raise EvaluationError(f"run {name!r} has no checkpoints under {run.checkpoint_dir}")
     step = steps[-1] if at_step is None else at_step
-    moment = open_step(root, name, step)
+    moment = open_step(root, name, step, overrides)
     target = run_target(moment.setup, moment.data, moment.state["params"], str(root), **options)
     return target, {"run": name, "step": step}
 

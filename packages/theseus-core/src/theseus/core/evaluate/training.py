@@ -11,7 +11,8 @@ BATCH_SIZE = 8
 
 def run_training_evaluations(trainer: Any, params: Any, step: int, writer: Any) -> dict:
     """Run ``eval.tasks`` on the current parameters; write ``evaluations/step-<k>.json`` in
-    the run and the same numbers to the metrics log. Does nothing when no task is set."""
+    the run (and ``step-<k>.lm-eval.json``, the harness's own results, for ``lm-eval``) and
+    the same numbers to the metrics log. Does nothing when no task is set."""
     tasks = trainer.config.eval.tasks
     if not tasks:
         return {}
@@ -26,5 +27,7 @@ def run_training_evaluations(trainer: Any, params: Any, step: int, writer: Any) 
         trainer.run.path / "evaluations" / f"step-{step}.json",
         {"source": {"run": trainer.run.name, "step": step}, "tasks": tasks, "results": results},
     )
+    for name, payload in target.outputs.items():  # e.g. the harness's results JSON
+        write_json(trainer.run.path / "evaluations" / f"step-{step}.{name}.json", payload)
     writer.write(metrics_record(step, results))
     return results

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from theseus.core.errors import TheseusError
 from theseus.core.inspect.runs import is_number, read_metrics
+from theseus.core.requirements import require
 
 
 def writable(out: str | Path) -> Path:
@@ -32,13 +33,9 @@ def smooth(values: list[float], weight: float) -> list[float]:
 def plot_runs(
     root: str | Path, runs: list[str], metrics: list[str], out: str | Path, smoothing: float = 0.0
 ) -> Path:
-    try:
-        import matplotlib
+    require("matplotlib", "plotting").use("Agg")
+    import matplotlib.pyplot as plt
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise TheseusError("plotting needs matplotlib: pip install matplotlib") from error
     if not 0.0 <= smoothing < 1.0:
         raise TheseusError(f"--smoothing {smoothing} must be in [0, 1)")
     figure, axes = plt.subplots(1, len(metrics), figsize=(6 * len(metrics), 4), squeeze=False)

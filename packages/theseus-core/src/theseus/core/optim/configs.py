@@ -1,14 +1,48 @@
-"""Config schemas of the built-in optimizers and schedules (cheap to import: no JAX)."""
+"""Config schemas of the built-in optimizers and schedules (cheap to import: no JAX).
+
+Every optimizer's config subclasses :class:`OptimizerBase` and every schedule's
+:class:`ScheduleBase`; a plugin registering one that does not is refused when it loads
+(:func:`check_component_config`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from theseus.core.components import option
 
 
 @dataclass
 class OptimizerBase:
+    """The options every optimizer has; a registered optimizer's config subclasses it.
+
+    The optimizer contract (``theseus_register_optimizers``): register
+    ``Component(name, config=<subclass of OptimizerBase>, target="pkg.module:build")``
+    where ``build(config, learning_rate) -> optax.GradientTransformation``. ``config`` is
+    the typed ``optimizer`` group (an instance of your class), ``learning_rate`` the schedule
+    (a function of the step count) already peaking at ``config.learning_rate``. The
+    transformation returns the *update*, learning rate applied and sign included, like
+    ``optax.sgd`` (``optax.apply_updates(params, updates)`` takes the step).
+
+    What core adds around it (``theseus.core.optim.build.build_optimizer``), so a plugin
+    optimizer honours the base keys without reading them:
+
+    * ``grad_clip``: the gradients are clipped to this global norm before your
+      transformation sees them (``with_clipping``);
+    * ``weight_decay``: decoupled decay ``p <- p - lr * weight_decay * p`` on the matrices
+      (``theseus.core.optim.optimizers.decay_mask``: not norm gains, not biases) is added
+      to your update (``with_weight_decay``). When your build applies ``weight_decay``
+      itself (say, by passing it to ``optax.adamw``), set the class variable
+      ``applies_weight_decay = True`` in your config and core adds none.
+
+    The optimizer state may be any pytree; leaves shaped like their parameter are sharded
+    like it (ZeRO, FSDP), others are replicated.
+    """
+
+    applies_weight_decay: ClassVar[bool] = False  # True: the build reads weight_decay itself
+
     learning_rate: float = option(3e-4, "peak learning rate (the schedule scales it)")
     weight_decay: float = option(
         0.0, "decoupled weight decay (times the learning rate) on matrices, not norms or biases"
@@ -18,6 +52,7 @@ class OptimizerBase:
 
 @dataclass
 class AdamWConfig(OptimizerBase):
+    applies_weight_decay: ClassVar[bool] = True  # optax.adamw, masked by decay_mask
     learning_rate: float = option(6e-4, "peak learning rate (the schedule scales it)")
     weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded")
     b1: float = option(0.9, "Adam beta1")
@@ -27,6 +62,7 @@ class AdamWConfig(OptimizerBase):
 
 @dataclass
 class LionConfig(OptimizerBase):
+    applies_weight_decay: ClassVar[bool] = True
     learning_rate: float = option(1e-4, "peak learning rate (Lion wants ~3-10x lower than AdamW)")
     weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded")
     b1: float = option(0.9, "Lion beta1 (update interpolation)")
@@ -35,6 +71,7 @@ class LionConfig(OptimizerBase):
 
 @dataclass
 class SGDConfig(OptimizerBase):
+    applies_weight_decay: ClassVar[bool] = True  # added to the gradient (PyTorch's SGD)
     learning_rate: float = option(0.1, "peak learning rate")
     momentum: float = option(0.9, "momentum; 0 for plain SGD")
     nesterov: bool = option(False, "use Nesterov momentum")
@@ -42,6 +79,7 @@ class SGDConfig(OptimizerBase):
 
 @dataclass
 class AdafactorConfig(OptimizerBase):
+    applies_weight_decay: ClassVar[bool] = True
     learning_rate: float = option(1e-3, "peak learning rate")
     decay_rate: float = option(0.8, "second-moment decay exponent")
     clipping_threshold: float = option(1.0, "update clipping threshold")
@@ -49,6 +87,7 @@ class AdafactorConfig(OptimizerBase):
 
 @dataclass
 class MuonConfig(OptimizerBase):
+    applies_weight_decay: ClassVar[bool] = True  # on the Muon matrices only
     learning_rate: float = option(0.02, "peak learning rate for the orthogonalized updates")
     beta: float = option(0.95, "momentum decay")
     ns_steps: int = option(5, "Newton-Schulz iterations")
@@ -59,6 +98,15 @@ class MuonConfig(OptimizerBase):
 
 @dataclass
 class ScheduleBase:
+    """The options every schedule has; a registered schedule's config subclasses it.
+
+    The schedule contract (``theseus_register_schedules``): register
+    ``Component(name, config=<subclass of ScheduleBase>, target="pkg.module:build")``
+    where ``build(config, peak_lr, total_steps) -> optax.Schedule``, a jittable function
+    of the step count (an int32 array) giving the learning rate. ``peak_lr`` is
+    ``optimizer.learning_rate``; ``total_steps`` the run's length. Honour ``warmup_steps``.
+    """
+
     warmup_steps: int = option(0, "linear warmup from 0 over this many steps")
 
 
@@ -83,3 +131,26 @@ class WSDConfig(ScheduleBase):
 @dataclass
 class LinearWarmupConfig(ScheduleBase):
     warmup_steps: int = option(100, "linear warmup from 0 over this many steps, then constant")
+
+
+#: Registry kind (``Registry.kind``) -> the class a component's config must subclass.
+REQUIRED_BASES: dict[str, type] = {"optimizer": OptimizerBase, "schedule": ScheduleBase}
+
+
+def check_component_config(kind: str, component: Any, plugin: str, distribution: str) -> None:
+    """Refuse, in one line, an optimizer or schedule whose config lacks the base class.
+
+    Called when a plugin registers the component, so the mistake is named at load time
+    rather than as a config error deep inside a run.
+    """
+    from theseus.core.errors import PluginError
+
+    base = REQUIRED_BASES.get(kind)
+    if base is None or issubclass(component.config, base):
+        return
+    fields = ", ".join(f.name for f in dataclasses.fields(base))
+    raise PluginError(
+        f"plugin {plugin!r} (package {distribution}) registers {kind} {component.name!r} "
+        f"with config class {component.config.__qualname__}, which does not subclass "
+        f"{base.__module__}.{base.__name__} (subclass it: it brings {fields})"
+    )

@@ -1,9 +1,12 @@
 """Built-in optimizers: each ``build(config, learning_rate) -> optax.GradientTransformation``.
 
-``learning_rate`` is a schedule (step -> rate). Gradient clipping by global norm comes first
-when ``grad_clip > 0``. Weight decay is decoupled and multiplied by the learning rate in every
-optimizer (AdamW's convention: a step shrinks a matrix by ``lr * weight_decay``); SGD adds it
-to the gradient before the momentum (PyTorch's convention).
+``learning_rate`` is a schedule (step -> rate). Gradient clipping by global norm
+(``grad_clip``) and the placement of the state are added by
+``theseus.core.optim.build.build_optimizer``, for these and for plugin optimizers alike.
+Every built-in applies ``weight_decay`` itself (their configs set ``applies_weight_decay``),
+decoupled and multiplied by the learning rate (AdamW's convention: a step shrinks a matrix by
+``lr * weight_decay``); SGD adds it to the gradient before the momentum (PyTorch's
+convention).
 
 Which parameters are *matrices* (weight decay; Muon's orthogonalized update) is read from
 each parameter's logical axis names (the ``out_sharding`` metadata models give their
@@ -90,7 +93,12 @@ def _last_name(path: tuple) -> str:
 
 
 def decay_mask(params: Any) -> Any:
-    """True for the parameters that get weight decay: matrices (embeddings included)."""
+    """True for the parameters that get weight decay: matrices (embeddings included).
+
+    A tree shaped like ``params`` (params, gradients or updates; ``nnx.State`` or plain
+    arrays) of Python bools, read from each leaf's name and logical axis names as this
+    module's docstring says: pass it (or the function itself) as an Optax ``mask``.
+    """
     return map_parameters(
         lambda name, shape, axes: matrix_axes(name, shape, axes) is not None, params
     )
@@ -110,13 +118,6 @@ def muon_dimensions(params: Any) -> Any:
         return muon_dims(reduction_axis=split[0], output_axis=split[1])
 
     return map_parameters(dims, params)
-
-
-def finish(config: Any, transform: optax.GradientTransformation) -> optax.GradientTransformation:
-    """Global-norm clipping first (when ``grad_clip > 0``), and a state the layout can place."""
-    if config.grad_clip and config.grad_clip > 0:
-        transform = optax.chain(optax.clip_by_global_norm(config.grad_clip), transform)
-    return placeable_state(transform)
 
 
 def placeable_state(inner: optax.GradientTransformation) -> optax.GradientTransformation:
@@ -166,29 +167,23 @@ def _unwrap_misfits(state: Any, params: Any) -> Any:
 
 
 def adamw(config: Any, learning_rate: optax.Schedule) -> optax.GradientTransformation:
-    return finish(
-        config,
-        optax.adamw(
-            learning_rate,
-            b1=config.b1,
-            b2=config.b2,
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-            mask=decay_mask,
-        ),
+    return optax.adamw(
+        learning_rate,
+        b1=config.b1,
+        b2=config.b2,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        mask=decay_mask,
     )
 
 
 def lion(config: Any, learning_rate: optax.Schedule) -> optax.GradientTransformation:
-    return finish(
-        config,
-        optax.lion(
-            learning_rate,
-            b1=config.b1,
-            b2=config.b2,
-            weight_decay=config.weight_decay,
-            mask=decay_mask,
-        ),
+    return optax.lion(
+        learning_rate,
+        b1=config.b1,
+        b2=config.b2,
+        weight_decay=config.weight_decay,
+        mask=decay_mask,
     )
 
 
@@ -198,7 +193,7 @@ def sgd(config: Any, learning_rate: optax.Schedule) -> optax.GradientTransformat
     if config.weight_decay:
         parts.append(optax.add_decayed_weights(config.weight_decay, mask=decay_mask))
     parts.append(optax.sgd(learning_rate, momentum=momentum, nesterov=config.nesterov))
-    return finish(config, optax.chain(*parts))
+    return optax.chain(*parts)
 
 
 def adafactor(config: Any, learning_rate: optax.Schedule) -> optax.GradientTransformation:
@@ -207,15 +202,12 @@ def adafactor(config: Any, learning_rate: optax.Schedule) -> optax.GradientTrans
     def decay_rate(step: Any) -> Any:  # Optax's Adafactor decay is absolute: scale it by lr
         return weight_decay * learning_rate(step)
 
-    return finish(
-        config,
-        optax.adafactor(
-            learning_rate,
-            decay_rate=config.decay_rate,
-            clipping_threshold=config.clipping_threshold,
-            weight_decay_rate=decay_rate if weight_decay else None,
-            weight_decay_mask=decay_mask,
-        ),
+    return optax.adafactor(
+        learning_rate,
+        decay_rate=config.decay_rate,
+        clipping_threshold=config.clipping_threshold,
+        weight_decay_rate=decay_rate if weight_decay else None,
+        weight_decay_mask=decay_mask,
     )
 
 
@@ -234,15 +226,12 @@ def muon(config: Any, learning_rate: optax.Schedule) -> optax.GradientTransforma
     def adam_rate(step: Any) -> Any:
         return learning_rate(step) * ratio
 
-    return finish(
-        config,
-        muon_fn(
-            learning_rate,
-            ns_steps=config.ns_steps,
-            beta=config.beta,
-            weight_decay=config.weight_decay,
-            weight_decay_mask=decay_mask,
-            adam_learning_rate=adam_rate,
-            muon_weight_dimension_numbers=muon_dimensions,
-        ),
+    return muon_fn(
+        learning_rate,
+        ns_steps=config.ns_steps,
+        beta=config.beta,
+        weight_decay=config.weight_decay,
+        weight_decay_mask=decay_mask,
+        adam_learning_rate=adam_rate,
+        muon_weight_dimension_numbers=muon_dimensions,
     )

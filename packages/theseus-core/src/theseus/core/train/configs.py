@@ -49,6 +49,36 @@ class CheckpointConfig:
     asynchronous: bool = option(True, "write checkpoints in the background", resume_safe=True)
 
 
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+@dataclass
+class WandbConfig:
+    """``logging.wandb``: where the Weights & Biases logger sends a run (``logging.loggers``
+    must name ``wandb``). Empty values leave the choice to wandb, which reads WANDB_PROJECT,
+    WANDB_ENTITY, WANDB_TAGS and WANDB_MODE."""
+
+    project: str = option(
+        "", "W&B project ('': WANDB_PROJECT, else wandb's default)", resume_safe=True
+    )
+    entity: str = option(
+        "", "W&B team or user ('': WANDB_ENTITY, else your default entity)", resume_safe=True
+    )
+    tags: list[str] = option(help="tags of the W&B run", factory=list, resume_safe=True)
+    mode: str = option(
+        "",
+        "online, offline (files under <run>/wandb; `wandb sync` later) or disabled "
+        "('': WANDB_MODE, else online)",
+        resume_safe=True,
+    )
+
+    def __post_init__(self) -> None:
+        if self.mode and self.mode not in WANDB_MODES:
+            raise ConfigError(
+                f"logging.wandb.mode={self.mode!r}: expected one of {', '.join(WANDB_MODES)}"
+            )
+
+
 @dataclass
 class LoggingConfig:
     every: int = option(10, "record metrics every this many steps", resume_safe=True)
@@ -68,6 +98,11 @@ class LoggingConfig:
     profile_steps: str = option(
         "",
         "START:END: write a jax.profiler trace of these steps into <run>/profile",
+        resume_safe=True,
+    )
+    wandb: WandbConfig = option(
+        help="Weights & Biases options (with 'wandb' in logging.loggers)",
+        factory=WandbConfig,
         resume_safe=True,
     )
 

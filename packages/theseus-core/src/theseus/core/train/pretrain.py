@@ -17,13 +17,20 @@ log = logging.getLogger(__name__)
 
 
 def check_init(config: TrainJobConfig, root: str) -> None:
-    """``init.checkpoint`` must name a run with checkpoints, ``init.hf`` an existing folder."""
+    """``init.checkpoint`` must name a run with checkpoints; ``init.hf`` a folder with a
+    config.json that the model config agrees with (the config filled it, see ``hf_init``)."""
     if config.init.checkpoint:
         name, _ = parse_reference(config.init.checkpoint, "init.checkpoint")
         if not RunDir(root, name).checkpoint_dir.is_dir():
             raise JobError(f"init.checkpoint: run {name!r} has no checkpoints under {root}/runs")
-    if config.init.hf and not Path(config.init.hf).is_dir():
-        raise JobError(f"init.hf: {config.init.hf} is not a directory of Hugging Face weights")
+    if config.init.hf:
+        from theseus.core.train.hf_init import check_model_against_hf
+
+        if not Path(config.init.hf).is_dir():
+            raise JobError(f"init.hf: {config.init.hf} is not a directory of Hugging Face weights")
+        if not (Path(config.init.hf) / "config.json").is_file():
+            raise JobError(f"init.hf: {config.init.hf} has no config.json")
+        check_model_against_hf(config.model, config.init.hf)
 
 
 def check_evaluations(config: TrainJobConfig) -> None:
@@ -42,11 +49,14 @@ class PretrainJob(Job):
     @classmethod
     def prerequisites(cls, config: TrainJobConfig, root: str) -> list[Prerequisite]:
         from theseus.core.data.api import tokenize_prerequisites
+        from theseus.core.plugins import registries
+        from theseus.core.train.loggers import check_loggers
         from theseus.core.train.profile import parse_steps
 
         check_init(config, root)  # before any prerequisite spends time
         check_evaluations(config)
         parse_steps(config.logging.profile_steps)
+        check_loggers(registries(), config.logging.loggers, config)  # e.g. W&B credentials
         return tokenize_prerequisites(config.data, root)
 
     @classmethod

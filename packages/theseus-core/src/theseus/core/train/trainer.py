@@ -136,7 +136,7 @@ class Trainer:
 
         main_process = jax.process_index() == 0
         loggers = (
-            build_loggers(setup.registries, self.config.logging.loggers, self.run)
+            build_loggers(setup.registries, self.config.logging.loggers, self.run, self.config)
             if main_process
             else []
         )

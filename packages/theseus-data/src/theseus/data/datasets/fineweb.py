@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from theseus.core.components import option
 from theseus.core.data.errors import DataError
+from theseus.core.requirements import pip_install
 from theseus.data.datasets.base import Dataset
 from theseus.data.datasets.files import expand, read_texts
 
@@ -58,7 +59,7 @@ def open_stream(repo: str, subset: str) -> Any:
         import datasets
     except ImportError as error:
         raise DataError(
-            f"streaming {repo} needs the `datasets` package (pip install datasets), "
+            f"streaming {repo} needs the datasets package: {pip_install('theseus-data[hub]')}; "
             "or give local shards with data.files=..."
         ) from error
     try:

@@ -5,7 +5,10 @@ The shared machinery lives here (``checkpoint``: files, lookups, parameter conve
 named by its :class:`~theseus.models.family.Family` and holding:
 
 * ``ARCHITECTURE``: the transformers class in ``config.json`` (``"LlamaForCausalLM"``)
-* ``MODEL_TYPE``: its ``model_type`` (``"llama"``)
+* ``MODEL_TYPE``: its ``model_type`` (``"llama"``; matched when config.json names no
+  ``architectures``)
+* ``FREE_FIELDS`` (optional): config fields that config.json does not decide, besides the
+  compute choices every family has (``dtype``, ``attention``): ``init.hf`` leaves them alone
 * ``config_from_hf(hf: dict) -> Config``: the family's config of a ``config.json``,
   raising ``UnsupportedArchitectureError`` for variants the family cannot run
 * ``config_to_hf(config) -> dict``: the family's keys of ``config.json`` (the shared ones,

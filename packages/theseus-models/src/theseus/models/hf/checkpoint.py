@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from theseus.core.requirements import require
 from theseus.models.errors import CheckpointShapeError, ModelError, UnsupportedArchitectureError
 from theseus.models.family import Family
 from theseus.models.hf.mapping import ParamPath
@@ -32,9 +33,18 @@ SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 # ---------------------------------------------------------------------------- configs
 
 
+# Model fields a config.json does not decide: how the model computes, not what it is.
+FREE_FIELDS = ("name", "preset", "dtype", "attention")
+
+
 def architectures() -> dict[str, Family]:
     """transformers architecture name (``GPT2LMHeadModel``, ...) -> the family importing it."""
     return {family.load_hf().ARCHITECTURE: family for family in FAMILIES if family.hf}
+
+
+def model_types() -> dict[str, Family]:
+    """``model_type`` of a config.json (``gpt2``, ``llama``, ...) -> the family importing it."""
+    return {family.load_hf().MODEL_TYPE: family for family in FAMILIES if family.hf}
 
 
 def architecture_of(hf: dict) -> str:
@@ -42,19 +52,54 @@ def architecture_of(hf: dict) -> str:
 
 
 def family_for(hf: dict) -> Family | None:
-    """The family that imports the checkpoint of config ``hf``, or ``None``."""
-    return architectures().get(architecture_of(hf))
+    """The family that imports the checkpoint of config ``hf`` (by its ``architectures``,
+    else its ``model_type``), or ``None``."""
+    if hf.get("architectures"):
+        return architectures().get(hf["architectures"][0])
+    return model_types().get(hf.get("model_type", ""))
+
+
+def unsupported(hf: dict) -> UnsupportedArchitectureError:
+    """The one-line refusal of a config.json that no family imports, naming what it says."""
+    known = ", ".join(
+        f"{name} ({family.load_hf().MODEL_TYPE})"
+        for name, family in sorted(architectures().items())
+    )
+    return UnsupportedArchitectureError(
+        f"Hugging Face architecture {architecture_of(hf)!r} is not supported (config.json: "
+        f"architectures={hf.get('architectures')}, model_type={hf.get('model_type')!r}); "
+        f"supported: {known}"
+    )
 
 
 def config_from_hf(hf: dict) -> tuple[str, Any]:
     """(family name, theseus config) of a ``config.json``; refuses what we cannot run."""
     family = family_for(hf)
     if family is None:
-        raise UnsupportedArchitectureError(
-            f"Hugging Face architecture {architecture_of(hf)!r} is not supported; supported: "
-            + ", ".join(sorted(architectures()))
-        )
+        raise unsupported(hf)
     return family.name, family.load_hf().config_from_hf(hf)
+
+
+def model_values(name: str, hf: dict) -> dict[str, Any]:
+    """The ``model.*`` values of model ``name`` that config.json ``hf`` decides.
+
+    What core's ``init.hf`` fills (``Family.component`` names this function in the
+    component's ``extra["hf_config"]``). Leaves out the fields that choose how the model
+    computes (``FREE_FIELDS``, and a family's own ``FREE_FIELDS`` in its ``hf.py``).
+    Refuses a checkpoint of another family, naming the job that takes it.
+    """
+    family, config = config_from_hf(hf)
+    if family != name:
+        raise ModelError(
+            f"the checkpoint is a {architecture_of(hf)} (model_type "
+            f"{hf.get('model_type')!r}), a {family} model, not {name}: use the {family}/... jobs"
+        )
+    free = {*FREE_FIELDS, *getattr(family_named(family).load_hf(), "FREE_FIELDS", ())}
+    return {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if f.name not in free and not f.metadata.get("resume_safe")
+    }
 
 
 def config_to_hf(family: str, config: Any) -> dict:
@@ -101,12 +146,12 @@ def resolve(directory: str | Path) -> Path:
     path = Path(directory)
     if path.exists() or str(directory).count("/") != 1:
         return path
+    feature = f"{directory}: not a local directory; downloading it as a hub id"
+    hub = require("huggingface_hub", feature, error=ModelError)
     try:
-        from huggingface_hub import snapshot_download
-
-        patterns = ["config.json", "*.safetensors", "tokenizer.json", "generation_config.json"]
-        return Path(snapshot_download(str(directory), allow_patterns=patterns))
-    except Exception as error:  # offline, unknown id, or no huggingface_hub
+        patterns = ["*.json", "*.safetensors", "*.jinja"]  # config, weights, tokenizer
+        return Path(hub.snapshot_download(str(directory), allow_patterns=patterns))
+    except Exception as error:  # offline, unknown id
         raise ModelError(
             f"{directory}: not a local directory and not downloadable as a hub id ({error})"
         ) from error

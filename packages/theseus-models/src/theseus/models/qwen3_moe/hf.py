@@ -9,6 +9,8 @@ from theseus.models.qwen3_moe.config import Qwen3MoeConfig
 
 ARCHITECTURE = "Qwen3MoeForCausalLM"
 MODEL_TYPE = "qwen3_moe"
+# not decided by config.json: transformers routes dropless; a capacity is a training choice
+FREE_FIELDS = ("capacity_factor",)
 
 
 def config_from_hf(hf: dict) -> Qwen3MoeConfig:

@@ -1,0 +1,220 @@
+"""lm-evaluation-harness as a client of theseus models (optional: ``theseus-core[lm-eval]``).
+
+Three ways in, all of which import :mod:`theseus.core.evaluate.lm_eval_model` (which
+registers the model ``theseus`` with lm-eval) before the harness looks the model up:
+
+- ``theseus lm-eval --model theseus --model_args run=RUN,root=ROOT --tasks hellaswag``
+  (or ``python -m theseus.core.evaluate.harness ...``): lm-eval's own command line;
+- :func:`evaluate` from Python: ``lm_eval.simple_evaluate`` with a theseus model;
+- the evaluation ``lm-eval`` (``<model>/evaluate`` with ``evaluate.lm_eval_tasks=[...]``,
+  or ``eval.tasks=[lm-eval]`` during training): :func:`run`.
+
+This module imports neither JAX nor lm_eval until it is used.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+from theseus.core.evaluate.configs import LM_EVAL_EXTRA as EXTRA
+from theseus.core.evaluate.configs import LM_EVAL_FEATURE as FEATURE
+from theseus.core.evaluate.configs import LmEvalConfig
+from theseus.core.evaluate.errors import EvaluationError
+from typer.core import TyperGroup
+
+log = logging.getLogger(__name__)
+
+
+def load_adapter() -> Any:
+    """The ``theseus`` lm-eval model class (registering it); a one-line error without lm-eval."""
+    from theseus.core.requirements import require
+
+    require("lm_eval", FEATURE, package=EXTRA, error=EvaluationError)
+    from theseus.core.evaluate.lm_eval_model import TheseusLM
+
+    return TheseusLM
+
+
+def task_manager(tasks: Sequence[str], include_path: str = "", metadata: Any = None) -> Any:
+    """lm-eval's task index: only ``include_path`` when it defines every task asked for
+    (reading lm-eval's ~15,000 built-in task files takes seconds), else both."""
+    from lm_eval.tasks import TaskManager
+
+    def unknown(manager: Any) -> list[str]:  # names may be globs: mmlu_*
+        return [task for task in tasks if not manager.match_tasks([task])]
+
+    if include_path:
+        local = TaskManager(include_path=include_path, include_defaults=False, metadata=metadata)
+        if not unknown(local):
+            return local
+    manager = TaskManager(include_path=include_path or None, metadata=metadata)
+    missing = unknown(manager)
+    if missing:
+        where = f" in {include_path} nor" if include_path else ""
+        raise EvaluationError(
+            f"lm-eval knows no task {', '.join(missing)}{where} among its own tasks "
+            "(lm-eval ls tasks lists them)"
+        )
+    return manager
+
+
+def evaluate(
+    tasks: Sequence[str],
+    model_args: str | dict[str, Any] | None = None,
+    *,
+    target: Any = None,
+    include_path: str = "",
+    num_fewshot: int | None = None,
+    limit: int | float | None = None,
+    batch_size: int | None = None,
+    max_gen_toks: int = 256,
+    apply_chat_template: bool = False,
+    log_samples: bool = False,
+    bootstrap_iters: int = 0,
+    **simple_evaluate_kwargs: Any,
+) -> dict[str, Any]:
+    """Run lm-eval ``tasks`` on a theseus model; the harness's results dict.
+
+    The model is ``model_args`` (``"run=RUN[@STEP],root=ROOT"``, ``"hf_dir=DIR"`` or a dict
+    of the same) or an opened :class:`~theseus.core.evaluate.target.EvalTarget`.
+    """
+    adapter = load_adapter()
+    import lm_eval
+    import numpy as np
+
+    tasks = [str(task) for task in tasks]
+    if not tasks:
+        raise EvaluationError("name at least one lm-eval task")
+    if (target is None) == (model_args is None):
+        raise EvaluationError("give exactly one of model_args and target")
+    manager = task_manager(tasks, include_path)  # an unknown task fails before the model loads
+    if target is not None:
+        model = adapter(target=target, max_gen_toks=max_gen_toks)
+    else:
+        if isinstance(model_args, str):
+            from lm_eval.utils import simple_parse_args_string
+
+            model_args = simple_parse_args_string(model_args)
+        extra = {"batch_size": batch_size} if batch_size else {}
+        model = adapter(**{"max_gen_toks": max_gen_toks, **dict(model_args), **extra})
+    saved = random.getstate(), np.random.get_state()  # lm-eval seeds the global generators
+    try:
+        results = lm_eval.simple_evaluate(
+            model=model,
+            tasks=tasks,
+            num_fewshot=num_fewshot,
+            limit=limit or None,
+            task_manager=manager,
+            apply_chat_template=apply_chat_template,
+            log_samples=log_samples,
+            bootstrap_iters=bootstrap_iters,
+            **simple_evaluate_kwargs,
+        )
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+    if results is None:  # only on non-zero ranks of a multi-process harness run
+        return {}
+    results["config"].update(
+        model="theseus", model_args=model.source, batch_size=model.batch_size, layout=model.layout
+    )
+    return plain(results)
+
+
+def plain(results: dict[str, Any]) -> dict[str, Any]:
+    """The results as JSON values (lm-eval's own serialisation of what is not)."""
+    from lm_eval.utils import handle_non_serializable
+
+    return json.loads(json.dumps(results, default=handle_non_serializable))
+
+
+def metrics(results: dict[str, Any]) -> dict[str, float]:
+    """``{"<task>/<metric>": value}`` from the harness's results (``acc,none`` becomes
+    ``acc``; another filter is kept: ``exact_match/strict-match``; ``sample_len`` is
+    ``examples``, as in the built-in evaluations)."""
+    out: dict[str, float] = {}
+    for task, values in results.get("results", {}).items():
+        for key, value in values.items():
+            if key == "alias" or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if isinstance(value, float) and math.isnan(value):
+                continue
+            name, _, kind = key.partition(",")
+            name = "examples" if name == "sample_len" else name
+            name = name if kind in ("", "none") else f"{name}/{kind}"
+            out[f"{task}/{name}"] = float(value)
+    return out
+
+
+def run(config: LmEvalConfig, target: Any) -> dict[str, float]:
+    """The registered evaluation ``lm-eval``: its metrics, flat; the harness's results JSON
+    is left in ``target.outputs["lm-eval"]`` for the job or the trainer to save."""
+    config.check()
+    caps = [n for n in (config.limit, int(target.limit)) if n > 0]
+    results = evaluate(
+        config.tasks,
+        target=target,
+        include_path=config.include_path,
+        num_fewshot=None if config.num_fewshot < 0 else config.num_fewshot,
+        limit=min(caps) if caps else None,
+        max_gen_toks=config.max_gen_toks,
+        apply_chat_template=config.apply_chat_template,
+        log_samples=config.log_samples,
+        bootstrap_iters=config.bootstrap_iters,
+    )
+    target.outputs["lm-eval"] = results
+    return metrics(results)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """lm-eval's command line with the ``theseus`` model registered."""
+    load_adapter()
+    from lm_eval.__main__ import cli_evaluate
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    saved = sys.argv
+    sys.argv = ["lm-eval", *args]  # lm-eval's parser reads sys.argv
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
+
+
+class _PassThrough(TyperGroup):
+    """A command whose arguments, options and ``--help`` all go to lm-eval's own parser."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["lm_eval_args"] = list(args)
+        return []
+
+    def invoke(self, ctx: Any) -> Any:
+        return main(ctx.meta.get("lm_eval_args", []))
+
+
+def command() -> typer.Typer:
+    """``theseus lm-eval ARGS``: lm-eval's command line, ``--model theseus`` registered."""
+    app = typer.Typer(
+        cls=_PassThrough,
+        add_completion=False,
+        help="lm-evaluation-harness: --model theseus --model_args run=RUN,root=ROOT "
+        "(or hf_dir=DIR) --tasks ... (lm-eval's own options; theseus lm-eval --help)",
+    )
+    return app
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except EvaluationError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(error.exit_code)

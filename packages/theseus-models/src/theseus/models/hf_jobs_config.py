@@ -1,0 +1,29 @@
+"""Configs of the ``hf/import`` and ``hf/export`` jobs (cheap to import: no JAX)."""
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.core.data.config import DEFAULT_DATASET
+
+
+@dataclass
+class ImportConfig:
+    dir: str = option(
+        help="Hugging Face folder to import: config.json, *.safetensors, tokenizer.json "
+        "(a hub id downloads one, with theseus-models[hub])"
+    )
+    tokenizer: str = option(
+        "", "a tokenizer.json (or the folder holding it) to use instead of the folder's"
+    )
+    dataset: str = option(
+        DEFAULT_DATASET,
+        "the dataset the imported run's config names: a run training it further tokenizes it "
+        "with the imported tokenizer",
+    )
+
+
+@dataclass
+class ExportConfig:
+    run: str = option(help="the run to export: RUN (its newest checkpoint) or RUN@STEP")
+    dir: str = option("", "the folder to write; '' = <this job's run folder>/hf")
+    tokenizer: bool = option(True, "also write the run's tokenizer (tokenizer.json and config)")
