@@ -22,8 +22,10 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("THESEUS_REQUIRE_PARITY") != "1":
         return
     try:
+        import peft  # noqa: F401
         import torch  # noqa: F401
         import transformers  # noqa: F401
+        import trl  # noqa: F401
     except ImportError as error:  # pragma: no cover - CI misconfiguration
         raise pytest.UsageError(f"THESEUS_REQUIRE_PARITY=1 but {error}") from error
 

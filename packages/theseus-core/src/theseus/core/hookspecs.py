@@ -26,7 +26,7 @@ Call order (``theseus.core.plugins.load_registries`` and the runner/trainer foll
 3. **Services while a job runs** (``firstresult``: the first plugin that answers wins, the
    others are not called; answer ``None`` for inputs you do not handle):
    ``theseus_load_tokenizer``, ``theseus_load_hf_model``, ``theseus_save_hf_model``,
-   ``theseus_generate``.
+   ``theseus_generate``, ``theseus_adapt_model``.
 4. **Training lifecycle**, in the trainer's loop: ``theseus_on_train_start``, then per
    recorded step ``theseus_on_step_end``, at each evaluation ``theseus_on_eval``, after each
    checkpoint ``theseus_on_checkpoint``, and once at the end ``theseus_on_train_end``.
@@ -211,6 +211,21 @@ def theseus_generate(
     """Greedy continuations (token ids, prompt excluded) of each prompt, or ``None``.
 
     Used by the generation evaluations; answer ``None`` for a model you cannot decode.
+    """
+
+
+@hookspec(firstresult=True)
+def theseus_adapt_model(model_class: type, lora: Any) -> Any:
+    """A subclass of ``model_class`` whose chosen linear layers carry LoRA adapters, or ``None``.
+
+    ``lora`` is the run's ``lora`` config (``rank > 0``, ``alpha``, ``dropout``, ``targets``,
+    ``base_dtype``). The adapter weights must be ``theseus.core.adapters.Adapter`` variables
+    (carrying logical axis names like any parameter) and the adapted model must compute
+    exactly the base model while every adapter's output is zero; the trainer then trains the
+    adapters alone. The class also has ``merge_adapters()``, which folds every adapter into
+    the weights it adapts, in place (``lora/merge``, exports, a run started from a LoRA run).
+    Raise a ``TheseusError`` naming the target for a ``lora.targets`` entry the model does
+    not have.
     """
 
 

@@ -20,7 +20,16 @@ from types import ModuleType
 from theseus.core.errors import TheseusError
 
 _MODEL_FAMILIES = ["gpt", "llama", "qwen2", "qwen3", "qwen3_moe"]
-_DATASETS = ["python-stdlib", "fineweb", "fineweb-edu", "text-files", "alpaca", "addition"]
+_DATASETS = [
+    "python-stdlib",
+    "fineweb",
+    "fineweb-edu",
+    "text-files",
+    "alpaca",
+    "addition",
+    "preference-jsonl",
+    "addition-preference",
+]
 
 #: Registry kind (``Registry.kind``) -> [(name pattern, the package that registers it)].
 PLUGIN_PACKAGES: dict[str, list[tuple[str, str]]] = {

@@ -11,6 +11,7 @@ from theseus.core.components import Choice, Component, JobSpec
 from theseus.core.hookspecs import hookimpl
 from theseus.data.datasets.chat import AdditionConfig, AlpacaConfig
 from theseus.data.datasets.fineweb import FinewebConfig
+from theseus.data.datasets.preference import AdditionPreferenceConfig, PreferenceJsonlConfig
 from theseus.data.datasets.stdlib import StdlibConfig
 from theseus.data.datasets.text_files import TextFilesConfig
 from theseus.data.tokenize.options import job_schema
@@ -59,6 +60,22 @@ def theseus_register_datasets(register: Callable[..., None]) -> None:
     register(
         Component(
             "addition", AdditionConfig, f"{DS}.chat:Addition", "synthetic a+b problems (chat)"
+        )
+    )
+    register(
+        Component(
+            "preference-jsonl",
+            PreferenceJsonlConfig,
+            f"{DS}.preference:PreferenceJsonl",
+            "local jsonl preference pairs: prompt, chosen, rejected (strings or chats)",
+        )
+    )
+    register(
+        Component(
+            "addition-preference",
+            AdditionPreferenceConfig,
+            f"{DS}.preference:AdditionPreference",
+            "synthetic a+b problems: the right sum chosen, a wrong one rejected (pairs)",
         )
     )
 

@@ -212,7 +212,8 @@ def save_step_zero(config: Any, registries: Any, directory: str, run: Any) -> in
         opt_state = setup.optimizer.init(params)
         return {"params": params, "opt_state": opt_state, "step": zero, "skipped": zero}
 
-    state = jax.jit(state_of, out_shardings=setup.state_shardings)(params)
+    shardings = {k: v for k, v in setup.state_shardings.items() if k != "frozen"}
+    state = jax.jit(state_of, out_shardings=shardings)(params)
     checkpoints = Checkpoints(
         run.checkpoint_dir,
         config.checkpoint.keep_last,

@@ -109,6 +109,13 @@ def theseus_save_hf_model(model: Any, directory: str) -> Any:
 
 
 @hookimpl
+def theseus_adapt_model(model_class: type, lora: Any) -> Any:
+    from theseus.models.layers.lora import adapted_class
+
+    return adapted_class(model_class, lora)
+
+
+@hookimpl
 def theseus_generate(
     model: Any, prompts: list[list[int]], max_new_tokens: int, stop_tokens: list[int], pad_id: int
 ) -> Any:

@@ -132,10 +132,14 @@ def open_run(root: str | Path, reference: str, registries: Any, what: str) -> Ru
     setup = TrainSetup.build(config, registries, vocab)
     checkpoints = Checkpoints(run.checkpoint_dir, 1000, 0, False)
     try:
-        state, _, _ = checkpoints.restore(step, setup.abstract_state, abstract_of(setup.data_rng()))
+        state, _, _ = checkpoints.restore(
+            step, setup.checkpointed_abstract, abstract_of(setup.data_rng())
+        )
     finally:
         checkpoints.close()
-    model = setup.model(state["params"])
+    from theseus.core.train.base import frozen_base
+
+    model = setup.model(setup.full_params({**state, "frozen": frozen_base(setup, str(root))}))
     log.info("opened run %s at step %d (%s)", name, step, key)
     found = tokenizer_dir(root, run, config)
     return RunModel(run, key, step, config, model, found)

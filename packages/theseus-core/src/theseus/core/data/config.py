@@ -55,3 +55,11 @@ class SFTDataConfig(DataConfig):
     dataset: str = option(
         "addition", "registered chat dataset to fine-tune on (tokenized on demand)"
     )
+
+
+@dataclass
+class PreferenceDataConfig(DataConfig):
+    dataset: str = option(
+        "addition-preference",
+        "registered preference dataset (prompt, chosen, rejected) to train on",
+    )

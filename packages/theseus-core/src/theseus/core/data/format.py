@@ -6,7 +6,9 @@
     train-00000.docs.npy          int64 start offset of each document in the shard
     train-00000.mask.bin          uint8 loss mask per token (chat data only)
     validation-00000.bin ...      the same for the fixed validation split
-    metadata.json                 written last: counts, per-file checksums, format version
+    metadata.json                 written last: counts, per-file checksums, format version,
+                                  ``kind`` (text, chat, or preference: chat documents in
+                                  pairs, chosen then rejected, never split between splits)
 
 A directory without ``metadata.json`` is incomplete and is refused by readers.
 """
@@ -26,6 +28,7 @@ METADATA = "metadata.json"
 SETTINGS = "settings.json"
 TOKENIZER_DIR = "tokenizer"
 SPLITS = ("train", "validation")
+PREFERENCE_KIND = "preference"  # metadata ``kind`` of datasets of (chosen, rejected) pairs
 
 
 def dataset_dir(root: str | os.PathLike, name: str, suffix: str = "") -> Path:

@@ -9,10 +9,16 @@ import grain
 import numpy as np
 from theseus.core.data.errors import DataError
 from theseus.core.data.reader import TokenizedDataset
-from theseus.core.data.rows import PackedSource, PaddedSource, packed_batch, padded_batch
+from theseus.core.data.rows import (
+    PackedSource,
+    PaddedSource,
+    PairSource,
+    packed_batch,
+    padded_batch,
+)
 from theseus.core.data.sampling import RowSampler, host_rows
 
-LAYOUTS = ("packed", "padded")
+LAYOUTS = ("packed", "padded", "pairs")
 _ENDLESS = 2**62
 
 
@@ -28,6 +34,12 @@ class TrainingData:
     * ``segment_ids`` (int32): 0 = padding, else the document's index within its row;
     * ``loss_mask`` (float32): 0 on padding, on targets in another document than their
       input, and (chat data, ``loss_on="assistant"``) outside assistant turns.
+
+    Layouts: ``packed`` (windows of concatenated documents), ``padded`` (one chat example
+    per row) and ``pairs`` (preference data only, for DPO-style jobs): rows ``2p`` and
+    ``2p + 1`` are pair ``p``'s chosen and rejected documents, padded like ``padded`` rows.
+    The pairs layout samples pairs, not documents, and the global batch (in rows) must give
+    every process whole pairs.
     """
 
     def __init__(
@@ -59,6 +71,19 @@ class TrainingData:
             )
         if not 0 <= process_index < process_count:
             raise DataError(f"process index {process_index} is not in [0, {process_count})")
+        if layout == "pairs" and global_batch_size % 2:
+            raise DataError(
+                f"global batch size {global_batch_size} is odd: the pairs layout needs two "
+                "rows per preference pair (chosen, rejected)"
+            )
+        if layout == "pairs" and global_batch_size % (2 * process_count):
+            raise DataError(
+                f"global batch size {global_batch_size} gives each of the {process_count} "
+                f"processes {global_batch_size // process_count} rows: the pairs layout needs "
+                "an even number (whole pairs) per process"
+            )
+        for dataset in datasets:
+            check_layout(dataset, layout)
         self.datasets = list(datasets)
         self.weights = list(weights)
         self.seq_len = seq_len
@@ -80,10 +105,17 @@ class TrainingData:
         self._train_sampler = RowSampler([len(s) for s in self._train], self.weights, seed)
         self._validation: list | None = None  # opened on first use
 
-    def _sources(self, split: str) -> list[PackedSource | PaddedSource]:
-        kind = PackedSource if self.layout == "packed" else PaddedSource
+    def _sources(self, split: str) -> list[PackedSource | PaddedSource | PairSource]:
+        kind = {"packed": PackedSource, "padded": PaddedSource, "pairs": PairSource}[self.layout]
         sources = [kind(d.splits[split], self.seq_len) for d in self.datasets]
         for dataset, source in zip(self.datasets, sources, strict=True):
+            if isinstance(source, PairSource) and len(source.documents) % 2:
+                raise DataError(
+                    f"the {split} split of {dataset.path} holds {len(source.documents)} "
+                    "documents, an odd number: not whole preference pairs; tokenize it again"
+                )
+            if isinstance(source, PairSource) and len(source) == 0:
+                raise DataError(f"the {split} split of {dataset.path} holds no preference pair")
             if len(source) == 0:
                 tokens = sum(s.num_tokens for s in dataset.splits[split])
                 raise DataError(
@@ -99,8 +131,7 @@ class TrainingData:
     # ------------------------------------------------------------------ batches
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's slice of the global batch at ``step``."""
-        rows = host_rows(step, self.global_batch_size, self.process_index, self.process_count)
-        return self._build(self._train, self._train_sampler(rows))
+        return self._build(self._train, self._train_sampler(self._items(step)))
 
     def iterator(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """``batch(start_step), batch(start_step + 1), ...`` prepared ahead by a background
@@ -120,11 +151,22 @@ class TrainingData:
             self._validation_sampler = RowSampler(lengths, self.weights, self.seed, shuffle=False)
         out = []
         for index in range(num_batches):
-            rows = host_rows(index, self.global_batch_size, self.process_index, self.process_count)
-            out.append(self._build(self._validation, self._validation_sampler(rows)))
+            items = self._items(index)
+            out.append(self._build(self._validation, self._validation_sampler(items)))
         return out
 
+    def _items(self, step: int) -> np.ndarray:
+        """The global item indices this process reads at ``step``: one per row, or (pairs
+        layout) one per pair, each pair filling two consecutive rows."""
+        per_item = 2 if self.layout == "pairs" else 1
+        items = self.global_batch_size // per_item
+        return host_rows(step, items, self.process_index, self.process_count)
+
     def _build(self, sources, picks: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+        if self.layout == "pairs":  # row 2p: pair p's chosen document; row 2p + 1: rejected
+            stored = self.use_stored_mask
+            examples = [doc for s, i in picks for doc in sources[s].pair(i, stored)]
+            return padded_batch(examples, self.seq_len, self.pad_id, self.padding_side)
         if self.layout == "padded":
             examples = [sources[s].document(i, self.use_stored_mask) for s, i in picks]
             return padded_batch(examples, self.seq_len, self.pad_id, self.padding_side)
@@ -142,3 +184,18 @@ class TrainingData:
         boundary_rows = np.concatenate([r for r, _ in found])
         boundary_offsets = np.concatenate([o for _, o in found])
         return packed_batch(tokens, boundary_rows, boundary_offsets, mask, self.document_masking)
+
+
+def check_layout(dataset: TokenizedDataset, layout: str) -> None:
+    """Preference pairs are read with the pairs layout, and only they are."""
+    if layout == "pairs" and not dataset.holds_pairs:
+        raise DataError(
+            f"dataset {dataset.name!r} ({dataset.path}) holds {dataset.kind} documents, not "
+            "preference pairs: the pairs layout (preference training) needs a dataset of kind "
+            "'preference', e.g. addition-preference or preference-jsonl"
+        )
+    if layout != "pairs" and dataset.holds_pairs:
+        raise DataError(
+            f"dataset {dataset.name!r} ({dataset.path}) holds preference pairs: train on it "
+            f"with a preference job (layout 'pairs'), not the {layout!r} layout"
+        )

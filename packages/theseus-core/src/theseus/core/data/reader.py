@@ -179,6 +179,20 @@ class TokenizedDataset:
         return bool(self.metadata.get("has_loss_mask"))
 
     @property
+    def name(self) -> str:
+        return str(self.metadata.get("dataset", self.path.name))
+
+    @property
+    def kind(self) -> str:
+        """What the documents are: ``text``, ``chat``, or ``preference`` (pairs of chat
+        documents, chosen then rejected, stored one after the other)."""
+        return str(self.metadata.get("kind", "text"))
+
+    @property
+    def holds_pairs(self) -> bool:
+        return self.kind == fmt.PREFERENCE_KIND
+
+    @property
     def token_files(self) -> list[str]:
         """The token shards' file names, train then validation."""
         return [

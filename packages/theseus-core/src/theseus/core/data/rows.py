@@ -1,8 +1,9 @@
-"""Rows of a batch from memory-mapped shards: packed windows and padded examples.
+"""Rows of a batch from memory-mapped shards: packed windows, padded examples, pairs.
 
 A *packed* row is a window of ``seq_len + 1`` consecutive tokens of one shard (windows do
 not overlap; the last partial window of a shard is dropped). A *padded* row is one
-document (one chat example) truncated to ``seq_len + 1`` tokens and padded.
+document (one chat example) truncated to ``seq_len + 1`` tokens and padded. A *pair* is
+two padded rows: a preference pair's chosen document, then its rejected one.
 """
 
 from __future__ import annotations
@@ -72,6 +73,29 @@ class PaddedSource:
         if mask is None or not stored_mask:
             return tokens, np.ones(len(tokens), np.uint8)
         return tokens, mask[: self.seq_len + 1]
+
+
+class PairSource:
+    """Preference pairs over the shards of one split: documents ``2p`` (chosen) and
+    ``2p + 1`` (rejected) of the split are pair ``p`` (the tokenizer stores them so)."""
+
+    def __init__(self, shards: Sequence[Shard], seq_len: int) -> None:
+        self.documents = PaddedSource(shards, seq_len)
+
+    def __len__(self) -> int:
+        return len(self.documents) // 2
+
+    def pair(
+        self, index: int, stored_mask: bool = True
+    ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(chosen, rejected) as (tokens, mask), each cut to ``seq_len + 1`` tokens like a
+        padded row: the prompt comes first and is kept, the answer is cut. A cut answer
+        still counts (its log-probability sums over the tokens kept), and an answer cut
+        away entirely leaves its row without a learned token."""
+        return (
+            self.documents.document(2 * index, stored_mask),
+            self.documents.document(2 * index + 1, stored_mask),
+        )
 
 
 def packed_batch(

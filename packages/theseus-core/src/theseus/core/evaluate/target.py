@@ -138,7 +138,8 @@ def checkpoint_target(
         raise EvaluationError(f"run {name!r} has no checkpoints under {run.checkpoint_dir}")
     step = steps[-1] if at_step is None else at_step
     moment = open_step(root, name, step, overrides)
-    target = run_target(moment.setup, moment.data, moment.state["params"], str(root), **options)
+    params = moment.setup.full_params(moment.state)
+    target = run_target(moment.setup, moment.data, params, str(root), **options)
     return target, {"run": name, "step": step}
 
 

@@ -52,7 +52,7 @@ class Moment:
     def model(self) -> Any:
         """The model with the checkpoint's parameters (shared, not copied)."""
         if self._model is None:
-            self._model = self.setup.model(self.state["params"])
+            self._model = self.setup.model(self.setup.full_params(self.state))
         return self._model
 
     @property
@@ -85,11 +85,14 @@ class Moment:
 
         batch = self.batch()
 
-        def mean_loss(params: Any) -> Any:
-            total, (_, count, _) = summed_loss(self.setup.graphdef, params, self.setup.rest, batch)
+        def mean_loss(params: Any, frozen: Any) -> Any:
+            setup = self.setup
+            total, (_, count, _) = summed_loss(
+                setup.graphdef, params, setup.rest, batch, frozen=frozen
+            )
             return total / jnp.maximum(count, 1.0)
 
-        return jax.jit(jax.grad(mean_loss))(self.state["params"])
+        return jax.jit(jax.grad(mean_loss))(self.state["params"], self.state["frozen"])
 
     # ------------------------------------------------------------------ modules
     def modules(self) -> dict[str, Any]:
@@ -237,13 +240,15 @@ def _restore(run_dir: RunDir, step: int, setup: TrainSetup, abstract_rng: Any, h
     try:
         checkpoints = Checkpoints(run_dir.checkpoint_dir, 1000, 0, False)
         try:
-            state, _, _ = checkpoints.restore(step, setup.abstract_state, abstract_rng)
+            state, _, _ = checkpoints.restore(step, setup.checkpointed_abstract, abstract_rng)
         finally:
             checkpoints.close()
     except Exception as error:  # Orbax raises ValueError, KeyError, OSError, ...
         failure = error
     if failure is None:
-        return state
+        from theseus.core.train.base import frozen_base
+
+        return {**state, "frozen": frozen_base(setup, str(run_dir.root))}
     # a failed read leaves Orbax coroutines behind; collect them now, not at interpreter
     # exit, where each would print a traceback after our one line
     gc.collect()

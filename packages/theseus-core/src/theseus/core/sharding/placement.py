@@ -125,6 +125,8 @@ class Layout:
         optimizer state by the optimizer rules, scalars and the rest replicated."""
         out = {key: jax.tree.map(lambda _: PartitionSpec(), value) for key, value in state.items()}
         out["params"] = self.param_specs(state["params"])
+        if "frozen" in state:  # a LoRA run's base: laid out like parameters
+            out["frozen"] = self.param_specs(state["frozen"])
         if "opt_state" in state:
             out["opt_state"] = self.specs(state["opt_state"], self.rules.optimizer)
         return out

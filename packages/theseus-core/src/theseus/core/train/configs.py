@@ -137,6 +137,31 @@ class InitConfig:
 
 
 @dataclass
+class LoRAConfig:
+    rank: int = option(0, "LoRA rank; 0 trains every parameter, > 0 only adapters on a frozen base")
+    alpha: float = option(16.0, "LoRA scale numerator: the update is (alpha / rank) * x @ A @ B")
+    dropout: float = option(0.0, "dropout on the adapters' input during training")
+    targets: list[str] = option(
+        help="linear layers that get adapters, by name (q_proj, k_proj, v_proj, o_proj, "
+        "up_proj, gate_proj, down_proj) or group (attention, mlp)",
+        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "mlp"],
+    )
+    base_dtype: str = option("", "store the frozen base in this dtype ('' keeps float32)")
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            raise ConfigError(f"lora.rank={self.rank}: must be 0 (off) or more")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"lora.dropout={self.dropout}: must be in [0, 1)")
+        if self.base_dtype not in ("", "float32", "bfloat16", "float16"):
+            raise ConfigError(
+                f"lora.base_dtype={self.base_dtype!r}: expected '', float32, bfloat16 or float16"
+            )
+        if self.rank and not self.targets:
+            raise ConfigError("lora.targets is empty: name the layers that get adapters")
+
+
+@dataclass
 class TrainJobConfig:
     """The typed config of a training job: one field per config group.
 
@@ -155,6 +180,7 @@ class TrainJobConfig:
     precision: PrecisionConfig
     init: InitConfig
     sharding: ShardingConfig
+    lora: LoRAConfig
 
     def __post_init__(self) -> None:
         """Counts that cannot be negative (or zero) are refused here, naming the key."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from theseus.core.components import Choice, JobSpec
-from theseus.core.data.config import DataConfig, SFTDataConfig
+from theseus.core.data.config import DataConfig, PreferenceDataConfig, SFTDataConfig
 from theseus.core.sharding.config import ShardingConfig
 from theseus.core.train import configs as tc
+from theseus.core.train.preference_config import PreferenceConfig
 
 
 def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:
@@ -23,6 +24,7 @@ def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:
         "precision": tc.PrecisionConfig,
         "init": tc.InitConfig,
         "sharding": ShardingConfig,
+        "lora": tc.LoRAConfig,
     }
 
 
@@ -43,5 +45,13 @@ def register_training_jobs(register: Any, registries: Any) -> None:
                 target="theseus.core.train.pretrain:SFTJob",
                 description=f"fine-tune {name} on padded chat data with a loss mask",
                 groups=training_groups(name, SFTDataConfig),
+            )
+        )
+        register(
+            JobSpec(
+                key=f"{name}/train/dpo",
+                target="theseus.core.train.dpo:DPOJob",
+                description=f"preference-tune {name} (DPO, IPO, SimPO) on chosen/rejected pairs",
+                groups={**training_groups(name, PreferenceDataConfig), "dpo": PreferenceConfig},
             )
         )

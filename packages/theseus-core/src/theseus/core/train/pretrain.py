@@ -74,7 +74,7 @@ class PretrainJob(Job):
         from theseus.core.train.trainer import Trainer
 
         data = open_data(self.config, self.context.root, self.layout, run=self.run)
-        setup = TrainSetup.build(self.config, self.context.registries, data.vocab_size)
+        setup = self.setup(TrainSetup, data.vocab_size)
         summary = Trainer(setup, data, self.context).fit()
         finite = {
             k: v if not isinstance(v, float) or math.isfinite(v) else None
@@ -84,6 +84,10 @@ class PretrainJob(Job):
         (self.run.path / "summary.json").write_text(text + "\n")
         log.info("finished %s: %s", self.run.name, summary)
         return summary
+
+    def setup(self, setup_class: Any, vocab_size: int) -> Any:
+        """The run's ``TrainSetup`` (a job with another objective overrides this)."""
+        return setup_class.build(self.config, self.context.registries, vocab_size)
 
 
 class SFTJob(PretrainJob):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from theseus.core.adapters import cast_frozen, split_trainable
 from theseus.core.data.loader import TrainingData
 from theseus.core.errors import ConfigError
 from theseus.core.model import check_model
@@ -81,6 +82,17 @@ def open_data(
     )
 
 
+def adapt(registries: Any, model_class: type, config: TrainJobConfig) -> type:
+    """``model_class`` with LoRA adapters, from the plugin that adds them."""
+    adapted = registries.hook.theseus_adapt_model(model_class=model_class, lora=config.lora)
+    if adapted is None:
+        raise ConfigError(
+            f"lora.rank={config.lora.rank}: no installed plugin adds adapters to model "
+            f"{config.model.name!r} (theseus-models does for models built from its layers)"
+        )
+    return adapted
+
+
 def model_config(config: TrainJobConfig, vocab_size: int) -> Any:
     """The ``model`` group with the data's vocabulary and the precision override applied."""
     model, seq_len = config.model, config.training.seq_len
@@ -120,11 +132,23 @@ class TrainSetup:
     abstract_state: dict  # ShapeDtypeStructs carrying the state's shardings
     state_shardings: dict
     train_step: Any  # jitted ``step(state, batch) -> (state, metrics)``, state donated
-    eval_step: Any  # jitted ``eval_step(params, batch) -> (loss sum, token count)``
+    eval_step: Any  # jitted ``eval_step(params, frozen, batch) -> (loss sum, count)``
     make_state: Any  # ``make_state() -> state``: the fresh state (jit it into its shardings)
+    keeps_reference: bool = False  # frozen holds the initial weights (DPO, full fine-tuning)
 
     @classmethod
-    def build(cls, config: TrainJobConfig, registries: Any, vocab_size: int) -> TrainSetup:
+    def build(
+        cls,
+        config: TrainJobConfig,
+        registries: Any,
+        vocab_size: int,
+        objective: Any = None,
+        keeps_reference: bool = False,
+    ) -> TrainSetup:
+        """Everything a run needs, built once. ``objective(graphdef, rest, remat, adapted)``
+        makes the step's objective (default: next-token cross entropy); ``keeps_reference``
+        keeps a frozen copy of the initial weights beside a fully trained model (DPO's
+        reference; a LoRA run's frozen base already is one)."""
         training = config.training
         layout = Layout(config.sharding)
         per_device, micro_steps = plan_batches(training, layout.batch_shards)
@@ -135,6 +159,9 @@ class TrainSetup:
         optimizer = build_optimizer(registries, config.optimizer, schedule)
         configured = model_config(config, vocab_size)
         model_class = registries.models.get(config.model.name).load()
+        adapted = config.lora.rank > 0
+        if adapted:
+            model_class = adapt(registries, model_class, config)
         setup_key = jax.random.key(training.seed)
 
         def build_model() -> Any:
@@ -150,21 +177,27 @@ class TrainSetup:
         abstract_model = nnx.eval_shape(build_and_count)
         check_model(abstract_model, config.model.name)
         graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
-        if jax.tree.leaves(rest):  # non-parameter state (none in the shipped models)
-            rest = nnx.split(build_model(), nnx.Param, ...)[2]
+        if jax.tree.leaves(rest):  # non-parameter state (adapters' layer indices): jitted,
+            rest = jax.jit(lambda: nnx.split(build_model(), nnx.Param, ...)[2])()  # no params
 
         def fresh_state() -> dict:
             _, params, _ = nnx.split(build_model(), nnx.Param, ...)
+            trainable, frozen = split_trainable(params, adapted)
+            if keeps_reference and not adapted:
+                frozen = jax.tree.map(jnp.copy, params)
             zero = jnp.zeros((), jnp.int32)
             return {
-                "params": params,
-                "opt_state": optimizer.init(params),
+                "params": trainable,
+                "frozen": cast_frozen(frozen, config.lora.base_dtype),
+                "opt_state": optimizer.init(trainable),
                 "step": zero,
                 "skipped": zero,
             }
 
+        remat = check_remat(config.sharding)
         abstract = jax.eval_shape(fresh_state)
         state_shardings = layout.state_shardings(abstract)  # refuses shapes the mesh cannot divide
+        made = None if objective is None else objective(graphdef, rest, remat, adapted)
         step = make_train_step(
             graphdef,
             rest,
@@ -174,7 +207,9 @@ class TrainSetup:
             training.skip_nonfinite,
             micro_sharding=layout.micro_sharding(),
             grad_shardings=layout.grad_shardings(abstract),
-            remat=check_remat(config.sharding),
+            remat=remat,
+            dropout_seed=training.seed if adapted and config.lora.dropout else None,
+            objective=made,
         )
         return cls(
             config=config,
@@ -199,11 +234,16 @@ class TrainSetup:
             state_shardings=state_shardings,
             train_step=layout.jit_step(step, state_shardings),
             eval_step=jax.jit(
-                make_eval_step(graphdef, rest),
-                in_shardings=(state_shardings["params"], layout.batch_sharding),
+                make_eval_step(graphdef, rest, made),
+                in_shardings=(
+                    state_shardings["params"],
+                    state_shardings["frozen"],
+                    layout.batch_sharding,
+                ),
                 out_shardings=layout.replicated,
             ),
             make_state=fresh_state,
+            keeps_reference=keeps_reference,
         )
 
     # ------------------------------------------------------------------ state and model
@@ -217,8 +257,30 @@ class TrainSetup:
         return self.layout.replicate(jax.random.key_data(jax.random.fold_in(root_key, 2)))
 
     def model(self, params: Any) -> Any:
-        """The model with these parameters (shared, not copied)."""
+        """The model with these parameters (every parameter: see :meth:`full_params`)."""
         return nnx.merge(self.graphdef, params, self.rest)
+
+    def full_params(self, state: dict) -> Any:
+        """The model's parameters in ``state``: the trained ones and a LoRA run's frozen base
+        (a DPO reference beside a fully trained model is not part of it)."""
+        if not self.adapted:
+            return state["params"]
+        return nnx.merge_state(state["params"], state["frozen"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model_config.vocab_size)
+
+    @property
+    def adapted(self) -> bool:
+        """Whether only adapters train (``lora.rank > 0``) on a frozen base."""
+        return self.config.lora.rank > 0
+
+    @property
+    def checkpointed_abstract(self) -> dict:
+        """What a checkpoint holds: the state without the frozen base (read again from its
+        source on restore), so a LoRA run's checkpoints hold its adapters alone."""
+        return {k: v for k, v in self.abstract_state.items() if k != "frozen"}
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         """The global batch as abstract arrays, for lowering the step without data."""

@@ -1,6 +1,6 @@
 """The jitted training and evaluation steps.
 
-State is a plain pytree ``{"params", "opt_state", "step", "skipped"}``; the model's graph
+State is a plain pytree ``{"params", "frozen", "opt_state", "step", "skipped"}``; the graph
 definition is static. The step scans over micro-batches (gradient accumulation inside the
 step) and sums per-token losses, so the result is the mean over every unmasked token of the
 global batch whatever the number of micro-batches.
@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from theseus.core.adapters import dropout_key
 from theseus.core.model import STAT_PREFIX
 
 Batch = dict[str, jax.Array]
@@ -26,8 +27,39 @@ def token_losses(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, targets_BxT)
 
 
+def forward(
+    graphdef: nnx.GraphDef,
+    params: Any,
+    rest: Any,
+    batch: Batch,
+    remat: str = "none",
+    frozen: Any = None,
+    key: jax.Array | None = None,
+) -> tuple[jax.Array, dict]:
+    """``(logits_BxTxV, aux)`` of the model made of ``params`` and ``frozen`` on ``batch``;
+    dropout (in adapters) draws from ``key`` when one is given."""
+    # fresh variables for what is not differentiated: flax's scan wants every variable of
+    # the model created at the trace level the forward pass runs at
+    frozen, rest = jax.tree.map(lambda x: x, (frozen or nnx.State({}), rest))
+    model = nnx.merge(graphdef, params, frozen, rest)
+    if remat != "none":
+        from theseus.core.sharding.remat import checkpoint_blocks
+
+        checkpoint_blocks(model, remat)
+    with dropout_key(key):
+        return model.forward_with_aux(
+            batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
+        )
+
+
 def summed_loss(
-    graphdef: nnx.GraphDef, params: Any, rest: Any, batch: Batch, remat: str = "none"
+    graphdef: nnx.GraphDef,
+    params: Any,
+    rest: Any,
+    batch: Batch,
+    remat: str = "none",
+    frozen: Any = None,
+    key: jax.Array | None = None,
 ) -> tuple[jax.Array, Any]:
     """Sum of masked token losses (plus aux losses scaled by the token count), and
     ``(cross-entropy sum, token count, model metrics)``.
@@ -36,14 +68,7 @@ def summed_loss(
     named ``stat/...`` (router health and the like), which are only reported. Every entry is
     returned in the model metrics, to be logged as ``model/<name>``.
     """
-    model = nnx.merge(graphdef, params, rest)
-    if remat != "none":
-        from theseus.core.sharding.remat import checkpoint_blocks
-
-        checkpoint_blocks(model, remat)
-    logits, aux = model.forward_with_aux(
-        batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
-    )
+    logits, aux = forward(graphdef, params, rest, batch, remat, frozen, key)
     mask = batch["loss_mask"].astype(jnp.float32)
     ce_sum = jnp.sum(token_losses(logits, batch["targets"]) * mask)
     count = jnp.sum(mask)
@@ -51,6 +76,21 @@ def summed_loss(
     aux_total = sum(losses) if losses else jnp.zeros((), jnp.float32)
     model_metrics = {name: jnp.asarray(value, jnp.float32) for name, value in aux.items()}
     return ce_sum + aux_total * count, (ce_sum, count, model_metrics)
+
+
+#: ``objective(params, frozen, batch, key) -> (total, (loss sum, count, metrics))``: what a
+#: step differentiates (``total``) and reports (``loss sum / count``); metrics named
+#: ``train/...`` are logged as they are, others as ``model/<name>``.
+Objective = Callable[[Any, Any, Batch, Any], tuple[jax.Array, Any]]
+
+
+def cross_entropy(graphdef: nnx.GraphDef, rest: Any, remat: str = "none") -> Objective:
+    """Next-token cross entropy summed over the unmasked tokens (pretraining, SFT)."""
+
+    def objective(params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[jax.Array, Any]:
+        return summed_loss(graphdef, params, rest, batch, remat, frozen, key)
+
+    return objective
 
 
 def split_micro(batch: Batch, micro_steps: int) -> Batch:
@@ -68,33 +108,47 @@ def make_train_step(
     micro_sharding: Any = None,
     grad_shardings: Any = None,
     remat: str = "none",
+    dropout_seed: int | None = None,
+    objective: Objective | None = None,
 ) -> Callable[[dict, Batch], tuple[dict, dict]]:
     """``step(state, batch) -> (state, metrics)``, to be jitted with the state donated.
 
-    On a mesh, ``micro_sharding`` keeps each micro-batch split over the batch axes and
+    ``state["params"]`` are the trained parameters (every parameter, or only the adapters
+    of a LoRA run); ``state["frozen"]`` the others, passed through untouched. On a mesh,
+    ``micro_sharding`` keeps each micro-batch split over the batch axes and
     ``grad_shardings`` lays the summed gradients out like the optimizer state.
+    ``dropout_seed`` (when the model has dropout): each micro-batch draws from a key that is
+    a function of the seed, the step and the micro-batch, so a resumed run replays it.
     """
-    grad_fn = jax.grad(lambda p, b: summed_loss(graphdef, p, rest, b, remat), has_aux=True)
+
+    grad_fn = jax.grad(objective or cross_entropy(graphdef, rest, remat), has_aux=True)
+
+    root = None if dropout_seed is None else jax.random.fold_in(jax.random.key(dropout_seed), 3)
 
     def constrain(tree: Any, shardings: Any) -> Any:
         return tree if shardings is None else jax.lax.with_sharding_constraint(tree, shardings)
 
     def step(state: dict, batch: Batch) -> tuple[dict, dict]:
-        params = state["params"]
+        params, frozen = state["params"], state["frozen"]
+        step_key = None if root is None else jax.random.fold_in(root, state["step"])
 
-        def accumulate(carry: Any, micro: Batch) -> tuple[Any, None]:
+        def accumulate(carry: Any, micro: tuple[Batch, jax.Array]) -> tuple[Any, None]:
             grads_sum, ce_sum, count = carry
-            grads, (ce, n, model_metrics) = grad_fn(params, micro)
+            micro_batch, index = micro
+            key = None if step_key is None else jax.random.fold_in(step_key, index)
+            grads, (ce, n, model_metrics) = grad_fn(params, frozen, micro_batch, key)
             grads_sum = jax.tree.map(jnp.add, grads_sum, constrain(grads, grad_shardings))
             return (grads_sum, ce_sum + ce, count + n), model_metrics
 
         zero = jnp.zeros((), jnp.float32)
         init = (constrain(jax.tree.map(jnp.zeros_like, params), grad_shardings), zero, zero)
         if micro_steps == 1:
-            grads_sum, (ce_sum, count, model_metrics) = grad_fn(params, batch)
+            key = None if step_key is None else jax.random.fold_in(step_key, 0)
+            grads_sum, (ce_sum, count, model_metrics) = grad_fn(params, frozen, batch, key)
         else:
             micro = constrain(split_micro(batch, micro_steps), micro_sharding)
-            (grads_sum, ce_sum, count), per_micro = jax.lax.scan(accumulate, init, micro)
+            indices = jnp.arange(micro_steps, dtype=jnp.int32)
+            (grads_sum, ce_sum, count), per_micro = jax.lax.scan(accumulate, init, (micro, indices))
             model_metrics = jax.tree.map(lambda m: jnp.mean(m, axis=0), per_micro)
         grads_sum = constrain(grads_sum, grad_shardings)
         denominator = jnp.maximum(count, 1.0)
@@ -118,6 +172,7 @@ def make_train_step(
         }
         new_state = {
             "params": new_params,
+            "frozen": frozen,
             "opt_state": opt_state,
             "step": state["step"] + 1,
             "skipped": skipped,
@@ -128,12 +183,13 @@ def make_train_step(
 
 
 def make_eval_step(
-    graphdef: nnx.GraphDef, rest: Any
-) -> Callable[[Any, Batch], tuple[jax.Array, jax.Array]]:
-    """``eval_step(params, batch) -> (summed loss, token count)``."""
+    graphdef: nnx.GraphDef, rest: Any, objective: Objective | None = None
+) -> Callable[[Any, Any, Batch], tuple[jax.Array, jax.Array]]:
+    """``eval_step(params, frozen, batch) -> (summed loss, count)`` of the objective."""
+    objective = objective or cross_entropy(graphdef, rest)
 
-    def eval_step(params: Any, batch: Batch) -> tuple[jax.Array, jax.Array]:
-        _, (ce_sum, count, _) = summed_loss(graphdef, params, rest, batch)
-        return ce_sum, count
+    def eval_step(params: Any, frozen: Any, batch: Batch) -> tuple[jax.Array, jax.Array]:
+        _, (loss_sum, count, _) = objective(params, frozen, batch, None)
+        return loss_sum, count
 
     return eval_step

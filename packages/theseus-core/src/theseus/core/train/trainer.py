@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from theseus.core.data.loader import TrainingData
 from theseus.core.errors import JobError, PreemptedError, TheseusError
 from theseus.core.evaluate.training import run_training_evaluations
@@ -57,33 +58,37 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
     def initial_state(self) -> dict:
-        """Resume this run's latest checkpoint, else branch/init from elsewhere, else fresh."""
-        abstract, abstract_rng = self.setup.abstract_state, abstract_of(self.rng_data)
+        """Resume this run's latest checkpoint, else branch/init from elsewhere, else fresh.
+
+        Checkpoints hold everything but a LoRA run's frozen base, which is read again from
+        its source (:mod:`theseus.core.train.base`)."""
+        from theseus.core.train.base import frozen_base, initial_weights
+
+        root = self.context.root
+        abstract, abstract_rng = self.setup.checkpointed_abstract, abstract_of(self.rng_data)
         restored = self.checkpoints.restore_latest(abstract, abstract_rng)
         record = self.run.read_record()
         if restored is not None:
             step, state, self.rng_data, _ = restored
             self.restored_from = (step, self.checkpoints.directory / str(step))
             log.info("resumed %s from step %d", self.run.name, step)
-            return state
+            return {**state, "frozen": frozen_base(self.setup, root)}
         if int(record.get("checkpoint_step") or 0) > 0:  # never restart silently from 0
             from theseus.core.resume import check_checkpoints
 
             check_checkpoints(self.run, record)
         parent = record.get("parent")
         if parent:  # a branch continues the parent's state, step count included
-            return self._from_other_run(parent, abstract, abstract_rng)
+            state = self._from_other_run(parent, abstract, abstract_rng)
+            return {**state, "frozen": frozen_base(self.setup, root)}
         fresh = self.setup.init_state()
-        init = self.config.init
-        if init.checkpoint:  # weights only, a new optimizer and step 0
-            state = self._from_other_run(init.checkpoint, abstract, abstract_rng)
-            return {**fresh, "params": state["params"]}
-        if init.hf:  # Hugging Face weights, a new optimizer and step 0
-            from theseus.core.train.hf_init import params_from_hf
-
-            params = params_from_hf(self.setup.registries, init.hf, fresh["params"])
-            return {**fresh, "params": params}
-        return fresh
+        if self.setup.adapted:  # new adapters on the base from init.hf, init.checkpoint, seed
+            return {**fresh, "frozen": frozen_base(self.setup, root, fresh)}
+        # init.checkpoint or init.hf: their weights, a new optimizer and step 0
+        params = initial_weights(self.setup, root, fresh["params"])
+        if self.setup.keeps_reference:  # the reference: the same initial weights, apart
+            return {**fresh, "params": params, "frozen": jax.tree.map(jnp.copy, params)}
+        return {**fresh, "params": params}
 
     def _from_other_run(self, reference: str, abstract: Any, abstract_rng: Any) -> dict:
         from theseus.core.jobs import parse_reference
@@ -160,7 +165,7 @@ class Trainer:
                     done = step + 1
                     if self._due(done, self.config.eval.every):
                         tracker.flush()
-                        self.evaluate(state["params"], done, writer)
+                        self.evaluate(state, done, writer)
                     if self._due(done, self.config.checkpoint.every) or self.preempted:
                         tracker.flush()
                         self.save(done, state)
@@ -181,7 +186,7 @@ class Trainer:
                 "train/loss": tracker.last_loss,
                 "skipped": int(state["skipped"]),
             }
-            summary["val/loss"] = self.evaluate(state["params"], final, writer)
+            summary["val/loss"] = self.evaluate(state, final, writer)
             self.final_state = state
             self.hook.theseus_on_train_end(summary=summary, run=self.run)
             return summary
@@ -213,7 +218,8 @@ class Trainer:
             "data_position": step,
             "total_steps": self.total_steps,
         }
-        self.checkpoints.save(step, state, self.rng_data, meta)
+        saved = {k: v for k, v in state.items() if k != "frozen"}  # the base is read again
+        self.checkpoints.save(step, saved, self.rng_data, meta)
         self._record_checkpoint_step()
         self.hook.theseus_on_checkpoint(step=step, run=self.run)
 
@@ -226,18 +232,20 @@ class Trainer:
             if committed[-1] != recorded:
                 self.run.update_record(checkpoint_step=committed[-1])
 
-    def evaluate(self, params: Any, step: int, writer: MetricsWriter) -> float:
+    def evaluate(self, state: dict, step: int, writer: MetricsWriter) -> float:
         """Validation loss and ``eval.tasks`` at ``step``, recorded; returns the loss."""
-        loss = self.validation_loss(params)
+        loss = self.validation_loss(state)
         writer.write({"step": step, "val/loss": loss})
+        params = self.setup.full_params(state)
         results = run_training_evaluations(self, params, step, writer)
         self.hook.theseus_on_eval(step=step, results={"val/loss": loss, **results}, run=self.run)
         return loss
 
-    def validation_loss(self, params: Any) -> float:
+    def validation_loss(self, state: dict) -> float:
         total, count = 0.0, 0.0
         for batch in self.data.validation_batches(self.config.eval.batches):
-            loss_sum, n = self.setup.eval_step(params, self.setup.layout.place_batch(batch))
+            placed = self.setup.layout.place_batch(batch)
+            loss_sum, n = self.setup.eval_step(state["params"], state["frozen"], placed)
             total += float(loss_sum)
             count += float(n)
         return total / max(count, 1.0)
@@ -329,8 +337,8 @@ class _Tracker:
             record["perf/mfu"] = (
                 self.trainer.setup.flops_per_token * tokens_per_sec / self.peak_flops
             )
-        for name, value in metrics["model"].items():
-            record[f"model/{name}"] = float(value)
+        for name, value in metrics["model"].items():  # an objective's own: train/...
+            record[name if name.startswith("train/") else f"model/{name}"] = float(value)
         if self.trainer.config.training.skip_nonfinite:
             record["train/skipped"] = int(metrics["skipped"])
         for extra in self.trainer.hook.theseus_on_step_end(

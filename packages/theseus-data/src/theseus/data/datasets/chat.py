@@ -51,17 +51,28 @@ class AdditionConfig:
     seed: int = option(0, "generator seed (same seed, same examples)")
 
 
+def addition_problems(seed: int, max_digits: int, count: int) -> Iterator[tuple[int, int]]:
+    """The operands of the addition problems, drawn from ``seed`` (shared by the chat
+    set and the preference set built on it)."""
+    rng = random.Random(seed)
+    top = 10**max_digits
+    for _ in range(count):
+        yield rng.randrange(top), rng.randrange(top)
+
+
+def addition_question(a: int, b: int) -> str:
+    return f"What is {a}+{b}?"
+
+
 class Addition(Dataset):
     """``"What is 12+345?"`` -> ``"357"``, generated from a seed."""
 
     kind = "chat"
 
     def records(self) -> Iterator[list[Message]]:
-        rng = random.Random(self.config.seed)
-        top = 10**self.config.max_digits
-        for _ in range(self.config.num_examples):
-            a, b = rng.randrange(top), rng.randrange(top)
+        config = self.config
+        for a, b in addition_problems(config.seed, config.max_digits, config.num_examples):
             yield [
-                {"role": "user", "content": f"What is {a}+{b}?"},
+                {"role": "user", "content": addition_question(a, b)},
                 {"role": "assistant", "content": str(a + b)},
             ]

@@ -8,7 +8,13 @@ from typing import Any
 
 import numpy as np
 from theseus.core.data import format as fmt
-from theseus.data.tokenize.units import read_unit, unit_lengths, unit_path
+from theseus.data.tokenize.units import (
+    read_unit,
+    unit_group,
+    unit_has_mask,
+    unit_lengths,
+    unit_path,
+)
 
 _MASK64 = (1 << 64) - 1
 
@@ -28,11 +34,20 @@ def validation_documents(count: int, fraction: float) -> np.ndarray:
 
 
 class ShardWriter:
-    """Appends documents to ``<split>-NNNNN.bin`` files, cutting at document boundaries."""
+    """Appends documents to ``<split>-NNNNN.bin`` files, cutting at document boundaries
+    (at record boundaries when a record is ``group`` documents: a preference pair)."""
 
-    def __init__(self, out: Path, split: str, dtype: np.dtype, shard_tokens: int, mask: bool):
+    def __init__(
+        self,
+        out: Path,
+        split: str,
+        dtype: np.dtype,
+        shard_tokens: int,
+        mask: bool,
+        group: int = 1,
+    ):
         self.out, self.split, self.dtype = out, split, dtype
-        self.shard_tokens, self.with_mask = shard_tokens, mask
+        self.shard_tokens, self.with_mask, self.group = shard_tokens, mask, group
         self.stems: list[str] = []
         self.documents = 0
         self.tokens = 0
@@ -57,7 +72,7 @@ class ShardWriter:
         self._size += len(tokens)
         self.documents += 1
         self.tokens += len(tokens)
-        if self._size >= self.shard_tokens:
+        if self._size >= self.shard_tokens and self.documents % self.group == 0:
             self.close()
 
     def close(self) -> None:
@@ -87,7 +102,14 @@ def assemble(
     max_tokens: int = 0,
 ) -> dict[str, Any]:
     """Write the shards from units 0..num_units-1 (the first documents reaching
-    ``max_tokens`` when set); return the splits and the totals."""
+    ``max_tokens`` when set); return the splits and the totals.
+
+    The split is drawn per record: the documents of one record (the chosen and rejected
+    documents of a preference pair) go to the same split, one after the other, and
+    ``max_tokens`` keeps whole records."""
+    first = unit_path(work_dir, 0)
+    group = unit_group(first) if num_units else 1
+    with_mask = with_mask or (num_units > 0 and unit_has_mask(first))  # chat or preference
     lengths, sizes = [], []
     for index in range(num_units):
         unit_tokens, unit_sizes = unit_lengths(unit_path(work_dir, index))
@@ -98,9 +120,10 @@ def assemble(
     if max_tokens:
         reached = np.flatnonzero(np.cumsum(all_lengths) >= max_tokens)
         documents = int(reached[0]) + 1 if len(reached) else documents
-    chosen = validation_documents(documents, fraction)
+        documents = -(-documents // group) * group  # whole records
+    chosen = np.repeat(validation_documents(documents // group, fraction), group)
     writers = {
-        split: ShardWriter(out, split, np.dtype(dtype), shard_tokens, with_mask)
+        split: ShardWriter(out, split, np.dtype(dtype), shard_tokens, with_mask, group)
         for split in fmt.SPLITS
     }
     document = 0

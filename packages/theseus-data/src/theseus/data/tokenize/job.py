@@ -105,7 +105,7 @@ class TokenizeJob(Job):
         """Assemble the shards from the units, then write ``metadata.json`` (last)."""
         described = tokenizer.describe()
         dtype = fmt.token_dtype(described["vocab_size"])
-        chat = dataset.kind == "chat"
+        chat = dataset.kind in ("chat", "preference")
         data = self.config.data
         written = assemble(
             work,

@@ -53,7 +53,16 @@ def plan_units(records: Iterator[Any], unit_bytes: int) -> Iterator[Unit]:
 def record_bytes(record: Any) -> int:
     if isinstance(record, str):
         return len(record)
+    if isinstance(record, dict):  # a preference pair
+        from theseus.data.datasets.preference import record_text_bytes
+
+        return record_text_bytes(record)
     return sum(len(m["content"]) for m in record)
+
+
+def documents_per_record(kind: str) -> int:
+    """A preference record makes two documents (chosen, rejected); others one."""
+    return 2 if kind == "preference" else 1
 
 
 PARTIAL_SUFFIX = ".partial"
@@ -97,21 +106,30 @@ def encode_unit(
 ) -> tuple[int, int, int, int]:
     """Tokenize one unit and write it; returns (index, documents, tokens, worker pid)."""
     tokens, lengths, mask = encode_records(_TOKENIZER, kind, records)
-    sizes = np.array([record_bytes(r) for r in records], np.int64)
-    write_unit(unit_path(Path(work_dir), index), tokens, lengths, sizes, mask, digest)
+    group = documents_per_record(kind)
+    sizes = np.zeros(len(records) * group, np.int64)  # text per document: a pair's on its first
+    sizes[::group] = [record_bytes(r) for r in records]
+    write_unit(unit_path(Path(work_dir), index), tokens, lengths, sizes, mask, digest, group)
     return index, len(lengths), len(tokens), os.getpid()
 
 
 def encode_records(
     tokenizer: Any, kind: str, records: list[Any]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Concatenated ids (each document ends with EOS), per-document lengths, loss mask."""
-    if kind == "chat":
+    """Concatenated ids (each document ends with EOS), per-document lengths, loss mask.
+
+    A preference record is two chat documents, one after the other: its prompt with the
+    chosen answer, then the same prompt with the rejected one (:func:`encode_pairs`)."""
+    if kind in ("chat", "preference"):
         from theseus.data.chat_template import encode_chats
 
-        pairs = encode_chats(tokenizer, records)
-        ids = [p[0] for p in pairs]
-        masks = [p[1] for p in pairs]
+        encoded = (
+            encode_pairs(tokenizer, records)
+            if kind == "preference"
+            else encode_chats(tokenizer, records)
+        )
+        ids = [e[0] for e in encoded]
+        masks = [e[1] for e in encoded]
         mask = np.array(list(chain.from_iterable(masks)), np.uint8)
     else:
         ids = [row + [tokenizer.eos_id] for row in tokenizer.encode_batch(records)]
@@ -121,6 +139,34 @@ def encode_records(
     return tokens, lengths, mask
 
 
+def encode_pairs(tokenizer: Any, records: list[Any]) -> list[tuple[Any, Any]]:
+    """``(ids, loss_mask)`` of prompt + chosen, then prompt + rejected, for each record.
+
+    The loss mask covers the chosen (rejected) assistant turns only: assistant turns of a
+    multi-turn prompt are shared context, so the tokens the prompt renders to are unmasked.
+    """
+    from theseus.data.chat_template import encode_chats
+    from theseus.data.datasets.preference import normalize
+
+    pairs = [normalize(record) for record in records]
+    chats = [p["prompt"] + p[answer] for p in pairs for answer in ("chosen", "rejected")]
+    encoded = encode_chats(tokenizer, chats)
+    history = [i for i, p in enumerate(pairs) if any(m["role"] == "assistant" for m in p["prompt"])]
+    if history:
+        prompts = encode_chats(tokenizer, [pairs[i]["prompt"] for i in history])
+        for i, (prompt_ids, _) in zip(history, prompts, strict=True):
+            for ids, mask in encoded[2 * i : 2 * i + 2]:
+                shared = _common_prefix(prompt_ids, ids)
+                mask[:shared] = [0] * shared
+    return encoded
+
+
+def _common_prefix(a: Any, b: Any) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(differ[0]) if len(differ) else n
+
+
 def write_unit(
     path: Path,
     tokens: np.ndarray,
@@ -128,10 +174,14 @@ def write_unit(
     sizes: np.ndarray,
     mask: np.ndarray | None,
     digest: str,
+    group: int = 1,
 ) -> None:
-    """Write a unit aside, then rename it into place (a unit file is always complete)."""
+    """Write a unit aside, then rename it into place (a unit file is always complete).
+    ``group``: documents per record (2 for preference pairs), kept together downstream."""
     tmp = path.with_name(path.name + PARTIAL_SUFFIX)
     arrays = {"tokens": tokens, "lengths": lengths, "sizes": sizes, "digest": np.array(digest)}
+    if group != 1:
+        arrays["group"] = np.array(group, np.int64)
     if mask is not None:
         arrays["mask"] = mask
     with open(tmp, "wb") as handle:
@@ -177,6 +227,17 @@ class Prefix:
             if total >= max_tokens:
                 return index + 1
         return self.units
+
+
+def unit_group(path: Path) -> int:
+    """Documents per record in a finished unit (2 for preference pairs, else 1)."""
+    with np.load(path) as data:
+        return int(data["group"]) if "group" in data.files else 1
+
+
+def unit_has_mask(path: Path) -> bool:
+    with np.load(path) as data:
+        return "mask" in data.files
 
 
 def read_unit(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

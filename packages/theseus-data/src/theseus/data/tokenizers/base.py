@@ -32,6 +32,8 @@ class Tokenizer:
     vocab_size: int
     eos_id: int
     pad_id: int
+    # A Hugging Face jinja chat template chat data renders with (None: the built-in one).
+    chat_template: str | None = None
 
     # ------------------------------------------------------------------ building
     @classmethod

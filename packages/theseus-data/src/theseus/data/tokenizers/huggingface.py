@@ -1,7 +1,14 @@
-"""Tokenizers backed by Hugging Face ``tokenizers``: ``hf`` (a tokenizer.json) and ``bpe``."""
+"""Tokenizers backed by Hugging Face ``tokenizers``: ``hf`` (a tokenizer.json) and ``bpe``.
+
+An ``hf`` tokenizer read from a folder also takes the folder's chat template
+(``chat_template.jinja``, else ``chat_template`` in ``tokenizer_config.json``) and the special
+tokens the template may use (``bos_token``, ``eos_token``, ...); it saves both with itself, so
+the tokenize workers and later jobs render chats the same way (``theseus.data.chat_template``).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -11,6 +18,7 @@ from typing import Any
 from theseus.core.components import option
 from theseus.data.errors import TokenizerError
 from theseus.data.tokenizers.base import (
+    CONFIG_FILE,
     EOS,
     PAD,
     SPECIAL_TOKENS,
@@ -23,6 +31,18 @@ from theseus.data.tokenizers.base import (
 log = logging.getLogger(__name__)
 EOS_CANDIDATES = (EOS, "</s>", "<|end_of_text|>", "<eos>", "<|im_end|>")
 PAD_CANDIDATES = (PAD, "<pad>", "[PAD]")
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+LEGACY_SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+# The special tokens transformers hands a chat template as variables.
+TEMPLATE_TOKENS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 
 
 @dataclass
@@ -41,11 +61,22 @@ class BPEConfig:
 class HFTokenizer(Tokenizer):
     kind = "hf"
 
-    def __init__(self, json_text: str, eos_token: str = "") -> None:
+    def __init__(
+        self,
+        json_text: str,
+        eos_token: str = "",
+        chat_template: str | None = None,
+        chat_tokens: dict[str, str] | None = None,
+    ) -> None:
         from tokenizers import Tokenizer as RustTokenizer
 
         self.json_text = json_text
         self.tk = RustTokenizer.from_str(json_text)
+        self.chat_template = chat_template or None
+        self.chat_tokens = dict(chat_tokens or {})
+        self.special_ids = frozenset(
+            i for i, token in self.tk.get_added_tokens_decoder().items() if token.special
+        )
         self.vocab_size = self.tk.get_vocab_size(with_added_tokens=True)
         eos = self._find([eos_token] if eos_token else list(EOS_CANDIDATES))
         if eos is None:
@@ -65,7 +96,15 @@ class HFTokenizer(Tokenizer):
         if path.is_dir():
             path = path / "tokenizer.json"
         if path.is_file():
-            return cls(path.read_text(), config.eos_token)
+            template, tokens = read_chat_template(path.parent)
+            if template:
+                digest = sha256_text(template)[:12]
+                log.info(
+                    "%s has a chat template (%s): chat data renders with it", path.parent, digest
+                )
+            else:
+                log.info("%s has no chat template: chat data uses the built-in one", path.parent)
+            return cls(path.read_text(), config.eos_token, template, tokens)
         if "/" in config.path and not config.path.startswith((".", "/")):
             return cls(_from_hub(config.path), config.eos_token)
         raise TokenizerError(f"tokenizer.path {config.path!r}: no such tokenizer.json file")
@@ -75,15 +114,30 @@ class HFTokenizer(Tokenizer):
         from theseus.data.tokenizers.base import read_config
 
         saved = read_config(directory)
-        return cls((Path(directory) / "tokenizer.json").read_text(), saved.get("eos_token", ""))
+        return cls(
+            (Path(directory) / "tokenizer.json").read_text(),
+            saved.get("eos_token", ""),
+            saved.get("chat_template"),
+            saved.get("chat_tokens"),
+        )
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "tokenizer.json").write_text(self.json_text)
-        write_config(directory, {"kind": self.kind, "eos_token": self.eos_token})
+        config: dict[str, Any] = {"kind": self.kind, "eos_token": self.eos_token}
+        if self.chat_template:
+            config.update(chat_template=self.chat_template, chat_tokens=self.chat_tokens)
+        write_config(directory, config)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.tk.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_with_offsets(
+        self, texts: Sequence[str]
+    ) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Ids and each token's (start, end) character offsets (for chat loss masks)."""
+        encoded = self.tk.encode_batch(list(texts), add_special_tokens=False)
+        return [(e.ids, e.offsets) for e in encoded]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tk.decode([int(i) for i in ids], skip_special_tokens=False)
@@ -93,6 +147,59 @@ class HFTokenizer(Tokenizer):
 
     def fingerprint(self) -> str:
         return sha256_text(self.json_text)
+
+    def describe(self) -> dict[str, Any]:
+        """Adds ``chat_template``: ``"builtin"`` or the sha256 of the folder's template."""
+        from theseus.data.chat_template import template_id
+
+        return {**super().describe(), "chat_template": template_id(self)}
+
+
+def read_chat_template(folder: Path) -> tuple[str | None, dict[str, str]]:
+    """The chat template of a Hugging Face tokenizer folder (None without one) and the special
+    tokens it sees, read as transformers reads them; a theseus-saved folder gives its own."""
+    config = _read_json(folder / CONFIG_FILE)
+    if isinstance(config.get("kind"), str):  # saved by theseus (a dataset's tokenizer/)
+        return config.get("chat_template") or None, dict(config.get("chat_tokens") or {})
+    template = config.get("chat_template")
+    if (folder / CHAT_TEMPLATE_FILE).is_file():
+        template = (folder / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    elif isinstance(template, list):  # named templates: [{name, template}, ...]
+        template = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+    if isinstance(template, dict):
+        if "default" not in template:
+            raise TokenizerError(
+                f"{folder / CONFIG_FILE} has named chat templates {sorted(map(str, template))} "
+                "but none named 'default'"
+            )
+        template = template["default"]
+    if template is not None and not isinstance(template, str):
+        raise TokenizerError(f"{folder / CONFIG_FILE}: chat_template is not a string")
+    values = dict(config)
+    legacy = folder / LEGACY_SPECIAL_TOKENS_FILE
+    if "added_tokens_decoder" not in config and legacy.is_file():
+        values.update(_read_json(legacy))  # older folders: transformers lets it override
+    tokens = {}
+    for key in TEMPLATE_TOKENS:
+        value = values.get(key)
+        if isinstance(value, dict):  # a serialized AddedToken
+            value = value.get("content")
+        if isinstance(value, str):
+            tokens[key] = value
+    extra = config.get("extra_special_tokens")
+    if isinstance(extra, dict):  # model-specific named tokens (image_token, ...)
+        tokens.update({k: v for k, v in extra.items() if isinstance(v, str)})
+    return template or None, tokens
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise TokenizerError(f"{path} is not valid JSON: {error}") from error
+    return data if isinstance(data, dict) else {}
 
 
 def _from_hub(name: str) -> str:
