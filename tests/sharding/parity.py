@@ -1,7 +1,7 @@
 """Sharded vs single-device runs of a tiny GPT, in a process with 8 simulated CPU devices.
 
-``python -m tests.sharding.parity [STRATEGY:data,fsdp,tensor ...]`` prints one JSON object per
-scenario: the largest relative differences (max |x - x_ref| / max |x_ref|, per array) of the
+``python -m tests.sharding.parity [[dpo@]STRATEGY:data,fsdp,tensor ...]`` prints one JSON
+object per scenario (``dpo@``: the DPO objective against a frozen reference, rows paired): the largest relative differences (max |x - x_ref| / max |x_ref|, per array) of the
 loss, the gradients and the parameters after 3 SGD-with-momentum steps, the partition specs
 of parameters and optimizer state, and per-device bytes. The reference is the same code on
 a one-device mesh, so only the layout differs.
@@ -27,7 +27,9 @@ import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 from theseus.core.sharding.config import ShardingConfig  # noqa: E402
 from theseus.core.sharding.placement import Layout, path_name, per_device_bytes  # noqa: E402
-from theseus.core.train.step import make_train_step, summed_loss  # noqa: E402
+from theseus.core.train.dpo import preference_objective  # noqa: E402
+from theseus.core.train.preference_config import PreferenceConfig  # noqa: E402
+from theseus.core.train.step import cross_entropy, make_train_step  # noqa: E402
 from theseus.models.gpt.config import GPTConfig  # noqa: E402
 from theseus.models.gpt.model import GPT  # noqa: E402
 
@@ -61,18 +63,22 @@ def batch_of(seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def run(layout: Layout, remat: str = "none") -> dict[str, Any]:
+def run(layout: Layout, remat: str = "none", dpo: bool = False) -> dict[str, Any]:
     def build() -> Any:
         return GPT(MODEL, rngs=nnx.Rngs(params=jax.random.key(0)))
 
     graphdef, _, rest = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
     optimizer = optax.sgd(0.5, momentum=0.9)
+    objective = cross_entropy(graphdef, rest, remat)
+    if dpo:  # rows 2p, 2p + 1 are a pair; the reference is a frozen copy of the start
+        objective = preference_objective(PreferenceConfig())(graphdef, rest, remat, False)
 
     def fresh() -> dict:
         _, params, _ = nnx.split(build(), nnx.Param, ...)
         zero = jnp.zeros((), jnp.int32)
         return {
             "params": params,
+            "frozen": jax.tree.map(jnp.copy, params) if dpo else nnx.State({}),
             "opt_state": optimizer.init(params),
             "step": zero,
             "skipped": zero,
@@ -81,12 +87,12 @@ def run(layout: Layout, remat: str = "none") -> dict[str, Any]:
     state = layout.init_state(fresh)
     shardings = layout.state_shardings(state)
     grad_fn = jax.jit(
-        jax.grad(lambda p, b: summed_loss(graphdef, p, rest, b, remat), has_aux=True),
-        in_shardings=(shardings["params"], layout.batch_sharding),
+        jax.grad(lambda p, f, b: objective(p, f, b, None), has_aux=True),
+        in_shardings=(shardings["params"], shardings["frozen"], layout.batch_sharding),
         out_shardings=(layout.grad_shardings(state), layout.replicated),
     )
     first = layout.place_batch(batch_of(0))
-    grads, (ce, count, _) = grad_fn(state["params"], first)
+    grads, (ce, count, _) = grad_fn(state["params"], state["frozen"], first)
     out = {
         "loss0": float(ce / count),
         "grads": to_flat(jax.tree.map(lambda g: g / count, grads)),
@@ -108,6 +114,7 @@ def run(layout: Layout, remat: str = "none") -> dict[str, Any]:
             micro_sharding=layout.micro_sharding(),
             grad_shardings=layout.grad_shardings(state),
             remat=remat,
+            objective=objective,
         ),
         shardings,
     )
@@ -155,8 +162,8 @@ def scalar_rel(a: list[float], b: list[float]) -> float:
 
 
 def config_of(text: str) -> tuple[ShardingConfig, str]:
-    """``strategy:data,fsdp,tensor[:remat]``."""
-    strategy, sizes, *rest = text.split(":")
+    """``[dpo@]strategy:data,fsdp,tensor[:remat]``."""
+    strategy, sizes, *rest = text.removeprefix("dpo@").split(":")
     data, fsdp, tensor = (int(s) for s in sizes.split(","))
     remat = rest[0] if rest else "none"
     return ShardingConfig(
@@ -165,10 +172,15 @@ def config_of(text: str) -> tuple[ShardingConfig, str]:
 
 
 def main(scenarios: list[str]) -> None:
-    reference = run(Layout(ShardingConfig(), jax.devices()[:1]))
+    one_device = Layout(ShardingConfig(), jax.devices()[:1])
+    references = {False: run(one_device), True: None}
     for text in scenarios:
         config, remat = config_of(text)
-        got = run(Layout(config), remat)
+        dpo = text.startswith("dpo@")
+        if references[dpo] is None:
+            references[dpo] = run(one_device, dpo=True)
+        reference = references[dpo]
+        got = run(Layout(config), remat, dpo)
         print(
             json.dumps(
                 {

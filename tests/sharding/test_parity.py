@@ -17,6 +17,7 @@ from tests.sharding.conftest import json_lines, run_module
 
 SCENARIOS = ["dp:8,1,1", "zero1:8,1,1", "fsdp:1,8,1", "tp:4,1,2", "tp:2,1,4", "fsdp+tp:2,2,2"]
 REMAT = ["fsdp:1,8,1:block", "fsdp:1,8,1:full"]
+DPO = ["dpo@zero1:8,1,1", "dpo@fsdp:1,8,1", "dpo@fsdp+tp:2,2,2"]
 TOLERANCE = 1e-5
 
 F, T, D = "fsdp", "tensor", "data"
@@ -64,7 +65,7 @@ EXPECTED["tp:2,1,4"] = EXPECTED["tp:4,1,2"]
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict]:
-    done = run_module("tests.sharding.parity", *SCENARIOS, *REMAT)
+    done = run_module("tests.sharding.parity", *SCENARIOS, *REMAT, *DPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return {r["scenario"]: r for r in json_lines(done.stdout)}
 
@@ -122,3 +123,14 @@ def test_activation_checkpointing_keeps_gradients(results, scenario):
     """Rematerialised blocks recompute the same forward: the same gradients (fsdp 8)."""
     r = results[scenario]
     assert max(r["loss"], r["grads"], r["params"]) < TOLERANCE, r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", DPO)
+def test_preference_training_matches_one_device(results, scenario):
+    """DPO's loss is a mean over pairs of log-sigmoids of sequence log-prob differences: the
+    same float32 sums reordered, so the same tolerance holds."""
+    r = results[scenario]
+    assert r["loss"] < TOLERANCE, r["loss"]
+    assert r["grads"] < TOLERANCE, r["grads"]
+    assert r["params"] < TOLERANCE, r["params"]

@@ -38,9 +38,9 @@ def forward(
 ) -> tuple[jax.Array, dict]:
     """``(logits_BxTxV, aux)`` of the model made of ``params`` and ``frozen`` on ``batch``;
     dropout (in adapters) draws from ``key`` when one is given."""
-    # fresh variables for what is not differentiated: flax's scan wants every variable of
-    # the model created at the trace level the forward pass runs at
-    frozen, rest = jax.tree.map(lambda x: x, (frozen or nnx.State({}), rest))
+    # fresh variables (same values): flax's scan wants every variable of the model created
+    # at the trace level the forward pass runs at, and frozen weights come from outside it
+    params, frozen, rest = jax.tree.map(lambda x: x, (params, frozen or nnx.State({}), rest))
     model = nnx.merge(graphdef, params, frozen, rest)
     if remat != "none":
         from theseus.core.sharding.remat import checkpoint_blocks
@@ -129,7 +129,7 @@ def make_train_step(
         return tree if shardings is None else jax.lax.with_sharding_constraint(tree, shardings)
 
     def step(state: dict, batch: Batch) -> tuple[dict, dict]:
-        params, frozen = state["params"], state["frozen"]
+        params, frozen = state["params"], state.get("frozen")
         step_key = None if root is None else jax.random.fold_in(root, state["step"])
 
         def accumulate(carry: Any, micro: tuple[Batch, jax.Array]) -> tuple[Any, None]:
@@ -172,11 +172,12 @@ def make_train_step(
         }
         new_state = {
             "params": new_params,
-            "frozen": frozen,
             "opt_state": opt_state,
             "step": state["step"] + 1,
             "skipped": skipped,
         }
+        if "frozen" in state:
+            new_state["frozen"] = frozen
         return new_state, metrics
 
     return step
