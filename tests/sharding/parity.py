@@ -1,7 +1,8 @@
 """Sharded vs single-device runs of a tiny GPT, in a process with 8 simulated CPU devices.
 
-``python -m tests.sharding.parity [[dpo@]STRATEGY:data,fsdp,tensor ...]`` prints one JSON
-object per scenario (``dpo@``: the DPO objective against a frozen reference, rows paired): the largest relative differences (max |x - x_ref| / max |x_ref|, per array) of the
+``python -m tests.sharding.parity [[dpo@|lora@]STRATEGY:data,fsdp,tensor ...]`` prints one
+JSON object per scenario (``dpo@``: the DPO objective against a frozen reference, rows
+paired; ``lora@``: adapters trained on a frozen base): the largest relative differences (max |x - x_ref| / max |x_ref|, per array) of the
 loss, the gradients and the parameters after 3 SGD-with-momentum steps, the partition specs
 of parameters and optimizer state, and per-device bytes. The reference is the same code on
 a one-device mesh, so only the layout differs.
@@ -25,6 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import nnx  # noqa: E402
+from theseus.core.adapters import split_trainable  # noqa: E402
 from theseus.core.sharding.config import ShardingConfig  # noqa: E402
 from theseus.core.sharding.placement import Layout, path_name, per_device_bytes  # noqa: E402
 from theseus.core.train.dpo import preference_objective  # noqa: E402
@@ -63,11 +65,26 @@ def batch_of(seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def run(layout: Layout, remat: str = "none", dpo: bool = False) -> dict[str, Any]:
+def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = False) -> dict:
+    model_class = GPT
+    if lora:  # adapters on every projection; only they train, the base rides along frozen
+        from theseus.core.train.configs import LoRAConfig
+        from theseus.models.layers.lora import adapted_class
+
+        model_class = adapted_class(GPT, LoRAConfig(rank=4, alpha=8.0))
+
     def build() -> Any:
-        return GPT(MODEL, rngs=nnx.Rngs(params=jax.random.key(0)))
+        model = model_class(MODEL, rngs=nnx.Rngs(params=jax.random.key(0)))
+        if lora:  # B away from zero, so that A's gradients are not all zero either
+            for _, module in nnx.iter_graph(model):
+                if hasattr(module, "lora_b"):
+                    b = module.lora_b[...]
+                    module.lora_b[...] = 0.02 * jnp.cos(jnp.arange(b.size).reshape(b.shape))
+        return model
 
     graphdef, _, rest = nnx.split(nnx.eval_shape(build), nnx.Param, ...)
+    if jax.tree.leaves(rest):  # adapters' layer indices
+        rest = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[2])()
     optimizer = optax.sgd(0.5, momentum=0.9)
     objective = cross_entropy(graphdef, rest, remat)
     if dpo:  # rows 2p, 2p + 1 are a pair; the reference is a frozen copy of the start
@@ -75,10 +92,11 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False) -> dict[str, Any
 
     def fresh() -> dict:
         _, params, _ = nnx.split(build(), nnx.Param, ...)
+        params, frozen = split_trainable(params, lora)
         zero = jnp.zeros((), jnp.int32)
         return {
             "params": params,
-            "frozen": jax.tree.map(jnp.copy, params) if dpo else nnx.State({}),
+            "frozen": jax.tree.map(jnp.copy, params) if dpo else frozen,
             "opt_state": optimizer.init(params),
             "step": zero,
             "skipped": zero,
@@ -163,7 +181,7 @@ def scalar_rel(a: list[float], b: list[float]) -> float:
 
 def config_of(text: str) -> tuple[ShardingConfig, str]:
     """``[dpo@]strategy:data,fsdp,tensor[:remat]``."""
-    strategy, sizes, *rest = text.removeprefix("dpo@").split(":")
+    strategy, sizes, *rest = text.removeprefix("dpo@").removeprefix("lora@").split(":")
     data, fsdp, tensor = (int(s) for s in sizes.split(","))
     remat = rest[0] if rest else "none"
     return ShardingConfig(
@@ -173,14 +191,15 @@ def config_of(text: str) -> tuple[ShardingConfig, str]:
 
 def main(scenarios: list[str]) -> None:
     one_device = Layout(ShardingConfig(), jax.devices()[:1])
-    references = {False: run(one_device), True: None}
+    references: dict[str, Any] = {}
     for text in scenarios:
         config, remat = config_of(text)
-        dpo = text.startswith("dpo@")
-        if references[dpo] is None:
-            references[dpo] = run(one_device, dpo=True)
-        reference = references[dpo]
-        got = run(Layout(config), remat, dpo)
+        kind = text.split("@")[0] if "@" in text else ""
+        flags = {"dpo": kind == "dpo", "lora": kind == "lora"}
+        if kind not in references:
+            references[kind] = run(one_device, **flags)
+        reference = references[kind]
+        got = run(Layout(config), remat, **flags)
         print(
             json.dumps(
                 {

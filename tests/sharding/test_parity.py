@@ -18,6 +18,7 @@ from tests.sharding.conftest import json_lines, run_module
 SCENARIOS = ["dp:8,1,1", "zero1:8,1,1", "fsdp:1,8,1", "tp:4,1,2", "tp:2,1,4", "fsdp+tp:2,2,2"]
 REMAT = ["fsdp:1,8,1:block", "fsdp:1,8,1:full"]
 DPO = ["dpo@zero1:8,1,1", "dpo@fsdp:1,8,1", "dpo@fsdp+tp:2,2,2"]
+LORA = ["lora@fsdp:1,8,1", "lora@fsdp+tp:2,2,2"]
 TOLERANCE = 1e-5
 
 F, T, D = "fsdp", "tensor", "data"
@@ -65,7 +66,7 @@ EXPECTED["tp:2,1,4"] = EXPECTED["tp:4,1,2"]
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict]:
-    done = run_module("tests.sharding.parity", *SCENARIOS, *REMAT, *DPO)
+    done = run_module("tests.sharding.parity", *SCENARIOS, *REMAT, *DPO, *LORA)
     assert done.returncode == 0, done.stderr[-3000:]
     return {r["scenario"]: r for r in json_lines(done.stdout)}
 
@@ -126,10 +127,11 @@ def test_activation_checkpointing_keeps_gradients(results, scenario):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", DPO)
-def test_preference_training_matches_one_device(results, scenario):
-    """DPO's loss is a mean over pairs of log-sigmoids of sequence log-prob differences: the
-    same float32 sums reordered, so the same tolerance holds."""
+@pytest.mark.parametrize("scenario", DPO + LORA)
+def test_preference_and_adapter_training_match_one_device(results, scenario):
+    """DPO's loss is a mean over pairs of log-sigmoids of sequence log-prob differences, and
+    LoRA adds two small matmuls per projection: the same float32 sums reordered, so the same
+    tolerance holds."""
     r = results[scenario]
     assert r["loss"] < TOLERANCE, r["loss"]
     assert r["grads"] < TOLERANCE, r["grads"]

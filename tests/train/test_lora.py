@@ -155,3 +155,29 @@ def test_an_unknown_target_is_one_line(shared_root):
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("error: lora.targets: 'qq_proj' names no linear layer of ")
     assert "q_proj" in line and "mlp" in line
+
+
+def test_a_bfloat16_base_halves_the_frozen_bytes_and_adapters_stay_float32(shared_root, base_run):
+    from theseus.core.plugins import registries
+    from theseus.core.runner import prepare
+    from theseus.core.train.setup import TrainSetup
+
+    def setup(*extra: str) -> TrainSetup:
+        overrides = [*TINY, "lora.rank=4", *extra]
+        config = prepare(
+            "llama/train/pretrain", overrides, root=shared_root, name="lora-dtype"
+        ).typed_config()
+        return TrainSetup.build(config, registries(), 384)
+
+    wide, narrow = setup(), setup("lora.base_dtype=bfloat16")
+
+    def nbytes(tree) -> int:
+        return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+    assert nbytes(narrow.abstract_state["frozen"]) * 2 == nbytes(wide.abstract_state["frozen"])
+    assert {str(x.dtype) for x in jax.tree.leaves(narrow.abstract_state["frozen"])} == {"bfloat16"}
+    assert {str(x.dtype) for x in jax.tree.leaves(narrow.abstract_state["params"])} == {"float32"}
+    args = [*ARGS, "training.total_steps=2", *LORA, "lora.base_dtype=bfloat16"]
+    done = run_cli(shared_root, *args, f"init.checkpoint={base_run}", "--name", "lora-bf16")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert all(math.isfinite(v) for v in train_losses(shared_root, "lora-bf16").values())
