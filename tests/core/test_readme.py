@@ -44,3 +44,56 @@ def test_readme_main_job_runs(tmp_path: Path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "run " in result.stdout and str(tmp_path / "runs") in result.stdout
+
+
+def fine_tuning_commands() -> list[list[str]]:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Fine-tuning", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```bash\n(.+?)\n```", section, re.S)[0]
+    return [line.split()[2:] for line in block.splitlines()]  # drop "uv run"
+
+
+MINIATURE = [
+    "model.n_layers=2",
+    "model.d_model=64",
+    "model.n_heads=2",
+    "model.max_seq_len=64",
+    "training.seq_len=32",
+    "training.global_batch_size=8",
+    "training.total_steps=4",
+    "data.max_documents=24",
+    "data.num_workers=1",
+    "eval.batches=1",
+    "eval.every=0",
+    "logging.progress=false",
+]
+
+
+@pytest.mark.slow
+def test_the_fine_tuning_walk_through_runs_in_miniature(tmp_path: Path):
+    """The README's walk-through, each training run shrunk by MINIATURE; the export then loads
+    in transformers when the parity group is installed."""
+    env = dict(os.environ, THESEUS_ROOT=str(tmp_path / "runs"))
+    commands = fine_tuning_commands()
+    assert [c[:3] for c in commands] == [
+        ["theseus", "run", "gpt/train/pretrain"],
+        ["theseus", "run", "gpt/train/sft"],
+        ["theseus", "run", "gpt/train/dpo"],
+        ["theseus", "run", "hf/export"],
+    ]
+    for command in commands:
+        extra = MINIATURE if "/train/" in command[2] else []
+        result = subprocess.run(
+            [str(Path(os.sys.executable).parent / command[0]), *command[1:], *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=900,
+        )
+        assert result.returncode == 0, (command, result.stderr[-3000:])
+    exported = tmp_path / "dpo-hf"
+    assert (exported / "config.json").exists() and (exported / "model.safetensors").exists()
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(exported)
+    assert model.config.n_layer == 2

@@ -36,6 +36,7 @@ PLUGIN_PACKAGES: dict[str, list[tuple[str, str]]] = {
     "job": [
         ("data/tokenize/*", "theseus-data"),
         ("hf/*", "theseus-models"),
+        ("lora/*", "theseus-models"),
         # core registers <model>/train/... and /evaluate, but only for models that exist
         *[(f"{family}/*", "theseus-models") for family in _MODEL_FAMILIES],
     ],

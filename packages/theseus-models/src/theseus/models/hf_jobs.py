@@ -21,6 +21,12 @@ else is refused, before the run folder is made.
 ``theseus run hf/export hf.run=RUN[@STEP] hf.dir=OUT`` writes config.json, model.safetensors
 (float32) and the run's tokenizer (tokenizer.json, a tokenizer_config.json that
 ``AutoTokenizer`` reads), which ``AutoModelForCausalLM.from_pretrained(OUT)`` loads.
+
+A LoRA run's checkpoints hold its adapters alone, so exporting one says how: ``hf.merge=true``
+writes that same folder with the adapters folded into the weights; ``hf.peft=true`` writes
+a PEFT adapter folder (:mod:`theseus.models.peft_export`) for ``PeftModel.from_pretrained``
+on the base. Asking for neither is refused in one line: the base alone is not what the run
+trained, and it is already where the run read it from.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +138,7 @@ class ImportJob(Job):
     def __call__(self) -> dict[str, Any]:
         from theseus.core.runner import config_for
         from theseus.core.train.configs import TrainJobConfig
+        from theseus.core.train.hf_init import params_from_hf
         from theseus.models.hf.checkpoint import model_values
 
         regs = self.context.registries
@@ -162,7 +170,14 @@ class ImportJob(Job):
             ]
         )
         config = tree.to_object(TrainJobConfig)
-        count = save_step_zero(config, regs, str(source.path), run)
+        directory = str(source.path)
+        count = save_step_zero(
+            config,
+            regs,
+            run,
+            lambda like: params_from_hf(regs, directory, like),
+            {"imported_from": directory},
+        )
         write_atomic(run.config_path, tree.to_yaml())
         run.update_record(key=source.key, imported_from=str(source.path), checkpoint_step=0)
         vocab = tokenizer_size(tokenizer_dir / "tokenizer.json")
@@ -194,18 +209,20 @@ def tokenizer_size(path: Path) -> int:
     return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
 
 
-def save_step_zero(config: Any, registries: Any, directory: str, run: Any) -> int:
-    """Checkpoint 0 of ``run``: the folder's weights, a fresh optimizer state; the number of
-    parameters. Placed as the config's mesh places them, written by core's ``Checkpoints``
-    (so restores check its shapes and digests)."""
+def save_step_zero(
+    config: Any, registries: Any, run: Any, params_of: Callable[[Any], Any], meta: dict
+) -> int:
+    """Checkpoint 0 of ``run``: the weights ``params_of(abstract params)`` gives (placed as
+    the config's mesh places them), a fresh optimizer state, ``meta`` in its record; the
+    number of parameters. Written by core's ``Checkpoints`` (so restores check its shapes
+    and digests). What ``hf/import`` and ``lora/merge`` make a run from."""
     import jax
     import jax.numpy as jnp
     from theseus.core.train.checkpoints import Checkpoints
-    from theseus.core.train.hf_init import params_from_hf
     from theseus.core.train.setup import TrainSetup
 
     setup = TrainSetup.build(config, registries, config.model.vocab_size)
-    params = params_from_hf(registries, directory, setup.abstract_state["params"])
+    params = params_of(setup.abstract_state["params"])
 
     def state_of(params: Any) -> dict:
         zero = jnp.zeros((), jnp.int32)
@@ -225,7 +242,7 @@ def save_step_zero(config: Any, registries: Any, directory: str, run: Any) -> in
         "run": run.name,
         "data_position": 0,
         "total_steps": setup.total_steps,
-        "imported_from": directory,
+        **meta,
     }
     try:
         checkpoints.save(0, state, setup.data_rng(), meta)
@@ -270,11 +287,58 @@ def write_tokenizer(folder: Path, out: Path, specials: dict[str, Any], max_len: 
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+def check_export(config: Any, root: str) -> None:
+    """A LoRA run exports as merged weights or as PEFT adapters, chosen explicitly (its
+    checkpoints hold adapters alone: writing its base as "the run" would drop all it
+    trained); a plain run has no adapters to export. One line, before any work."""
+    if config.merge and config.peft:
+        raise ModelError("hf.merge=true and hf.peft=true: choose one (merged weights, or adapters)")
+    from theseus.models.lora_jobs import saved_lora_rank
+
+    rank = saved_lora_rank(root, config.run, "hf.run")
+    if rank is None:
+        return  # no readable run here: open_run says why
+    if rank and not (config.merge or config.peft):
+        raise ModelError(
+            f"hf.run: run {config.run!r} trained LoRA adapters (lora.rank={rank}) on a frozen "
+            "base; export them with hf.merge=true (one model, adapters folded in) or "
+            "hf.peft=true (a PEFT adapter folder for the base)"
+        )
+    if not rank and config.peft:
+        raise ModelError(
+            f"hf.peft=true: run {config.run!r} trained no adapters (lora.rank=0); export it "
+            "without hf.peft"
+        )
+
+
+def peft_base(opened: Any) -> str:
+    """The Hugging Face base a PEFT export names: the run's ``init.hf`` when the run's frozen
+    base is exactly that folder's weights; ``""`` when the base must be written out."""
+    config = opened.config
+    if config.init.hf and config.lora.base_dtype in ("", "float32"):
+        path = Path(config.init.hf).expanduser()
+        return str(path.resolve()) if path.exists() else str(config.init.hf)  # or a hub id
+    return ""
+
+
 class ExportJob(Job):
-    """Typed config: ``hf`` (:class:`~theseus.models.hf_jobs_config.ExportConfig`)."""
+    """Typed config: ``hf`` (:class:`~theseus.models.hf_jobs_config.ExportConfig`).
+
+    A LoRA run exports with ``hf.merge=true`` (a plain folder of the merged weights) or
+    ``hf.peft=true``: ``adapter_config.json`` and ``adapter_model.safetensors`` (see
+    :mod:`theseus.models.peft_export`), naming the run's ``init.hf`` folder as the base; a
+    base that is no such folder (``init.checkpoint``, the seeded initialisation, a
+    ``lora.base_dtype`` that rounded it) is written beside them in ``base/``, a Hugging
+    Face folder the adapter config names.
+    """
+
+    @classmethod
+    def prerequisites(cls, config: Any, root: str) -> list:
+        check_export(config.hf, root)
+        return []
 
     def __call__(self) -> dict[str, Any]:
-        from theseus.models.hf.checkpoint import family_of, save_hf
+        from theseus.models.hf.checkpoint import family_of
         from theseus.models.runs import open_run, special_tokens
 
         cfg, regs = self.config.hf, self.context.registries
@@ -290,18 +354,46 @@ class ExportJob(Job):
         model.special_tokens = tuple(
             (k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(specials.items())
         )
-        if out.exists() and any(out.iterdir()) and not (out / "config.json").is_file():
+        mine = "adapter_config.json" if cfg.peft else "config.json"
+        if out.exists() and any(out.iterdir()) and not (out / mine).is_file():
             raise ModelError(f"hf.dir: {out} is a folder with other files; choose an empty one")
+        result: dict[str, Any] = {"run": opened.run.name, "step": opened.step, "dir": str(out)}
+        if cfg.peft:
+            from theseus.models.peft_export import save_peft
+
+            base = peft_base(opened)
+            if not base:
+                base = str((out / "base").resolve())
+                self.write_folder(model, out / "base", opened, specials)
+            save_peft(model, opened.config.lora, out, base)
+            if cfg.tokenizer:
+                self.write_tokenizer(out, opened, specials)
+            result["base"] = base
+            print(f"exported the adapters of run {opened.run.name} at step {opened.step} to {out}")
+            return result
+        if cfg.merge and opened.config.lora.rank > 0:
+            from theseus.models.lora_jobs import merged_model
+
+            model = merged_model(model)
+        self.write_folder(model, out, opened, specials)
+        print(f"exported run {opened.run.name} at step {opened.step} to {out}")
+        return result
+
+    def write_folder(self, model: Any, out: Path, opened: Any, specials: dict) -> None:
+        """config.json, model.safetensors, generation_config.json and the tokenizer."""
+        from theseus.models.hf.checkpoint import save_hf
+
         save_hf(model, out)
         source_generation = opened.run.path / RUN_SOURCE / "generation_config.json"
         if source_generation.is_file():
             shutil.copyfile(source_generation, out / "generation_config.json")
-        if cfg.tokenizer:
-            if opened.tokenizer_dir is None:
-                raise ModelError(
-                    f"run {opened.run.name!r} has no tokenizer left on disk (its tokenized "
-                    "data is gone); export the weights alone with hf.tokenizer=false"
-                )
-            write_tokenizer(opened.tokenizer_dir, out, specials, opened.config.model.max_seq_len)
-        print(f"exported run {opened.run.name} at step {opened.step} to {out}")
-        return {"run": opened.run.name, "step": opened.step, "dir": str(out)}
+        if self.config.hf.tokenizer:
+            self.write_tokenizer(out, opened, specials)
+
+    def write_tokenizer(self, out: Path, opened: Any, specials: dict) -> None:
+        if opened.tokenizer_dir is None:
+            raise ModelError(
+                f"run {opened.run.name!r} has no tokenizer left on disk (its tokenized "
+                "data is gone); export the weights alone with hf.tokenizer=false"
+            )
+        write_tokenizer(opened.tokenizer_dir, out, specials, opened.config.model.max_seq_len)

@@ -1,4 +1,5 @@
-"""Configs of the ``hf/import`` and ``hf/export`` jobs (cheap to import: no JAX)."""
+"""Configs of the ``hf/import``, ``hf/export`` and ``lora/merge`` jobs (cheap to import: no
+JAX)."""
 
 from dataclasses import dataclass
 
@@ -27,3 +28,19 @@ class ExportConfig:
     run: str = option(help="the run to export: RUN (its newest checkpoint) or RUN@STEP")
     dir: str = option("", "the folder to write; '' = <this job's run folder>/hf")
     tokenizer: bool = option(True, "also write the run's tokenizer (tokenizer.json and config)")
+    merge: bool = option(
+        False, "a LoRA run: write one model, its adapters folded into the base weights"
+    )
+    peft: bool = option(
+        False,
+        "a LoRA run: write its adapters as a PEFT folder (adapter_config.json, "
+        "adapter_model.safetensors) for transformers + peft on the base model",
+    )
+
+
+@dataclass
+class MergeConfig:
+    run: str = option(
+        help="the LoRA run whose adapters to fold into its base: RUN (its newest checkpoint) "
+        "or RUN@STEP"
+    )

@@ -46,7 +46,7 @@ def theseus_register_models(register: Any) -> None:
 @hookimpl
 def theseus_register_jobs(register: Any, registries: Any) -> None:
     from theseus.models.generate_config import GenerateConfig
-    from theseus.models.hf_jobs_config import ExportConfig, ImportConfig
+    from theseus.models.hf_jobs_config import ExportConfig, ImportConfig, MergeConfig
 
     # every registered model generates, third-party ones included (all models are
     # registered before any job): with a KV cache when it has one, else by full forwards
@@ -78,8 +78,17 @@ def theseus_register_jobs(register: Any, registries: Any) -> None:
             key="hf/export",
             target="theseus.models.hf_jobs:ExportJob",
             description="export a run's checkpoint as a Hugging Face folder (config.json, "
-            "safetensors, tokenizer)",
+            "safetensors, tokenizer); a LoRA run merged (hf.merge) or as PEFT adapters (hf.peft)",
             groups={"hf": ExportConfig},
+        )
+    )
+    register(
+        JobSpec(
+            key="lora/merge",
+            target="theseus.models.lora_jobs:MergeJob",
+            description="fold a LoRA run's adapters into its base: a plain run of the same job "
+            "at step 0",
+            groups={"merge": MergeConfig},
         )
     )
 

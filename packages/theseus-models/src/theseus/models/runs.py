@@ -124,10 +124,11 @@ def open_run(root: str | Path, reference: str, registries: Any, what: str) -> Ru
     key = str(record.get("key", ""))
     spec = job_spec(key, registries)
     job_class = spec.load()
-    if getattr(job_class, "config_type", None) is not TrainJobConfig:
+    config_type = getattr(job_class, "config_type", None)
+    if not (isinstance(config_type, type) and issubclass(config_type, TrainJobConfig)):
         raise ModelError(f"{what}: run {name!r} is a {key} run, not a training run")
     step = pick_step(run, at, what)
-    config = config_for(spec, registries, [], read_config(run)).to_object(TrainJobConfig)
+    config = config_for(spec, registries, [], read_config(run)).to_object(config_type)
     vocab = run_vocab_size(root, run, config)
     setup = TrainSetup.build(config, registries, vocab)
     checkpoints = Checkpoints(run.checkpoint_dir, 1000, 0, False)

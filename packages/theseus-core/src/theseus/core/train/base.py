@@ -92,7 +92,11 @@ def saved_train_config(run: Any, registries: Any) -> Any:
         base = yaml.safe_load(run.config_path.read_text())
     except (OSError, yaml.YAMLError) as error:
         raise JobError(f"{run.config_path} cannot be read: {error}") from error
-    return config_for(job_spec(key, registries), registries, (), base).to_object(TrainJobConfig)
+    spec = job_spec(key, registries)
+    config_type = getattr(spec.load(), "config_type", None)
+    if not (isinstance(config_type, type) and issubclass(config_type, TrainJobConfig)):
+        raise JobError(f"run {run.name!r} is a {key} run, not a training run")
+    return config_for(spec, registries, (), base).to_object(config_type)
 
 
 def placed_like(weights: Any, like: nnx.State, source: str) -> nnx.State:

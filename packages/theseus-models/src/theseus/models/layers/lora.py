@@ -27,6 +27,7 @@ from theseus.models.errors import ModelError
 from theseus.models.layers.linear import Linear
 
 GROUPS = {"attention": "attention", "mlp": "mlp"}  # a group name: every linear layer under it
+NOT_IN_GROUPS = ("router",)  # a MoE router is adapted only when named: it is not a projection
 
 
 class LoRALinear(Linear):
@@ -118,7 +119,8 @@ def add_adapters(block: nnx.Module, lora: Any, layer: Any, rngs: nnx.Rngs) -> nn
         matches = [
             entry
             for entry in layers
-            if (group and entry[0].split(".")[0] == group) or entry[2] == target
+            if entry[2] == target
+            or (group and entry[0].split(".")[0] == group and entry[2] not in NOT_IN_GROUPS)
         ]
         if not matches:
             names = sorted({attribute for _, _, attribute in layers} | set(GROUPS))
