@@ -19,14 +19,18 @@ def _is_variable(x: Any) -> bool:
     return isinstance(x, nnx.Variable)
 
 
-def path_name(path: Sequence[Any]) -> str:
+def path_name(path: Sequence[Any], keep_value: bool = False) -> str:
+    """A pytree path as dotted text (``params.blocks.mlp.kernel``); nnx's ``value`` level is
+    dropped unless ``keep_value`` (checkpoint records keep it)."""
     parts = []
     for key in path:
         for attr in ("key", "name", "idx"):
             if hasattr(key, attr):
                 parts.append(str(getattr(key, attr)))
                 break
-    return ".".join(p for p in parts if p != "value")
+        else:
+            parts.append(str(key))
+    return ".".join(p for p in parts if keep_value or p != "value")
 
 
 def logical_axes(variable: Any) -> tuple[str | None, ...] | None:

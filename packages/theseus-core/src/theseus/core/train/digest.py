@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from theseus.core.sharding.placement import path_name as placement_path_name
 
 
 def _words(x: jax.Array) -> jax.Array:
@@ -53,16 +54,8 @@ def _digests(leaves: list[jax.Array]) -> list[jax.Array]:
 
 
 def path_name(path: tuple[Any, ...]) -> str:
-    """A pytree path as dotted text (``params.blocks.mlp.kernel``, ``opt_state.1.0.mu``)."""
-    parts = []
-    for key in path:
-        for attribute in ("key", "name", "idx"):
-            if hasattr(key, attribute):
-                parts.append(str(getattr(key, attribute)))
-                break
-        else:
-            parts.append(str(key))
-    return ".".join(parts)
+    """A pytree path as dotted text (``params.blocks.mlp.kernel.value``, ``opt_state.1.0.mu``)."""
+    return placement_path_name(path, keep_value=True)
 
 
 def array_digests(tree: Any) -> dict[str, str]:
