@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         if verbose:
             traceback.print_exc()
         typer.echo(f"error: {error}", err=True)
-        sys.exit(error.exit_code)
+        _exit_quietly(error.exit_code, verbose)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except KeyboardInterrupt:
@@ -278,7 +279,21 @@ def main(argv: list[str] | None = None) -> None:
         if verbose:
             traceback.print_exc()
         typer.echo(f"error: {problem}", err=True)
-        sys.exit(2)
+        _exit_quietly(2, verbose)
+
+
+def _exit_quietly(code: int, verbose: bool) -> None:
+    """Exit after a one-line error: logs flushed, and (without ``-v``) nothing more on
+    stderr, where threads of failed reads (Orbax's TensorStore callbacks) would otherwise
+    print tracebacks as the interpreter shuts down."""
+    if verbose:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -231,8 +231,6 @@ def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None
 
 
 def _restore(run_dir: RunDir, step: int, setup: TrainSetup, abstract_rng: Any, hint: str) -> Any:
-    import gc
-
     from theseus.core.train.checkpoints import Checkpoints
 
     directory = run_dir.checkpoint_dir / str(step)
@@ -249,9 +247,9 @@ def _restore(run_dir: RunDir, step: int, setup: TrainSetup, abstract_rng: Any, h
         from theseus.core.train.base import frozen_base
 
         return {**state, "frozen": frozen_base(setup, str(run_dir.root))}
-    # a failed read leaves Orbax coroutines behind; collect them now, not at interpreter
-    # exit, where each would print a traceback after our one line
-    gc.collect()
+    # a failed read leaves Orbax coroutines behind that print tracebacks when collected:
+    # Checkpoints.close() collects them with stderr held, and the CLI exits without output
+    # after its one line
     reason = one_line(failure)
     if len(reason) > 300:  # TensorStore errors carry a whole spec; -v shows everything
         reason = reason[:300] + " ..."

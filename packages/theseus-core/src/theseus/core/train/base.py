@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 from flax import nnx
 from theseus.core.adapters import cast_frozen, split_trainable
-from theseus.core.errors import ConfigError, JobError
+from theseus.core.errors import JobError
 
 
 def frozen_base(setup: Any, root: str, fresh: dict | None = None) -> nnx.State:
@@ -43,6 +42,8 @@ def initial_weights(setup: Any, root: str, like: nnx.State) -> nnx.State:
         return params_from_hf(setup.registries, init.hf, like)
     if init.checkpoint:
         _, weights = run_weights(root, init.checkpoint, setup.registries, setup.vocab_size)
+        from theseus.core.train.weights import placed_like
+
         return placed_like(weights, like, f"init.checkpoint={init.checkpoint}")
     return like
 
@@ -97,30 +98,3 @@ def saved_train_config(run: Any, registries: Any) -> Any:
     if not (isinstance(config_type, type) and issubclass(config_type, TrainJobConfig)):
         raise JobError(f"run {run.name!r} is a {key} run, not a training run")
     return config_for(spec, registries, (), base).to_object(config_type)
-
-
-def placed_like(weights: Any, like: nnx.State, source: str) -> nnx.State:
-    """``weights`` (same paths and shapes as ``like``) in ``like``'s dtypes and shardings."""
-    from theseus.core.train.digest import path_name
-
-    def flat(tree: Any) -> dict[str, Any]:
-        return {path_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-    theirs, ours = flat(weights), flat(like)
-    missing, unexpected = sorted(set(ours) - set(theirs)), sorted(set(theirs) - set(ours))
-    if missing or unexpected:
-        raise ConfigError(
-            f"{source}: its parameters do not fit this model (missing {missing[:3]}, "
-            f"unexpected {unexpected[:3]}): check model.* against that run's config"
-        )
-    for key, leaf in ours.items():
-        if tuple(theirs[key].shape) != tuple(leaf.shape):
-            raise ConfigError(
-                f"{source}: parameter {key} has shape {tuple(theirs[key].shape)} there but "
-                f"{tuple(leaf.shape)} in this model config"
-            )
-    return jax.tree.map(
-        lambda new, old: jax.device_put(new.astype(old.dtype), getattr(old, "sharding", None)),
-        weights,
-        like,
-    )

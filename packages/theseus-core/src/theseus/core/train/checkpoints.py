@@ -12,7 +12,15 @@ the previous one is tried; when none is readable, nothing is moved and the run s
 
 from __future__ import annotations
 
+import gc
+import json
 import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +58,7 @@ class Checkpoints:
             create=True,
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options)
+        self.failed_read = False  # a read failed: closing may print Orbax's leftovers
 
     def steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
@@ -82,7 +91,12 @@ class Checkpoints:
             state=ocp.args.StandardRestore(abstract_state),
             rng=ocp.args.StandardRestore({"key_data": abstract_rng}),
         )
-        restored = self.manager.restore(step, args=args)
+        try:
+            with _held_stderr(drop_on_error=True):
+                restored = self.manager.restore(step, args=args)
+        except Exception:
+            self.failed_read = True
+            raise
         if saved is not None:
             actual = describe_arrays({"state": restored["state"], "rng": restored["rng"]})
             bad = sorted(k for k in saved if saved[k] != actual.get(k))
@@ -93,6 +107,12 @@ class Checkpoints:
         return restored["state"], restored["rng"]["key_data"], meta
 
     def read_meta(self, step: int) -> dict:
+        """The checkpoint's JSON record. Read as the file Orbax's JSON handler writes when it
+        is there: a second Orbax read before the arrays' leaves, on a damaged checkpoint,
+        reads that fail later and print tracebacks from Orbax's threads."""
+        path = self.directory / str(step) / "meta" / "metadata"
+        if path.is_file():
+            return dict(json.loads(path.read_text()))
         args = ocp.args.Composite(meta=ocp.args.JsonRestore())
         return dict(self.manager.restore(step, args=args)["meta"])
 
@@ -156,8 +176,11 @@ class Checkpoints:
         self.manager.reload()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        with _held_stderr(drop=self.failed_read):
+            self.manager.wait_until_finished()
+            self.manager.close()
+            if self.failed_read:
+                gc.collect()
 
 
 def abstract_of(tree: Any) -> Any:
@@ -189,3 +212,30 @@ def _describe(entry: list | None) -> str:
 def _short(text: str, kind: str) -> str:
     text = text if len(text) <= 160 else text[:157] + "..."
     return text if text.startswith(kind) else f"{kind}: {text}"
+
+
+@contextmanager
+def _held_stderr(drop: bool = False, drop_on_error: bool = False) -> Iterator[None]:
+    """Hold file descriptor 2 for the block; write what was held out after it, unless
+    ``drop`` (or ``drop_on_error`` and the block raised). A failed Orbax read leaves
+    TensorStore callbacks behind that print tracebacks from their own threads ("Event loop
+    is closed") as it fails and when the manager closes: the failure is reported as it is,
+    so that output is dropped."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            drop = drop or drop_on_error
+            if drop:  # the failed read's callbacks fire as its reads wind down
+                time.sleep(0.5)
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not drop:
+                held.seek(0)
+                sys.stderr.write(held.read().decode(errors="replace"))

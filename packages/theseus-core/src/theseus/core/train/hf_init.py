@@ -123,6 +123,6 @@ def params_from_hf(registries: Any, directory: str, like: Any) -> Any:
             "(pip install theseus-models)"
         )
     _, params, _ = nnx.split(model, nnx.Param, ...)
-    from theseus.core.train.base import placed_like
+    from theseus.core.train.weights import placed_like
 
     return placed_like(params, like, f"init.hf: {directory}")
