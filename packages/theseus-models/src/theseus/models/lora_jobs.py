@@ -91,8 +91,8 @@ class MergeJob(Job):
     def __call__(self) -> dict[str, Any]:
         from theseus.core.inspect.timetravel import read_config
         from theseus.core.runner import config_for, job_spec
-        from theseus.core.train.base import placed_like
         from theseus.core.train.configs import TrainJobConfig
+        from theseus.core.train.weights import placed_like
         from theseus.models.hf_jobs import save_step_zero
         from theseus.models.runs import open_run
 
