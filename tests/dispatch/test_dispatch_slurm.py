@@ -186,5 +186,8 @@ def test_two_nodes_run_jax_distributed(slurm2, cli, tmp_path):
     expected = losses(root / "runs" / "one" / LOSS_FILE)
     assert sorted(expected) == list(range(6)), expected
     assert losses(run_dir / LOSS_FILE) == expected
-    assert json.loads((run_dir / "job.json").read_text())["status"] == "finished"
+    record = json.loads((run_dir / "job.json").read_text())
+    assert record["status"] == "finished"
+    assert record["dispatched"]["target"] == "pair" and record["dispatched"]["type"] == "slurm"
+    assert record["dispatched"]["job_id"].isdigit()  # the SLURM job that ran it
     assert f"dist  pair  {TRAIN_JOB}  finished" in cli("status", "dist").stdout

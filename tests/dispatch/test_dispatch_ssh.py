@@ -71,6 +71,8 @@ def test_submit_runs_to_completion(sshds, cli, tmp_path, monkeypatch):
 
     run_dir = root / "runs" / "first"
     assert (run_dir / OUTPUT).exists() and (run_dir / "config.yaml").exists()
+    record = json.loads((run_dir / "job.json").read_text())
+    assert record["dispatched"] == {"target": "box", "type": "ssh"}  # shown by theseus serve
     status = cli("status", "first").stdout
     assert "first  box  core/info  finished (run: finished)" in status
     assert cli("status").stdout.startswith("first  box  core/info  finished")

@@ -2,28 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from tests.train.conftest import TINY, run_cli
-
-
-@pytest.fixture(scope="module")
-def two_runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    base = [
-        "run",
-        "gpt/train/pretrain",
-        *TINY,
-        "training.total_steps=4",
-        "checkpoint.every=2",
-        "eval.every=2",
-    ]
-    assert run_cli(root, *base, "--name", "alpha").returncode == 0
-    beta = run_cli(
-        root, *base, "optimizer.learning_rate=3e-3", "--name", "beta", "--branch", "alpha@2"
-    )
-    assert beta.returncode == 0, beta.stderr[-2000:]
-    return root
+from tests.train.conftest import run_cli
 
 
 def test_runs_table_lists_status_step_loss_and_parent(two_runs):

@@ -72,6 +72,9 @@ def theseus_register_commands(register):
     from theseus.core.evaluate.harness import command
 
     register("lm-eval", command())  # lm-evaluation-harness with --model theseus
+    from theseus.core.serve.command import serve
+
+    register("serve", serve)  # a read-only web view of the root (theseus-core[serve])
 
 
 @hookimpl

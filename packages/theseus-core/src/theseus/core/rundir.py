@@ -52,6 +52,19 @@ def source_revision() -> str | None:
     return rev + ("+dirty" if dirty else "")
 
 
+def dispatch_origin() -> dict[str, str] | None:
+    """Where this process was dispatched from, as the dispatch bootstrap exported it:
+    ``{"target": name, "type": backend[, "job_id": scheduler id]}``; None for a local run."""
+    target = os.environ.get("THESEUS_DISPATCH_TARGET")
+    if not target:
+        return None
+    origin = {"target": target, "type": os.environ.get("THESEUS_DISPATCH_TYPE", "")}
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if job_id:
+        origin["job_id"] = job_id
+    return origin
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` whole or not at all (a crash or a full disk leaves the old file)."""
     # a unique temporary name: several processes of one multi-host run share the folder
@@ -144,6 +157,7 @@ class RunDir:
             "versions": package_versions(),
             "source_revision": source_revision(),
             "host": socket.gethostname(),
+            "dispatched": dispatch_origin(),
             "attempts": previous.get("attempts", 0),
             "history": previous.get("history", []),
             "checkpoint_step": previous.get("checkpoint_step", 0),

@@ -92,6 +92,7 @@ WORKDIR={q(workdir)}
 export THESEUS_NUM_PROCESSES="${{THESEUS_NUM_PROCESSES:-${{SLURM_NTASKS:-1}}}}"
 export THESEUS_PROCESS_ID="${{THESEUS_PROCESS_ID:-${{SLURM_PROCID:-0}}}}"
 export THESEUS_COORDINATOR_ADDRESS="${{THESEUS_COORDINATOR_ADDRESS:-{coordinator_default}}}"
+export THESEUS_DISPATCH_TARGET={q(sub.target)} THESEUS_DISPATCH_TYPE={q(target.type)}
 ID="$THESEUS_PROCESS_ID"
 finish() {{ echo "$1" > "$LAUNCH/exit.$ID.tmp" && mv "$LAUNCH/exit.$ID.tmp" "$LAUNCH/exit.$ID"; exit "$1"; }}
 {env_lines}

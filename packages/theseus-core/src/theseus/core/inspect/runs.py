@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,43 @@ from theseus.core.rundir import read_record
 log = logging.getLogger(__name__)
 
 
+def parse_metric_line(raw: bytes) -> dict[str, Any] | str:
+    """One ``metrics.jsonl`` line as a row, or what is wrong with it."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8"
+    except json.JSONDecodeError:
+        return "not JSON"
+    return row if isinstance(row, dict) else "not a JSON object"
+
+
+def parse_metric_lines(data: bytes) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows in ``data`` and the unreadable lines as ``"N (problem)"``.
+
+    A last line without its newline that is text but not JSON is a write cut short by a crash
+    (the writer emits ASCII): it is dropped silently.
+    """
+    lines = data.split(b"\n")
+    cut_short = lines[-1] != b""  # the last line has no newline
+    rows: list[dict[str, Any]] = []
+    bad: list[str] = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        row = parse_metric_line(raw)
+        if isinstance(row, dict):
+            rows.append(row)
+        elif not (cut_short and number == len(lines) and row == "not JSON"):
+            bad.append(f"{number} ({row})")
+    return rows, bad
+
+
 def read_metrics(run_path: Path) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl`` that can be read.
 
-    A last line without its newline that is text but not JSON is a write cut short by a crash
-    (the writer emits ASCII): it is dropped silently. Any other line that is not UTF-8 or not
-    a JSON object is skipped, and one warning names the file and the line numbers.
+    Lines that are not UTF-8 or not a JSON object are skipped, and one warning names the file
+    and the line numbers (a last line cut short by a crash is dropped silently).
     """
     path = run_path / "metrics.jsonl"
     try:
@@ -34,27 +66,7 @@ def read_metrics(run_path: Path) -> list[dict[str, Any]]:
     except OSError as error:
         log.warning("%s cannot be read (%s); no metrics shown", path, error.strerror or error)
         return []
-    lines = data.split(b"\n")
-    cut_short = lines[-1] != b""  # the last line has no newline
-    rows: list[dict[str, Any]] = []
-    bad: list[str] = []
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            problem = "not UTF-8"
-        except json.JSONDecodeError:
-            problem = "not JSON"
-        else:
-            if isinstance(row, dict):
-                rows.append(row)
-                continue
-            problem = "not a JSON object"
-        if cut_short and number == len(lines) and problem == "not JSON":
-            continue  # a write cut short by a crash
-        bad.append(f"{number} ({problem})")
+    rows, bad = parse_metric_lines(data)
     if bad:
         shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         log.warning("%s: skipped unreadable line%s %s", path, "s" if len(bad) > 1 else "", shown)
@@ -83,49 +95,58 @@ def _unreadable(name: str, problem: str) -> dict[str, Any]:
         "loss": None,
         "parent": None,
         "started": None,
+        "dispatched": None,
         "problem": problem,
     }
 
 
-def run_summaries(root: str | Path) -> list[dict[str, Any]]:
-    """One dict per run: name, job key, status, step, last loss, parent, start time.
+def run_summaries(
+    root: str | Path, metrics: Callable[[Path], list[dict[str, Any]]] = read_metrics
+) -> list[dict[str, Any]]:
+    """One dict per run: name, job key, status, step, last loss, parent, start time, where it
+    was dispatched.
 
     A folder under ``runs/`` whose ``job.json`` is missing or damaged is listed with status
     ``unreadable`` and a ``problem`` naming the file; hidden folders (locks) are not runs.
+    ``metrics`` reads a run folder's metric rows (``theseus serve`` passes a cached reader).
     """
     runs_dir = Path(root) / "runs"
     if not runs_dir.is_dir():
         raise JobError(f"no runs under {root} (expected a folder {runs_dir})")
-    summaries = []
-    for path in sorted(runs_dir.iterdir()):
-        if path.name.startswith(".") or not path.is_dir():
-            continue
-        record_path = path / "job.json"
-        if not record_path.exists():
-            summaries.append(_unreadable(path.name, f"{record_path} is missing"))
-            continue
-        try:
-            record = read_record(record_path)
-        except JobError as error:
-            summaries.append(_unreadable(path.name, str(error)))
-            continue
-        step, loss = last_value(read_metrics(path), "train/loss")
-        summaries.append(
-            {
-                "name": path.name,
-                "key": record.get("key"),
-                "status": record.get("status"),
-                "step": step,
-                "loss": loss,
-                "parent": record.get("parent"),
-                "started": record.get("started") or record.get("created"),
-                "problem": None,
-            }
-        )
-    return summaries
+    return [run_summary(path, metrics) for path in run_folders(runs_dir)]
 
 
-def _lineage(root: str | Path, record: dict[str, Any]) -> list[str]:
+def run_folders(runs_dir: Path) -> list[Path]:
+    """The run folders under ``runs_dir``, sorted (hidden folders hold locks)."""
+    return sorted(p for p in runs_dir.iterdir() if not p.name.startswith(".") and p.is_dir())
+
+
+def run_summary(
+    path: Path, metrics: Callable[[Path], list[dict[str, Any]]] = read_metrics
+) -> dict[str, Any]:
+    """One run folder's row of the runs table (status ``unreadable`` with a ``problem``)."""
+    record_path = path / "job.json"
+    if not record_path.exists():
+        return _unreadable(path.name, f"{record_path} is missing")
+    try:
+        record = read_record(record_path)
+    except JobError as error:
+        return _unreadable(path.name, str(error))
+    step, loss = last_value(metrics(path), "train/loss")
+    return {
+        "name": path.name,
+        "key": record.get("key"),
+        "status": record.get("status"),
+        "step": step,
+        "loss": loss,
+        "parent": record.get("parent"),
+        "started": record.get("started") or record.get("created"),
+        "dispatched": record.get("dispatched"),
+        "problem": None,
+    }
+
+
+def lineage(root: str | Path, record: dict[str, Any]) -> list[str]:
     """Parents as ``RUN@STEP``, nearest first; a parent whose record is damaged ends it."""
     from theseus.core.rundir import RunDir
 
@@ -189,7 +210,7 @@ def run_details(root: str | Path, name: str) -> dict[str, Any]:
     return {
         "record": record,
         "config": _config_text(run.config_path),
-        "lineage": _lineage(root, record),
+        "lineage": lineage(root, record),
         "checkpoints": committed_steps(run),
         "final_metrics": finals,
     }

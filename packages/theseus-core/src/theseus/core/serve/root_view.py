@@ -1,0 +1,298 @@
+"""Everything the web view shows, read from one root and nothing else.
+
+Only these are read under a run: ``job.json``, ``config.yaml`` (credential-named values
+redacted), ``metrics.jsonl``, ``summary.json``, ``evaluations/step-<k>.json``,
+``results.json``, the tail of ``logs/run.log`` and the names of ``checkpoints/<step>``.
+Nothing else is served: there is no route that takes a file path. A run name is checked
+like any run name (no separators, no ``..``) and a run folder or file that resolves outside
+the root (a symlink) is refused.
+
+A damaged file never fails a page: each answer carries ``problems`` naming the file and what
+is wrong, and what could be read is still shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from theseus.core.errors import JobError, TheseusError
+from theseus.core.inspect.runs import lineage, run_folders, run_summary
+from theseus.core.jobs import check_run_name, parse_reference
+from theseus.core.rundir import RunDir, read_record
+from theseus.core.serve import config_view
+from theseus.core.serve.metrics_cache import MetricsCache
+
+LOG_TAIL_BYTES = 256 * 1024
+_EVALUATION_FILE = re.compile(r"^step-(\d+)\.json$")
+
+
+class NotFound(TheseusError):
+    """No such run (answered 404)."""
+
+
+class Forbidden(TheseusError):
+    """Outside the root (answered 403)."""
+
+
+class RootView:
+    """Read-only access to ``<root>/runs``."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root).resolve()
+        self.runs_dir = self.root / "runs"
+        self.metrics = MetricsCache()
+
+    # where things are
+    def inside(self, path: Path) -> bool:
+        return path.resolve().is_relative_to(self.root)
+
+    def run_dir(self, name: str) -> RunDir:
+        try:
+            check_run_name(name)
+        except JobError as error:
+            raise NotFound(f"no run named {name!r}") from error
+        run = RunDir(self.root, name)
+        if not run.path.is_dir():
+            raise NotFound(f"no run named {name!r} under {self.root}")
+        if not self.inside(run.path):
+            raise Forbidden(f"run {name!r} resolves outside {self.root}; it is not served")
+        return run
+
+    def _read_text(self, path: Path, problems: list[str]) -> str | None:
+        if not path.exists():
+            return None
+        if not self.inside(path):
+            problems.append(f"{path.name} resolves outside the root; it is not served")
+            return None
+        try:
+            return path.read_bytes().decode("utf-8", errors="replace")
+        except OSError as error:
+            problems.append(f"{path.name} cannot be read: {error.strerror or error}")
+            return None
+
+    def _read_json(self, path: Path, problems: list[str]) -> Any:
+        text = self._read_text(path, problems)
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            problems.append(f"{path.name} is not valid JSON: {error}")
+            return None
+
+    # the runs table
+    def runs(self) -> list[dict[str, Any]]:
+        if not self.runs_dir.is_dir():
+            return []
+        rows = []
+        for path in run_folders(self.runs_dir):
+            if not self.inside(path):
+                continue  # a symlink out of the root is not a run of this root
+            row = run_summary(path, self.metrics.rows)
+            row["host"] = None
+            if row["problem"] is None:
+                row["host"] = self._host(path)
+            rows.append(row)
+        return rows
+
+    def _host(self, path: Path) -> str | None:
+        try:
+            return read_record(path / "job.json").get("host")
+        except JobError:
+            return None
+
+    # one run
+    def run(self, name: str) -> dict[str, Any]:
+        run = self.run_dir(name)
+        problems: list[str] = []
+        record = None
+        if not run.record_path.exists():
+            problems.append("job.json is missing")
+        elif self.inside(run.record_path):
+            try:
+                record = read_record(run.record_path)
+            except JobError as error:
+                problems.append(str(error).replace(str(run.path) + "/", ""))
+        else:
+            problems.append("job.json resolves outside the root; it is not served")
+        metrics = self.metrics.read(run.metrics_path)
+        if metrics.bad_lines:
+            shown = ", ".join(metrics.bad_lines[:5])
+            more = f" and {len(metrics.bad_lines) - 5} more" if len(metrics.bad_lines) > 5 else ""
+            problems.append(f"metrics.jsonl: skipped unreadable lines {shown}{more}")
+        return {
+            "name": name,
+            "record": record,
+            "lineage": lineage(self.root, record) if record else [],
+            "children": self._children(name),
+            "checkpoints": self._checkpoints(run),
+            "evaluations": self._evaluations(run, problems),
+            "summary": self._read_json(run.path / "summary.json", problems),
+            "metric_rows": len(metrics.rows),
+            "problems": problems,
+        }
+
+    def _checkpoints(self, run: RunDir) -> list[int]:
+        directory = run.checkpoint_dir
+        if not directory.is_dir() or not self.inside(directory):
+            return []
+        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+    def _evaluations(self, run: RunDir, problems: list[str]) -> list[dict[str, Any]]:
+        """``evaluations/step-<k>.json`` (during training) and ``results.json`` (an
+        evaluation job) as ``[{"step", "file", "source", "results"}]`` by step."""
+        files: list[tuple[int | None, Path]] = []
+        folder = run.path / "evaluations"
+        if folder.is_dir() and self.inside(folder):
+            for path in folder.iterdir():
+                match = _EVALUATION_FILE.match(path.name)
+                if match:
+                    files.append((int(match.group(1)), path))
+        if (run.path / "results.json").exists():
+            files.append((None, run.path / "results.json"))
+        evaluations = []
+        for step, path in sorted(files, key=lambda item: (item[0] is None, item[0] or 0)):
+            payload = self._read_json(path, problems)
+            if not isinstance(payload, dict) or not isinstance(payload.get("results"), dict):
+                if payload is not None:
+                    problems.append(f"{path.name} has no 'results' mapping")
+                continue
+            source = payload.get("source") if isinstance(payload.get("source"), dict) else {}
+            evaluations.append(
+                {
+                    "step": step if step is not None else source.get("step"),
+                    "file": str(path.relative_to(run.path)),
+                    "source": source,
+                    "results": payload["results"],
+                }
+            )
+        return evaluations
+
+    def _children(self, name: str) -> list[str]:
+        return [n["name"] for n in self.lineage()["nodes"] if n["parent_run"] == name]
+
+    def metrics_since(
+        self, name: str, offset: int = 0, since: int | None = None, version: str = ""
+    ) -> dict[str, Any]:
+        """Rows after the first ``offset`` (the client's cursor) with step > ``since``.
+
+        When the file was replaced since the client's ``version`` (a resume rewrote it), the
+        answer starts over from row 0 with ``reset: true``.
+        """
+        run = self.run_dir(name)
+        if not self.inside(run.metrics_path) and run.metrics_path.exists():
+            raise Forbidden(f"{name}/metrics.jsonl resolves outside the root; it is not served")
+        metrics = self.metrics.read(run.metrics_path)
+        reset = bool(version) and version != metrics.version
+        rows = metrics.rows[0 if reset else max(offset, 0) :]
+        if since is not None:
+            rows = [r for r in rows if isinstance(r.get("step"), int) and r["step"] > since]
+        return {
+            "version": metrics.version,
+            "offset": len(metrics.rows),
+            "reset": reset,
+            "rows": rows,
+            "unreadable_lines": len(metrics.bad_lines),
+        }
+
+    def config(self, name: str) -> dict[str, Any]:
+        run = self.run_dir(name)
+        problems: list[str] = []
+        text = self._read_text(run.config_path, problems)
+        if text is None:
+            problems.append("config.yaml is missing")
+            return {"name": name, "text": "", "values": {}, "problems": problems}
+        values, problem = config_view.parse(text)
+        if problem:
+            problems.append(f"config.yaml {problem}")
+        return {
+            "name": name,
+            "text": config_view.redact_text(text),
+            "values": values,
+            "problems": problems,
+        }
+
+    def log_tail(self, name: str, lines: int = 200) -> dict[str, Any]:
+        run = self.run_dir(name)
+        path = run.log_path
+        if not path.exists():
+            return {"name": name, "lines": [], "truncated": False, "problems": []}
+        if not self.inside(path):
+            raise Forbidden(f"{name}/logs/run.log resolves outside the root; it is not served")
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - LOG_TAIL_BYTES))
+            data = handle.read()
+        text = data.decode("utf-8", errors="replace").splitlines()
+        if size > LOG_TAIL_BYTES:
+            text = text[1:]  # the first line read may be cut
+        return {
+            "name": name,
+            "lines": text[-lines:],
+            "truncated": size > LOG_TAIL_BYTES or len(text) > lines,
+            "problems": [],
+        }
+
+    def diff(self, names: list[str]) -> dict[str, Any]:
+        """The config keys on which ``names`` differ."""
+        configs, problems = {}, []
+        for name in names:
+            answer = self.config(name)
+            configs[name] = answer["values"]
+            problems += [f"{name}: {p}" for p in answer["problems"]]
+        same = len({k for flat in configs.values() for k in flat})
+        rows = config_view.diff(configs)
+        return {"runs": names, "rows": rows, "same": same - len(rows), "problems": problems}
+
+    def _records(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """(name, record or None when unreadable) of every run folder inside the root."""
+        if not self.runs_dir.is_dir():
+            return []
+        records = []
+        for path in run_folders(self.runs_dir):
+            if self.inside(path):
+                try:
+                    records.append((path.name, read_record(path / "job.json")))
+                except JobError:
+                    records.append((path.name, None))
+        return records
+
+    def lineage(self) -> dict[str, Any]:
+        """Every run as a node; an edge from each parent run to each run branched from it."""
+        nodes = []
+        for name, record in self._records():
+            record = record or {}
+            parent = record.get("parent")
+            parent_run, parent_step = None, None
+            if isinstance(parent, str) and parent:
+                try:
+                    parent_run, parent_step = parse_reference(parent, "parent")
+                except JobError:
+                    parent_run = None
+            nodes.append(
+                {
+                    "name": name,
+                    "key": record.get("key"),
+                    "status": record.get("status", "unreadable") if record else "unreadable",
+                    "started": record.get("started") or record.get("created"),
+                    "parent_run": parent_run,
+                    "parent_step": parent_step,
+                }
+            )
+        known = {node["name"] for node in nodes}
+        edges = [
+            {
+                "from": node["parent_run"],
+                "to": node["name"],
+                "step": node["parent_step"],
+                "parent_known": node["parent_run"] in known,
+            }
+            for node in nodes
+            if node["parent_run"]
+        ]
+        return {"nodes": nodes, "edges": edges}

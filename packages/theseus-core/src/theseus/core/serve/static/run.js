@@ -1,0 +1,137 @@
+// One run: facts, live metric curves (one chart per metric), evaluations, checkpoints, log, config.
+"use strict";
+
+const { el } = theseus;
+const name = decodeURIComponent(window.location.pathname.split("/").filter(Boolean).pop());
+const api = `/api/runs/${encodeURIComponent(name)}`;
+const series = new Map(); // metric -> {x: [], y: [], div}
+let lastStep = null;
+
+function chartId(metric) {
+  return `chart-${metric.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+}
+
+function addRows(rows, reset) {
+  if (reset) {
+    for (const entry of series.values()) entry.div.remove();
+    series.clear();
+    lastStep = null;
+  }
+  const fresh = new Map(); // metric -> {x, y} appended now
+  for (const row of rows) {
+    const step = row.step;
+    if (typeof step !== "number") continue;
+    lastStep = lastStep === null ? step : Math.max(lastStep, step);
+    for (const [metric, value] of Object.entries(row)) {
+      if (metric === "step") continue;
+      const number = theseus.number(value);
+      if (number === null) continue;
+      if (!fresh.has(metric)) fresh.set(metric, { x: [], y: [] });
+      fresh.get(metric).x.push(step);
+      fresh.get(metric).y.push(Number.isFinite(number) ? number : null); // NaN: a gap
+    }
+  }
+  const charts = document.getElementById("charts");
+  for (const metric of [...fresh.keys()].sort()) {
+    const points = fresh.get(metric);
+    if (!series.has(metric)) {
+      const div = el("div", { class: "chart", id: chartId(metric), "data-metric": metric });
+      charts.append(div);
+      series.set(metric, { div });
+      Plotly.newPlot(div, [{ x: points.x, y: points.y, mode: "lines+markers", marker: { size: 3 }, name: metric }],
+        theseus.chartLayout(metric), { responsive: true, displaylogo: false });
+    } else {
+      Plotly.extendTraces(series.get(metric).div, { x: [points.x], y: [points.y] }, [0]);
+    }
+  }
+  document.getElementById("last-step").textContent = lastStep === null ? "-" : String(lastStep);
+}
+
+function facts(record, details) {
+  const list = document.getElementById("facts");
+  const items = [
+    ["job", record.key],
+    ["status", theseus.badge(record.status)],
+    ["started", record.started || record.created],
+    ["finished", record.finished],
+    ["where", theseus.where(record)],
+    ["attempts", record.attempts],
+    ["lineage", details.lineage.length ? [name, ...details.lineage].join(" ← ") : null],
+    ["branched into", details.children.length ? details.children.join(", ") : null],
+    ["error", record.error],
+    ["source", record.source_revision],
+    ["versions", record.versions ? Object.entries(record.versions).map(([k, v]) => `${k} ${v}`).join(", ") : null],
+  ];
+  list.replaceChildren();
+  for (const [label, value] of items) {
+    if (value === null || value === undefined || value === "") continue;
+    list.append(el("dt", {}, label), el("dd", {}, value));
+  }
+}
+
+function evaluations(list) {
+  const slot = document.getElementById("evaluations");
+  if (!list.length) { slot.textContent = "none"; return; }
+  const table = el("table", {}, el("tr", {}, el("th", {}, "step"), el("th", {}, "task"), el("th", {}, "metric"), el("th", {}, "value")));
+  for (const entry of list) {
+    for (const [task, metrics] of Object.entries(entry.results)) {
+      for (const [metric, value] of Object.entries(metrics || {})) {
+        table.append(el("tr", {}, el("td", { class: "num" }, theseus.format(entry.step)), el("td", {}, task),
+          el("td", {}, metric), el("td", { class: "num" }, theseus.format(value))));
+      }
+    }
+  }
+  slot.classList.remove("muted");
+  slot.replaceChildren(table);
+}
+
+function checkpoints(steps, record) {
+  const slot = document.getElementById("checkpoints");
+  if (!steps.length) { slot.textContent = "none"; return; }
+  slot.classList.remove("muted");
+  slot.replaceChildren(el("div", { id: "checkpoint-steps" }, steps.join(", ")),
+    el("div", { class: "muted" }, `resumes from step ${record && record.checkpoint_step !== undefined ? record.checkpoint_step : steps[steps.length - 1]}`));
+}
+
+async function details() {
+  const answer = await theseus.get(api);
+  document.getElementById("title").textContent = `${name}`;
+  document.title = `theseus: ${name}`;
+  theseus.showProblems(document.getElementById("problems"), answer.problems);
+  if (answer.record) facts(answer.record, answer);
+  evaluations(answer.evaluations);
+  checkpoints(answer.checkpoints, answer.record);
+}
+
+async function logTail() {
+  const answer = await theseus.get(`${api}/log?lines=200`);
+  const pre = document.getElementById("log");
+  const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.textContent = answer.lines.join("\n") || "(empty)";
+  if (atBottom) pre.scrollTop = pre.scrollHeight;
+}
+
+async function config() {
+  const answer = await theseus.get(`${api}/config`);
+  document.getElementById("config").textContent = answer.text || "(missing)";
+}
+
+async function start() {
+  try {
+    await details();
+  } catch (error) {
+    document.getElementById("title").textContent = name;
+    theseus.showProblems(document.getElementById("problems"), [error.message]);
+    return;
+  }
+  theseus.showRoot();
+  config().catch((error) => theseus.showProblems(document.getElementById("problems"), [error.message]));
+  logTail().catch(() => {});
+  theseus.follow(name, addRows);
+  setInterval(() => {
+    details().catch(() => {});
+    logTail().catch(() => {});
+  }, 5000);
+}
+
+start();
