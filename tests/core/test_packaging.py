@@ -112,14 +112,14 @@ def test_every_imported_package_is_declared_by_the_package_that_imports_it():
 
 def test_extras_and_the_meta_package():
     core = pyproject("theseus-core")["optional-dependencies"]
-    assert {"cuda12", "cuda13", "tpu", "plot", "wandb", "tensorboard", "hub"} <= set(core)
+    assert {"cuda12", "cuda13", "tpu", "plot", "wandb", "tensorboard", "hub", "serve"} <= set(core)
     assert core["cuda12"] == ["jax[cuda12]>=0.10"] and core["tpu"] == ["jax[tpu]>=0.10"]
     assert "datasets" not in {dist_name(r) for r in pyproject("theseus-data")["dependencies"]}
     assert "hub" in pyproject("theseus-data")["optional-dependencies"]
     meta = pyproject(META)
     assert {dist_name(r) for r in meta["dependencies"]} == set(PACKAGES)
     forwarded = meta["optional-dependencies"]
-    for extra in ["cuda12", "cuda13", "tpu", "plot", "wandb", "tensorboard"]:
+    for extra in ["cuda12", "cuda13", "tpu", "plot", "wandb", "tensorboard", "lm-eval", "serve"]:
         assert forwarded[extra] == [f"theseus-core[{extra}]"]
     assert set(forwarded["hub"]) == {
         "theseus-core[hub]",

@@ -7,6 +7,16 @@ const api = `/api/runs/${encodeURIComponent(name)}`;
 const series = new Map(); // metric -> {x: [], y: [], div}
 let lastStep = null;
 
+// train/loss and val/loss first, then the rest of train/, val/, eval/, perf/ and others.
+const FIRST = ["train/loss", "val/loss"];
+const GROUPS = ["train/", "val/", "eval/", "perf/"];
+function order(metric) {
+  const first = FIRST.indexOf(metric);
+  if (first >= 0) return `0${first}`;
+  const group = GROUPS.findIndex((prefix) => metric.startsWith(prefix));
+  return `${group >= 0 ? group + 1 : 9}${metric}`;
+}
+
 function chartId(metric) {
   return `chart-${metric.replace(/[^A-Za-z0-9_-]/g, "_")}`;
 }
@@ -32,11 +42,12 @@ function addRows(rows, reset) {
     }
   }
   const charts = document.getElementById("charts");
-  for (const metric of [...fresh.keys()].sort()) {
+  for (const metric of [...fresh.keys()].sort((a, b) => order(a).localeCompare(order(b)))) {
     const points = fresh.get(metric);
     if (!series.has(metric)) {
       const div = el("div", { class: "chart", id: chartId(metric), "data-metric": metric });
-      charts.append(div);
+      const after = [...charts.children].find((c) => order(c.dataset.metric) > order(metric));
+      charts.insertBefore(div, after || null);
       series.set(metric, { div });
       Plotly.newPlot(div, [{ x: points.x, y: points.y, mode: "lines+markers", marker: { size: 3 }, name: metric }],
         theseus.chartLayout(metric), { responsive: true, displaylogo: false });
