@@ -42,6 +42,12 @@ def api(two_runs: Path, tmp_path_factory):
     (outside / "job.json").write_text(json.dumps({"key": "x", "status": "SECRET3"}))
     (outside / "config.yaml").write_text("leak: SECRET4\n")
     os.symlink(outside, runs / "escape")
+    (runs / "long").mkdir()  # 5,000 steps with one spike and one NaN
+    (runs / "long" / "job.json").write_text(json.dumps({"key": "x/train", "status": "running"}))
+    with (runs / "long" / "metrics.jsonl").open("w") as out:
+        for step in range(5000):
+            loss = 100.0 if step == 3333 else (float("nan") if step == 4000 else 3 - step / 5000)
+            out.write(json.dumps({"step": step, "train/loss": loss}) + "\n")
     with served(root) as url:
         yield url, root
 
@@ -57,7 +63,7 @@ def test_runs_table_matches_the_runs_on_disk(api):
     assert answer["root"] == str(root.resolve())
     rows = {row["name"]: row for row in answer["runs"]}
     assert "escape" not in rows  # a symlink out of the root is not one of its runs
-    assert {"alpha", "beta", "gamma", "broken"} <= set(rows)
+    assert {"alpha", "beta", "gamma", "broken", "long"} <= set(rows)
     for name in ("alpha", "beta"):
         record = json.loads((root / "runs" / name / "job.json").read_text())
         losses = [
@@ -73,6 +79,7 @@ def test_runs_table_matches_the_runs_on_disk(api):
         assert row["started"] == record["started"] and row["dispatched"] is None
     assert rows["beta"]["parent"] == "alpha@2" and rows["alpha"]["parent"] is None
     assert rows["broken"]["status"] == "unreadable" and "job.json" in rows["broken"]["problem"]
+    assert (rows["long"]["step"], rows["long"]["loss"]) == (4999, 3 - 4999 / 5000)
     tokenize = [r for r in rows.values() if r["key"] == "data/tokenize/python-stdlib"]
     assert tokenize and tokenize[0]["status"] == "finished"
 
@@ -131,6 +138,29 @@ def test_metrics_cursor_follows_appends_and_starts_over_on_a_rewrite(api):
     assert reset["rows"] == [{"step": 0, "train/loss": 2.0}] and reset["offset"] == 1
 
 
+def test_series_are_decimated_keeping_the_envelope_the_ends_and_the_gaps(api):
+    url, _ = api
+    full = get_json(url, "/api/runs/beta/series")  # short: every point, every metric
+    rows = metric_rows(api[1], "beta")
+    for metric in ("train/loss", "val/loss"):
+        kept = [(r["step"], r[metric]) for r in rows if metric in r]
+        curve = full["series"][metric]
+        assert list(zip(curve["x"], curve["y"], strict=True)) == kept
+    assert full["offset"] == len(rows)
+
+    long = get_json(url, "/api/runs/long/series?metric=train/loss&max_points=200")
+    curve = long["series"]["train/loss"]
+    assert (
+        curve["points"] == 5000
+        and len(curve["x"]) <= 202
+        and list(long["series"]) == ["train/loss"]
+    )
+    assert curve["x"][0] == 0 and curve["x"][-1] == 4999 and curve["x"] == sorted(curve["x"])
+    assert 100.0 in curve["y"] and "NaN" in curve["y"]  # the spike and the gap survive
+    numbers = [y for y in curve["y"] if isinstance(y, float)]
+    assert min(numbers) == 3 - 4999 / 5000
+
+
 def test_config_is_shown_with_credentials_redacted(api):
     url, root = api
     beta = get_json(url, "/api/runs/beta/config")
@@ -177,7 +207,7 @@ def test_lineage_has_an_edge_per_branch(api):
     url, _ = api
     graph = get_json(url, "/api/lineage")
     edges = sorted((e["from"], e["to"], e["step"]) for e in graph["edges"])
-    assert edges == [("alpha", "beta", 2), ("alpha", "gamma", 2)]
+    assert edges == [("alpha", "beta", 2), ("alpha", "gamma", 2)]  # "long" has no parent
     statuses = {n["name"]: n["status"] for n in graph["nodes"]}
     assert statuses["alpha"] == "finished" and statuses["broken"] == "unreadable"
 

@@ -106,6 +106,13 @@ def create_app(root: str | Path, token: str | None = None) -> Guard:
             version=request.query_params.get("version", ""),
         )
 
+    def series(request: Request) -> Any:
+        return view.series(
+            request.path_params["name"],
+            request.query_params.getlist("metric"),
+            _int(request, "max_points", 4000, 100, 100_000) or 4000,
+        )
+
     def config(request: Request) -> Any:
         return view.config(request.path_params["name"])
 
@@ -129,6 +136,7 @@ def create_app(root: str | Path, token: str | None = None) -> Guard:
         Route("/api/runs", api(runs)),
         Route("/api/runs/{name}", api(run)),
         Route("/api/runs/{name}/metrics", api(metrics)),
+        Route("/api/runs/{name}/series", api(series)),
         Route("/api/runs/{name}/config", api(config)),
         Route("/api/runs/{name}/log", api(log)),
         Route("/api/diff", api(diff)),

@@ -1,21 +1,31 @@
-"""``metrics.jsonl`` files read once and then only as they grow.
+"""``metrics.jsonl`` files read once and then only as they grow, held in columns.
 
 A page polls a live run every couple of seconds; re-reading a long run's whole metrics log
-each time would cost the server O(file) per poll. Each file is remembered with its inode,
-size and the offset of its last complete line: a file that only grew is read from that
-offset; a file that was replaced (a resume moves superseded rows out and rewrites it) or
-shrank is read whole again and gets a new ``version``, so a client knows to start over.
+each time would cost O(file) per poll. Each file is remembered with its inode, size and
+the offset of its last complete line: a file that only grew is read from that offset; a file
+that was replaced (a resume moves superseded rows out and rewrites it) or shrank is read
+whole again and gets a new ``version``, so a client knows to start over.
+
+Rows are kept as columns (a step per row; per metric, row numbers and float64 values), about
+a tenth of the memory of dicts, and at most :data:`MAX_FILES` files are kept (least recently
+used first out), so a server left running on a root of long runs stays small.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from theseus.core.inspect.runs import parse_metric_lines
+import numpy as np
+from theseus.core.inspect.runs import is_number, parse_metric_lines
+
+MAX_FILES = 64
+NO_STEP = -(2**62)
 
 
 @dataclass
@@ -26,42 +36,92 @@ class MetricsFile:
     size: int = -1
     complete: int = 0  # bytes up to the end of the last complete line
     generation: int = 0
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    bad_lines: list[str] = field(default_factory=list)
     lines: int = 0  # complete lines read so far (for numbering bad ones)
+    bad_lines: list[str] = field(default_factory=list)
+    steps: array = field(default_factory=lambda: array("q"))
+    columns: dict[str, tuple[array, array]] = field(default_factory=dict)
+    extras: dict[int, dict[str, Any]] = field(default_factory=dict)  # non-numeric values
 
     @property
     def version(self) -> str:
         return f"{self.inode}.{self.generation}"
 
+    @property
+    def row_count(self) -> int:
+        return len(self.steps)
+
+    def add(self, row: dict[str, Any]) -> None:
+        index = len(self.steps)
+        step = row.get("step")
+        self.steps.append(step if isinstance(step, int) and not isinstance(step, bool) else NO_STEP)
+        for key, value in row.items():
+            if key == "step":
+                if self.steps[-1] == NO_STEP and value is not None:
+                    self.extras.setdefault(index, {})[key] = value
+                continue
+            if is_number(value):
+                rows, values = self.columns.setdefault(key, (array("q"), array("d")))
+                rows.append(index)
+                values.append(float(value))
+            else:
+                self.extras.setdefault(index, {})[key] = value
+
+    def rows(self, start: int = 0) -> list[dict[str, Any]]:
+        """Rows ``start``.. as dicts (numbers as floats)."""
+        count = self.row_count
+        start = min(max(start, 0), count)
+        out: list[dict[str, Any]] = [{} for _ in range(count - start)]
+        for offset, step in enumerate(self.steps[start:]):
+            if step != NO_STEP:
+                out[offset]["step"] = step
+        for key, (rows, values) in self.columns.items():
+            first = int(np.searchsorted(np.frombuffer(rows, dtype=np.int64), start))
+            for index, value in zip(rows[first:], values[first:], strict=True):
+                out[index - start][key] = value
+        for index, extra in self.extras.items():
+            if index >= start:
+                out[index - start].update(extra)
+        return out
+
+    def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of one metric, rows without a step left out."""
+        if metric not in self.columns:
+            return np.zeros(0, np.int64), np.zeros(0)
+        rows, values = self.columns[metric]
+        steps = np.frombuffer(self.steps, dtype=np.int64)[np.frombuffer(rows, dtype=np.int64)]
+        y = np.frombuffer(values, dtype=np.float64)
+        has_step = steps != NO_STEP
+        return steps[has_step], y[has_step]
+
 
 class MetricsCache:
-    """Thread-safe cache of parsed metric files, keyed by path."""
+    """Thread-safe, size-bounded cache of parsed metric files, keyed by path."""
 
-    def __init__(self) -> None:
-        self._files: dict[Path, MetricsFile] = {}
+    def __init__(self, max_files: int = MAX_FILES) -> None:
+        self._files: OrderedDict[Path, MetricsFile] = OrderedDict()
         self._lock = threading.Lock()
         self._generations = 0
+        self.max_files = max_files
 
-    def read(self, path: Path) -> MetricsFile:
-        """The rows of ``path`` as it is now (an empty file when it does not exist)."""
+    def read(self, path: Path, use) -> Any:
+        """``use(file)`` on ``path``'s rows as they are now, under the cache's lock (an empty
+        file when it does not exist)."""
         try:
             stat = os.stat(path)
         except FileNotFoundError:
-            return MetricsFile()
+            return use(MetricsFile())
         with self._lock:
             cached = self._files.get(path)
             if cached is None or cached.inode != stat.st_ino or stat.st_size < cached.complete:
                 self._generations += 1
                 cached = MetricsFile(inode=stat.st_ino, generation=self._generations)
                 self._files[path] = cached
+            self._files.move_to_end(path)
+            while len(self._files) > self.max_files:
+                self._files.popitem(last=False)
             if stat.st_size != cached.size:
                 self._extend(path, cached)
-            return cached
-
-    def rows(self, run_path: Path) -> list[dict[str, Any]]:
-        """A run folder's rows (the shape ``run_summaries`` takes)."""
-        return self.read(run_path / "metrics.jsonl").rows
+            return use(cached)
 
     @staticmethod
     def _extend(path: Path, cached: MetricsFile) -> None:
@@ -74,6 +134,54 @@ class MetricsCache:
         for entry in bad:  # "N (problem)", N counted within this chunk
             number, _, problem = entry.partition(" ")
             cached.bad_lines.append(f"{int(number) + cached.lines} {problem}")
-        cached.rows = cached.rows + rows  # a new list: readers may hold the old one
+        for row in rows:
+            cached.add(row)
         cached.lines += data[:end].count(b"\n")
         cached.complete += end
+
+
+def decimate(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most about ``max_points`` points that keep the curve's envelope: in each of
+    ``max_points // 2`` buckets of consecutive points, the lowest and the highest (a loss
+    spike survives); a bucket holding a NaN or an infinity keeps its first one (a gap). The
+    first and the last point are always kept."""
+    n = len(x)
+    if n <= max_points:
+        return x, y
+    edges = np.linspace(0, n, max(max_points // 2, 1) + 1).astype(np.int64)
+    keep: list[int] = []
+    finite = np.isfinite(y)
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        if a == b:
+            continue
+        segment_ok = finite[a:b]
+        picks = set()
+        if not segment_ok.all():
+            picks.add(a + int(np.argmin(segment_ok)))
+        if segment_ok.any():
+            values = np.where(segment_ok, y[a:b], np.nan)
+            picks.add(a + int(np.nanargmin(values)))
+            picks.add(a + int(np.nanargmax(values)))
+        keep.extend(sorted(picks))
+    index = np.unique(np.asarray([0, *keep, n - 1], dtype=np.int64))
+    return x[index], y[index]
+
+
+def tail_rows(path: Path, metric: str, chunk: int = 64 * 1024) -> list[dict[str, Any]]:
+    """Rows from the end of ``path``, read backwards until one holds ``metric`` (or the file
+    is read whole): what a runs table needs without reading long logs in full."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return []
+    with path.open("rb") as handle:
+        while True:
+            start = max(0, size - chunk)
+            handle.seek(start)
+            data = handle.read(size - start)
+            if start > 0:
+                data = data[data.find(b"\n") + 1 :]  # the first line read may be cut
+            rows, _ = parse_metric_lines(data)
+            if start == 0 or any(metric in row for row in rows):
+                return rows
+            chunk *= 4

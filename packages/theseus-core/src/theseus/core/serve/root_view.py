@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from theseus.core.inspect.runs import lineage, run_folders, run_summary
 from theseus.core.jobs import check_run_name, parse_reference
 from theseus.core.rundir import RunDir, read_record
 from theseus.core.serve import config_view
-from theseus.core.serve.metrics_cache import MetricsCache
+from theseus.core.serve.metrics_cache import MetricsCache, MetricsFile, decimate, tail_rows
 
 LOG_TAIL_BYTES = 256 * 1024
+TABLE_METRIC = "train/loss"
 _EVALUATION_FILE = re.compile(r"^step-(\d+)\.json$")
 
 
@@ -92,7 +94,7 @@ class RootView:
         for path in run_folders(self.runs_dir):
             if not self.inside(path):
                 continue  # a symlink out of the root is not a run of this root
-            row = run_summary(path, self.metrics.rows)
+            row = run_summary(path, lambda p: tail_rows(p / "metrics.jsonl", TABLE_METRIC))
             row["host"] = None
             if row["problem"] is None:
                 row["host"] = self._host(path)
@@ -119,10 +121,12 @@ class RootView:
                 problems.append(str(error).replace(str(run.path) + "/", ""))
         else:
             problems.append("job.json resolves outside the root; it is not served")
-        metrics = self.metrics.read(run.metrics_path)
-        if metrics.bad_lines:
-            shown = ", ".join(metrics.bad_lines[:5])
-            more = f" and {len(metrics.bad_lines) - 5} more" if len(metrics.bad_lines) > 5 else ""
+        row_count, bad_lines, names = self._metrics(
+            run, lambda f: (f.row_count, list(f.bad_lines), sorted(f.columns))
+        )
+        if bad_lines:
+            shown = ", ".join(bad_lines[:5])
+            more = f" and {len(bad_lines) - 5} more" if len(bad_lines) > 5 else ""
             problems.append(f"metrics.jsonl: skipped unreadable lines {shown}{more}")
         return {
             "name": name,
@@ -132,7 +136,8 @@ class RootView:
             "checkpoints": self._checkpoints(run),
             "evaluations": self._evaluations(run, problems),
             "summary": self._read_json(run.path / "summary.json", problems),
-            "metric_rows": len(metrics.rows),
+            "metric_rows": row_count,
+            "metric_names": names,
             "problems": problems,
         }
 
@@ -175,6 +180,11 @@ class RootView:
     def _children(self, name: str) -> list[str]:
         return [n["name"] for n in self.lineage()["nodes"] if n["parent_run"] == name]
 
+    def _metrics(self, run: RunDir, use: Callable[[MetricsFile], Any]) -> Any:
+        if run.metrics_path.exists() and not self.inside(run.metrics_path):
+            raise Forbidden(f"{run.name}/metrics.jsonl resolves outside the root; not served")
+        return self.metrics.read(run.metrics_path, use)
+
     def metrics_since(
         self, name: str, offset: int = 0, since: int | None = None, version: str = ""
     ) -> dict[str, Any]:
@@ -183,21 +193,40 @@ class RootView:
         When the file was replaced since the client's ``version`` (a resume rewrote it), the
         answer starts over from row 0 with ``reset: true``.
         """
-        run = self.run_dir(name)
-        if not self.inside(run.metrics_path) and run.metrics_path.exists():
-            raise Forbidden(f"{name}/metrics.jsonl resolves outside the root; it is not served")
-        metrics = self.metrics.read(run.metrics_path)
-        reset = bool(version) and version != metrics.version
-        rows = metrics.rows[0 if reset else max(offset, 0) :]
-        if since is not None:
-            rows = [r for r in rows if isinstance(r.get("step"), int) and r["step"] > since]
-        return {
-            "version": metrics.version,
-            "offset": len(metrics.rows),
-            "reset": reset,
-            "rows": rows,
-            "unreadable_lines": len(metrics.bad_lines),
-        }
+
+        def answer(metrics: MetricsFile) -> dict[str, Any]:
+            reset = bool(version) and version != metrics.version
+            rows = metrics.rows(0 if reset else offset)
+            if since is not None:
+                rows = [r for r in rows if isinstance(r.get("step"), int) and r["step"] > since]
+            return {
+                "version": metrics.version,
+                "offset": metrics.row_count,
+                "reset": reset,
+                "rows": rows,
+                "unreadable_lines": len(metrics.bad_lines),
+            }
+
+        return self._metrics(self.run_dir(name), answer)
+
+    def series(self, name: str, metrics: list[str], max_points: int) -> dict[str, Any]:
+        """Each metric (every one when ``metrics`` is empty) as ``{"x": steps, "y": values,
+        "points": rows}``, decimated to about ``max_points`` (envelope kept), with the
+        ``version`` and ``offset`` a client follows the file from afterwards."""
+
+        def answer(file: MetricsFile) -> dict[str, Any]:
+            series = {}
+            for metric in metrics or sorted(file.columns):
+                x, y = file.series(metric)
+                shown_x, shown_y = decimate(x, y, max_points)
+                series[metric] = {
+                    "x": shown_x.tolist(),
+                    "y": shown_y.tolist(),
+                    "points": len(x),
+                }
+            return {"version": file.version, "offset": file.row_count, "series": series}
+
+        return self._metrics(self.run_dir(name), answer)
 
     def config(self, name: str) -> dict[str, Any]:
         run = self.run_dir(name)

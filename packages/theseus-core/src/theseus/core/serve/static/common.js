@@ -72,26 +72,43 @@ const theseus = {
     try { slot.textContent = (await theseus.get("/api/runs")).root; } catch (error) { slot.textContent = ""; }
   },
 
-  // Metric rows of one run, polled from the API with a row cursor; `onRows(rows, reset)`.
-  follow(name, onRows, intervalMs = 2000) {
-    let offset = 0;
-    let version = "";
+  // Each metric of one run as {x, y}, decimated by the server to about `maxPoints`, with the
+  // cursor (`offset`, `version`) to follow the file from.
+  async series(name, metrics = [], maxPoints = 4000) {
+    const query = new URLSearchParams(metrics.map((m) => ["metric", m]));
+    query.set("max_points", String(maxPoints));
+    const answer = await theseus.get(`/api/runs/${encodeURIComponent(name)}/series?${query}`);
+    for (const entry of Object.values(answer.series)) entry.y = entry.y.map(theseus.plotted);
+    return answer;
+  },
+
+  // A value as a chart takes it: NaN and infinities become gaps.
+  plotted(value) {
+    const number = theseus.number(value);
+    return number !== null && Number.isFinite(number) ? number : null;
+  },
+
+  // New metric rows of one run, polled with a row cursor from `start` ({offset, version});
+  // `onRows(rows, reset)`, where `reset` means the file was rewritten (a resume) and the
+  // caller should start over. Returns a function that stops it.
+  follow(name, onRows, intervalMs = 2000, start = { offset: 0, version: "" }) {
+    let offset = start.offset;
+    let version = start.version;
     let stopped = false;
     const poll = async () => {
       if (stopped) return;
       try {
         const query = `offset=${offset}&version=${encodeURIComponent(version)}`;
         const answer = await theseus.get(`/api/runs/${encodeURIComponent(name)}/metrics?${query}`);
-        const reset = answer.reset || version === "";
         version = answer.version;
         offset = answer.offset;
-        if (answer.rows.length || answer.reset) onRows(answer.rows, reset);
+        if (!stopped && (answer.rows.length || answer.reset)) onRows(answer.rows, answer.reset);
       } catch (error) {
         console.warn(`metrics of ${name}: ${error.message}`);
       }
       if (!stopped) setTimeout(poll, intervalMs);
     };
-    poll();
+    setTimeout(poll, intervalMs);
     return () => { stopped = true; };
   },
 

@@ -4,7 +4,7 @@
 
 const { el } = theseus;
 const params = new URLSearchParams(window.location.search);
-const data = new Map(); // run -> {rows: [], stop}
+const data = new Map(); // run -> {x, y, metric, stop}
 let metric = params.get("metric") || "train/loss";
 
 function chosen() {
@@ -21,36 +21,48 @@ function smooth(values, weight) {
   });
 }
 
-function metricChoices() {
+async function metricChoices(runs) {
   const names = new Set();
-  for (const { rows } of data.values()) for (const row of rows) for (const key of Object.keys(row)) if (key !== "step") names.add(key);
-  const select = document.getElementById("metric");
-  const current = [...select.options].map((o) => o.value).join("|");
-  const sorted = [...names].sort();
-  if (sorted.join("|") !== current) {
-    select.replaceChildren(...sorted.map((n) => el("option", { value: n }, n)));
+  for (const run of runs) {
+    try {
+      const details = await theseus.get(`/api/runs/${encodeURIComponent(run)}`);
+      for (const name of details.metric_names) names.add(name);
+    } catch (error) { /* the diff names the problem */ }
   }
-  if (sorted.includes(metric)) select.value = metric;
+  const select = document.getElementById("metric");
+  const sorted = [...names].sort();
+  select.replaceChildren(...sorted.map((n) => el("option", { value: n }, n)));
+  if (!sorted.includes(metric) && sorted.length) metric = sorted.includes("train/loss") ? "train/loss" : sorted[0];
+  select.value = metric;
 }
 
 function draw() {
-  metricChoices();
   const weight = Number(document.getElementById("smoothing").value);
   document.getElementById("smoothing-value").textContent = weight.toFixed(2);
-  const traces = [];
-  for (const [run, { rows }] of data) {
-    const x = [], y = [];
-    for (const row of rows) {
-      if (!(metric in row) || typeof row.step !== "number") continue;
-      const number = theseus.number(row[metric]);
-      if (number === null) continue;
-      x.push(row.step);
-      y.push(Number.isFinite(number) ? number : null);
-    }
-    traces.push({ x, y: smooth(y, weight), name: run, mode: "lines" });
-  }
+  const traces = [...data].map(([run, entry]) => ({ x: entry.x, y: smooth(entry.y, weight), name: run, mode: "lines" }));
   const layout = { ...theseus.chartLayout(metric), showlegend: true };
   Plotly.react(document.getElementById("overlay"), traces, layout, { responsive: true, displaylogo: false });
+}
+
+// One run's curve of `metric` from the server (decimated when long), then followed live.
+async function load(run) {
+  const entry = data.get(run);
+  entry.stop();
+  const answer = await theseus.series(run, [metric]);
+  if (data.get(run) !== entry) return; // dropped meanwhile
+  const points = answer.series[metric] || { x: [], y: [] };
+  entry.x = points.x;
+  entry.y = points.y;
+  entry.stop = theseus.follow(run, (rows, reset) => {
+    if (reset) { load(run); return; }
+    for (const row of rows) {
+      if (typeof row.step !== "number" || theseus.number(row[metric]) === null) continue;
+      entry.x.push(row.step);
+      entry.y.push(theseus.plotted(row[metric]));
+    }
+    draw();
+  }, 3000, answer);
+  draw();
 }
 
 async function diff(runs) {
@@ -71,21 +83,18 @@ async function diff(runs) {
   document.getElementById("same").textContent = `(${answer.rows.length} keys differ, ${answer.same} are the same)`;
 }
 
-function choose() {
+async function choose() {
   const runs = chosen();
   for (const [run, entry] of data) if (!runs.includes(run)) { entry.stop(); data.delete(run); }
-  for (const run of runs) {
-    if (data.has(run)) continue;
-    const entry = { rows: [], stop: null };
-    data.set(run, entry);
-    entry.stop = theseus.follow(run, (rows, reset) => {
-      entry.rows = reset ? rows : entry.rows.concat(rows);
-      draw();
-    }, 3000);
-  }
   const query = new URLSearchParams(runs.map((r) => ["runs", r]));
+  await metricChoices(runs);
   query.set("metric", metric);
   history.replaceState(null, "", `/compare?${query}`);
+  for (const run of runs) {
+    if (!data.has(run)) data.set(run, { x: [], y: [], stop: () => {}, metric: null });
+    const entry = data.get(run);
+    if (entry.metric !== metric) { entry.metric = metric; load(run).catch((error) => theseus.showProblems(document.getElementById("problems"), [error.message])); }
+  }
   draw();
   diff(runs).catch((error) => theseus.showProblems(document.getElementById("problems"), [error.message]));
 }

@@ -21,41 +21,56 @@ function chartId(metric) {
   return `chart-${metric.replace(/[^A-Za-z0-9_-]/g, "_")}`;
 }
 
-function addRows(rows, reset) {
-  if (reset) {
-    for (const entry of series.values()) entry.div.remove();
-    series.clear();
-    lastStep = null;
-  }
-  const fresh = new Map(); // metric -> {x, y} appended now
-  for (const row of rows) {
-    const step = row.step;
-    if (typeof step !== "number") continue;
-    lastStep = lastStep === null ? step : Math.max(lastStep, step);
-    for (const [metric, value] of Object.entries(row)) {
-      if (metric === "step") continue;
-      const number = theseus.number(value);
-      if (number === null) continue;
-      if (!fresh.has(metric)) fresh.set(metric, { x: [], y: [] });
-      fresh.get(metric).x.push(step);
-      fresh.get(metric).y.push(Number.isFinite(number) ? number : null); // NaN: a gap
-    }
-  }
+function chart(metric, x, y) {
   const charts = document.getElementById("charts");
-  for (const metric of [...fresh.keys()].sort((a, b) => order(a).localeCompare(order(b)))) {
-    const points = fresh.get(metric);
-    if (!series.has(metric)) {
-      const div = el("div", { class: "chart", id: chartId(metric), "data-metric": metric });
-      const after = [...charts.children].find((c) => order(c.dataset.metric) > order(metric));
-      charts.insertBefore(div, after || null);
-      series.set(metric, { div });
-      Plotly.newPlot(div, [{ x: points.x, y: points.y, mode: "lines+markers", marker: { size: 3 }, name: metric }],
-        theseus.chartLayout(metric), { responsive: true, displaylogo: false });
-    } else {
-      Plotly.extendTraces(series.get(metric).div, { x: [points.x], y: [points.y] }, [0]);
+  const div = el("div", { class: "chart", id: chartId(metric), "data-metric": metric });
+  const after = [...charts.children].find((c) => order(c.dataset.metric) > order(metric));
+  charts.insertBefore(div, after || null);
+  series.set(metric, { div });
+  const mode = x.length > 300 ? "lines" : "lines+markers";
+  Plotly.newPlot(div, [{ x, y, mode, marker: { size: 3 }, name: metric }],
+    theseus.chartLayout(metric), { responsive: true, displaylogo: false });
+}
+
+function showLastStep() {
+  document.getElementById("last-step").textContent = lastStep === null ? "-" : String(lastStep);
+}
+
+// Rows the follower brings: appended to the charts (a new metric gets a new chart).
+function addRows(rows) {
+  const fresh = new Map(); // metric -> {x, y}
+  for (const row of rows) {
+    if (typeof row.step !== "number") continue;
+    lastStep = lastStep === null ? row.step : Math.max(lastStep, row.step);
+    for (const [metric, value] of Object.entries(row)) {
+      if (metric === "step" || theseus.number(value) === null) continue;
+      if (!fresh.has(metric)) fresh.set(metric, { x: [], y: [] });
+      fresh.get(metric).x.push(row.step);
+      fresh.get(metric).y.push(theseus.plotted(value));
     }
   }
-  document.getElementById("last-step").textContent = lastStep === null ? "-" : String(lastStep);
+  for (const [metric, points] of fresh) {
+    if (series.has(metric)) Plotly.extendTraces(series.get(metric).div, { x: [points.x], y: [points.y] }, [0]);
+    else chart(metric, points.x, points.y);
+  }
+  showLastStep();
+}
+
+// Every curve from the server (decimated when long), then follow the file from there.
+let stopFollowing = () => {};
+async function curves() {
+  stopFollowing();
+  const answer = await theseus.series(name);
+  for (const entry of series.values()) { Plotly.purge(entry.div); entry.div.remove(); }
+  series.clear();
+  lastStep = null;
+  for (const metric of Object.keys(answer.series).sort((a, b) => order(a).localeCompare(order(b)))) {
+    const { x, y } = answer.series[metric];
+    for (const step of x) if (lastStep === null || step > lastStep) lastStep = step;
+    chart(metric, x, y);
+  }
+  showLastStep();
+  stopFollowing = theseus.follow(name, (rows, reset) => (reset ? curves() : addRows(rows)), 2000, answer);
 }
 
 function facts(record, details) {
@@ -138,7 +153,7 @@ async function start() {
   theseus.showRoot();
   config().catch((error) => theseus.showProblems(document.getElementById("problems"), [error.message]));
   logTail().catch(() => {});
-  theseus.follow(name, addRows);
+  curves().catch((error) => theseus.showProblems(document.getElementById("problems"), [error.message]));
   setInterval(() => {
     details().catch(() => {});
     logTail().catch(() => {});
