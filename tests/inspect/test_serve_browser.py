@@ -82,6 +82,14 @@ def test_pages_draw_and_a_run_page_follows_its_metrics(copied_root, browser):
         assert "alpha@2" in rows["beta"].text
         assert "malformed" in rows["broken"].get_attribute("class")
         assert "unreadable" in rows["broken"].text and "job.json" in rows["broken"].text
+
+        def order():
+            return [tr.get_attribute("data-run") for tr in elements(browser, "#runs tbody tr")]
+
+        elements(browser, "th[data-sort=name]")[0].click()  # sorted by run name
+        wait_until(lambda: order() == sorted(order()), 10, "rows sorted by name")
+        elements(browser, "th[data-sort=name]")[0].click()  # and the other way
+        wait_until(lambda: order() == sorted(order(), reverse=True), 10, "rows sorted back")
         elements(browser, "#filter")[0].send_keys("alpha@")  # only beta's row names it
         wait_until(lambda: len(elements(browser, "#runs tbody tr")) == 1, 10, "the filter")
         assert elements(browser, "#runs tbody tr")[0].get_attribute("data-run") == "beta"

@@ -96,6 +96,7 @@ def _unreadable(name: str, problem: str) -> dict[str, Any]:
         "parent": None,
         "started": None,
         "dispatched": None,
+        "host": None,
         "problem": problem,
     }
 
@@ -142,6 +143,7 @@ def run_summary(
         "parent": record.get("parent"),
         "started": record.get("started") or record.get("created"),
         "dispatched": record.get("dispatched"),
+        "host": record.get("host"),
         "problem": None,
     }
 

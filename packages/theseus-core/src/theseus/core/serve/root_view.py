@@ -94,18 +94,8 @@ class RootView:
         for path in run_folders(self.runs_dir):
             if not self.inside(path):
                 continue  # a symlink out of the root is not a run of this root
-            row = run_summary(path, lambda p: tail_rows(p / "metrics.jsonl", TABLE_METRIC))
-            row["host"] = None
-            if row["problem"] is None:
-                row["host"] = self._host(path)
-            rows.append(row)
+            rows.append(run_summary(path, lambda p: tail_rows(p / "metrics.jsonl", TABLE_METRIC)))
         return rows
-
-    def _host(self, path: Path) -> str | None:
-        try:
-            return read_record(path / "job.json").get("host")
-        except JobError:
-            return None
 
     # one run
     def run(self, name: str) -> dict[str, Any]:

@@ -4,6 +4,24 @@
 const { el } = theseus;
 const selected = new Set();
 let rows = [];
+let sortKey = "started";
+let sortDown = true; // newest first
+
+function sortValue(row, key) {
+  if (key === "where") return theseus.where(row);
+  const value = row[key];
+  const number = theseus.number(value);
+  return number !== null ? number : value === null || value === undefined ? null : String(value);
+}
+
+function compareRows(a, b) {
+  const x = sortValue(a, sortKey), y = sortValue(b, sortKey);
+  if (x === y) return a.name.localeCompare(b.name);
+  if (x === null) return 1; // empty cells last either way
+  if (y === null) return -1;
+  const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+  return sortDown ? -order : order;
+}
 
 function matches(row, text, status) {
   if (status && row.status !== status) return false;
@@ -16,7 +34,11 @@ function render() {
   const text = document.getElementById("filter").value.trim().toLowerCase();
   const status = document.getElementById("status-filter").value;
   const body = document.querySelector("#runs tbody");
-  const shown = rows.filter((row) => matches(row, text, status));
+  const shown = rows.filter((row) => matches(row, text, status)).sort(compareRows);
+  for (const th of document.querySelectorAll("#runs th[data-sort]")) {
+    th.classList.toggle("sorted", th.dataset.sort === sortKey);
+    th.dataset.direction = th.dataset.sort === sortKey ? (sortDown ? "down" : "up") : "";
+  }
   body.replaceChildren(
     ...shown.map((row) => {
       const box = el("input", { type: "checkbox", "data-run": row.name });
@@ -67,6 +89,13 @@ async function refresh() {
 }
 
 document.getElementById("filter").addEventListener("input", render);
+for (const th of document.querySelectorAll("#runs th[data-sort]")) {
+  th.addEventListener("click", () => {
+    sortDown = th.dataset.sort === sortKey ? !sortDown : th.dataset.sort === "started";
+    sortKey = th.dataset.sort;
+    render();
+  });
+}
 document.getElementById("status-filter").addEventListener("change", render);
 document.getElementById("compare").addEventListener("click", () => {
   const query = [...selected].map((name) => `runs=${encodeURIComponent(name)}`).join("&");
