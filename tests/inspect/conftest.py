@@ -13,8 +13,8 @@ from tests.train.conftest import TINY, run_cli
 
 @pytest.fixture(scope="session")
 def two_runs(tmp_path_factory) -> Path:
-    """``alpha`` (4 steps, checkpoints at 2 and 4, val-ppl evaluations) and ``beta``,
-    branched from ``alpha@2`` with a 5x learning rate."""
+    """``alpha`` (4 steps, checkpoints at 2 and 4, val-ppl evaluations), ``beta``, branched
+    from ``alpha@2`` with a 5x learning rate, and ``judge``, an evaluation of ``alpha@4``."""
     root = tmp_path_factory.mktemp("runs")
     base = [
         "run",
@@ -30,6 +30,11 @@ def two_runs(tmp_path_factory) -> Path:
         root, *base, "optimizer.learning_rate=3e-3", "--name", "beta", "--branch", "alpha@2"
     )
     assert beta.returncode == 0, beta.stderr[-2000:]
+    judge = run_cli(
+        root, "run", "gpt/evaluate", "evaluate.checkpoint=alpha@4", "evaluate.tasks=[val-ppl]",
+        "--name", "judge",
+    )  # fmt: skip
+    assert judge.returncode == 0, judge.stderr[-2000:]
     return root
 
 

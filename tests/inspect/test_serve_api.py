@@ -91,6 +91,7 @@ def test_run_details_checkpoints_evaluations_and_lineage(api):
     assert alpha["checkpoints"] == on_disk == [2, 4]
     assert alpha["record"]["status"] == "finished" and alpha["problems"] == []
     assert sorted(alpha["children"]) == ["beta", "gamma"] and alpha["lineage"] == []
+    assert alpha["used_by"] == [{"run": "judge", "via": "evaluate.checkpoint", "step": 4}]
     steps = [e["step"] for e in alpha["evaluations"]]
     assert steps == [2, 4]  # eval.every=2 with eval.tasks=[val-ppl]
     for evaluation in alpha["evaluations"]:
@@ -100,6 +101,11 @@ def test_run_details_checkpoints_evaluations_and_lineage(api):
     beta = get_json(url, "/api/runs/beta")
     assert beta["lineage"] == ["alpha@2"]  # a branch keeps its parent's eval.tasks
     assert [e["step"] for e in beta["evaluations"]] == [4]
+    judge = get_json(url, "/api/runs/judge")  # an evaluation job: results.json
+    saved = json.loads((root / "runs/judge/results.json").read_text())
+    assert judge["evaluations"] == [
+        {"step": 4, "file": "results.json", "source": saved["source"], "results": saved["results"]}
+    ]
 
 
 def test_metrics_cursor_follows_appends_and_starts_over_on_a_rewrite(api):
@@ -206,8 +212,13 @@ def test_diff_lists_exactly_the_keys_that_differ(api):
 def test_lineage_has_an_edge_per_branch(api):
     url, _ = api
     graph = get_json(url, "/api/lineage")
-    edges = sorted((e["from"], e["to"], e["step"]) for e in graph["edges"])
-    assert edges == [("alpha", "beta", 2), ("alpha", "gamma", 2)]  # "long" has no parent
+    edges = sorted((e["from"], e["to"], e["step"], e["via"]) for e in graph["edges"])
+    assert edges == [  # gamma is a copy of beta: a branch of alpha@2
+        ("alpha", "beta", 2, "branch"),
+        ("alpha", "gamma", 2, "branch"),
+        ("alpha", "judge", 4, "evaluate.checkpoint"),
+    ]
+    assert all(e["parent_known"] for e in graph["edges"])
     statuses = {n["name"]: n["status"] for n in graph["nodes"]}
     assert statuses["alpha"] == "finished" and statuses["broken"] == "unreadable"
 

@@ -139,7 +139,9 @@ def test_pages_draw_and_a_run_page_follows_its_metrics(copied_root, browser):
         browser.get(url + "lineage")
         wait_until(lambda: elements(browser, "#lineage-svg g.node"), 30, "the lineage graph")
         nodes = {g.get_attribute("data-run") for g in elements(browser, "#lineage-svg g.node")}
-        assert nodes == {"alpha", "beta"} and "@2" in text_of(browser, "#lineage-svg")
+        assert nodes == {"alpha", "beta", "judge"} and "@2" in text_of(browser, "#lineage-svg")
+        derived = elements(browser, "#lineage-svg path.derived")
+        assert [p.get_attribute("data-via") for p in derived] == ["evaluate.checkpoint"]
         browser.save_screenshot(str(ARTIFACTS / "lineage-page.png"))
         assert errors_in_console(browser) == []
 

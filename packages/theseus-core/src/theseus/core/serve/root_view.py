@@ -29,6 +29,7 @@ from theseus.core.serve.metrics_cache import MetricsCache, MetricsFile, decimate
 
 LOG_TAIL_BYTES = 256 * 1024
 TABLE_METRIC = "train/loss"
+REFERENCE_KEYS = ("run", "checkpoint")  # config leaves that name a run: init.checkpoint, ...
 _EVALUATION_FILE = re.compile(r"^step-(\d+)\.json$")
 
 
@@ -47,6 +48,7 @@ class RootView:
         self.root = Path(root).resolve()
         self.runs_dir = self.root / "runs"
         self.metrics = MetricsCache()
+        self._reference_cache: dict[str, tuple[tuple[int, int, int], dict]] = {}
 
     # where things are
     def inside(self, path: Path) -> bool:
@@ -111,6 +113,7 @@ class RootView:
                 problems.append(str(error).replace(str(run.path) + "/", ""))
         else:
             problems.append("job.json resolves outside the root; it is not served")
+        children, used_by = self._derived(name)
         row_count, bad_lines, names = self._metrics(
             run, lambda f: (f.row_count, list(f.bad_lines), sorted(f.columns))
         )
@@ -122,7 +125,8 @@ class RootView:
             "name": name,
             "record": record,
             "lineage": lineage(self.root, record) if record else [],
-            "children": self._children(name),
+            "children": children,
+            "used_by": used_by,
             "checkpoints": self._checkpoints(run),
             "evaluations": self._evaluations(run, problems),
             "summary": self._read_json(run.path / "summary.json", problems),
@@ -167,8 +171,16 @@ class RootView:
             )
         return evaluations
 
-    def _children(self, name: str) -> list[str]:
-        return [n["name"] for n in self.lineage()["nodes"] if n["parent_run"] == name]
+    def _derived(self, name: str) -> tuple[list[str], list[dict[str, Any]]]:
+        """Runs branched from ``name``, and runs whose config names it (``via`` the key)."""
+        edges = [e for e in self.lineage()["edges"] if e["from"] == name]
+        branches = [e["to"] for e in edges if e["via"] == "branch"]
+        used = [
+            {"run": e["to"], "via": e["via"], "step": e["step"]}
+            for e in edges
+            if e["via"] != "branch"
+        ]
+        return branches, used
 
     def _metrics(self, run: RunDir, use: Callable[[MetricsFile], Any]) -> Any:
         if run.metrics_path.exists() and not self.inside(run.metrics_path):
@@ -281,10 +293,40 @@ class RootView:
                     records.append((path.name, None))
         return records
 
+    def _references(self, name: str) -> dict[str, tuple[str, int | None]]:
+        """The runs a run's saved config names (``init.checkpoint``, ``evaluate.checkpoint``,
+        ``hf.run``...: any key ending in ``.run`` or ``.checkpoint`` whose value is
+        ``RUN[@STEP]``), re-read only when ``config.yaml`` changed."""
+        path = self.runs_dir / name / "config.yaml"
+        try:
+            stat = path.stat()
+        except OSError:
+            return {}
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        cached = self._reference_cache.get(name)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        references: dict[str, tuple[str, int | None]] = {}
+        if self.inside(path):
+            values, _ = config_view.parse(path.read_bytes().decode("utf-8", errors="replace"))
+            for key, value in values.items():
+                if key.rsplit(".", 1)[-1] in REFERENCE_KEYS and isinstance(value, str) and value:
+                    try:
+                        references[key] = parse_reference(value, key)
+                    except JobError:
+                        continue
+        self._reference_cache[name] = (stamp, references)
+        return references
+
     def lineage(self) -> dict[str, Any]:
-        """Every run as a node; an edge from each parent run to each run branched from it."""
-        nodes = []
-        for name, record in self._records():
+        """Every run as a node; an edge from each parent run to each run branched from it
+        (``via: "branch"``) and from each run a config names to the run that names it
+        (``via``: the key). A branch inherits its parent's config, so what it names only
+        because its parent did is left to the parent's edge."""
+        nodes, edges = [], []
+        records = self._records()
+        references = {name: self._references(name) for name, _ in records}
+        for name, record in records:
             record = record or {}
             parent = record.get("parent")
             parent_run, parent_step = None, None
@@ -303,15 +345,13 @@ class RootView:
                     "parent_step": parent_step,
                 }
             )
+            if parent_run:
+                edges.append({"from": parent_run, "to": name, "step": parent_step, "via": "branch"})
+            inherited = references.get(parent_run, {}) if parent_run else {}
+            for key, (run, step) in sorted(references[name].items()):
+                if run != name and inherited.get(key) != (run, step):
+                    edges.append({"from": run, "to": name, "step": step, "via": key})
         known = {node["name"] for node in nodes}
-        edges = [
-            {
-                "from": node["parent_run"],
-                "to": node["name"],
-                "step": node["parent_step"],
-                "parent_known": node["parent_run"] in known,
-            }
-            for node in nodes
-            if node["parent_run"]
-        ]
+        for edge in edges:
+            edge["parent_known"] = edge["from"] in known
         return {"nodes": nodes, "edges": edges}

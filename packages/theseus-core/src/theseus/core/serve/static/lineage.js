@@ -1,10 +1,12 @@
-// Lineage: runs as boxes, an arrow from each parent to each run branched from it (RUN@STEP).
-// A tidy tree per root run, laid out left to right; drawn as SVG without a library.
+// Lineage: runs as boxes; a solid line from each parent to each run branched from it
+// (--branch RUN@STEP), a dashed one from each run to the runs whose config names it
+// (init.checkpoint, evaluate.checkpoint, hf.run...). A tidy tree per first run, laid out
+// left to right; drawn as SVG without a library.
 "use strict";
 
 const { el } = theseus;
 const SVG = "http://www.w3.org/2000/svg";
-const W = 210, H = 34, GAP_X = 70, GAP_Y = 14;
+const W = 210, H = 34, GAP_X = 170, GAP_Y = 16;
 
 function svg(tag, attributes = {}, text = null) {
   const node = document.createElementNS(SVG, tag);
@@ -43,7 +45,7 @@ function draw(graph, everyRun) {
   const position = layout(graph.nodes, graph.edges, everyRun);
   const container = document.getElementById("graph");
   if (!position.size) {
-    container.replaceChildren(el("p", { class: "muted" }, "no run was branched from another yet (theseus run ... --branch RUN@STEP)"));
+    container.replaceChildren(el("p", { class: "muted" }, "no run was branched from or made from another yet (--branch RUN@STEP, init.checkpoint=RUN@STEP ...)"));
     return;
   }
   const width = Math.max(...[...position.values()].map((p) => p.x)) + W + 20;
@@ -53,8 +55,11 @@ function draw(graph, everyRun) {
     const a = position.get(edge.from), b = position.get(edge.to);
     if (!a || !b) continue;
     const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, mid = (x1 + x2) / 2;
-    root.append(svg("path", { class: "edge", d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}` }));
-    if (edge.step !== null) root.append(svg("text", { x: mid - 14, y: (y1 + y2) / 2 - 3, fill: "#6b7585" }, `@${edge.step}`));
+    const kind = edge.via === "branch" ? "edge" : "edge derived";
+    root.append(svg("path", { class: kind, d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`, "data-via": edge.via }));
+    const step = edge.step === null ? "" : `@${edge.step}`;
+    const label = edge.via === "branch" ? step : `${edge.via}${step ? " " + step : ""}`;
+    if (label) root.append(svg("text", { x: x1 + 4, y: y2 - 4, fill: "#6b7585" }, label));
   }
   const byName = new Map(graph.nodes.map((n) => [n.name, n]));
   for (const [name, p] of position) {

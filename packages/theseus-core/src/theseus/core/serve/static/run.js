@@ -84,6 +84,7 @@ function facts(record, details) {
     ["attempts", record.attempts],
     ["lineage", details.lineage.length ? [name, ...details.lineage].join(" ← ") : null],
     ["branched into", details.children.length ? details.children.join(", ") : null],
+    ["used by", details.used_by.length ? details.used_by.map((u) => `${u.run} (${u.via}${u.step === null ? "" : "@" + u.step})`).join(", ") : null],
     ["error", record.error],
     ["source", record.source_revision],
     ["versions", record.versions ? Object.entries(record.versions).map(([k, v]) => `${k} ${v}`).join(", ") : null],
