@@ -17,6 +17,7 @@ import json
 import os
 import re
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from theseus.core.inspect.runs import lineage, run_folders, run_summary
 from theseus.core.jobs import check_run_name, parse_reference
 from theseus.core.rundir import RunDir, read_record
 from theseus.core.serve import config_view
+from theseus.core.serve.file_memo import FileMemo
 from theseus.core.serve.metrics_cache import MetricsCache, MetricsFile, decimate, tail_rows
 
 LOG_TAIL_BYTES = 256 * 1024
@@ -48,7 +50,7 @@ class RootView:
         self.root = Path(root).resolve()
         self.runs_dir = self.root / "runs"
         self.metrics = MetricsCache()
-        self._reference_cache: dict[str, tuple[tuple[int, int, int], dict]] = {}
+        self.memo = FileMemo()  # table rows, records and config references by file stamps
 
     # where things are
     def inside(self, path: Path) -> bool:
@@ -96,7 +98,13 @@ class RootView:
         for path in run_folders(self.runs_dir):
             if not self.inside(path):
                 continue  # a symlink out of the root is not a run of this root
-            rows.append(run_summary(path, lambda p: tail_rows(p / "metrics.jsonl", TABLE_METRIC)))
+            rows.append(
+                self.memo.get(
+                    ("row", path.name),
+                    [path / "job.json", path / "metrics.jsonl"],
+                    partial(run_summary, path, _table_rows),
+                )
+            )
         return rows
 
     # one run
@@ -287,10 +295,10 @@ class RootView:
         records = []
         for path in run_folders(self.runs_dir):
             if self.inside(path):
-                try:
-                    records.append((path.name, read_record(path / "job.json")))
-                except JobError:
-                    records.append((path.name, None))
+                record = self.memo.get(
+                    ("record", path.name), [path / "job.json"], partial(_record, path)
+                )
+                records.append((path.name, record))
         return records
 
     def _references(self, name: str) -> dict[str, tuple[str, int | None]]:
@@ -298,24 +306,19 @@ class RootView:
         ``hf.run``...: any key ending in ``.run`` or ``.checkpoint`` whose value is
         ``RUN[@STEP]``), re-read only when ``config.yaml`` changed."""
         path = self.runs_dir / name / "config.yaml"
-        try:
-            stat = path.stat()
-        except OSError:
-            return {}
-        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        cached = self._reference_cache.get(name)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
+        return self.memo.get(("references", name), [path], lambda: self._read_references(path))
+
+    def _read_references(self, path: Path) -> dict[str, tuple[str, int | None]]:
         references: dict[str, tuple[str, int | None]] = {}
-        if self.inside(path):
-            values, _ = config_view.parse(path.read_bytes().decode("utf-8", errors="replace"))
-            for key, value in values.items():
-                if key.rsplit(".", 1)[-1] in REFERENCE_KEYS and isinstance(value, str) and value:
-                    try:
-                        references[key] = parse_reference(value, key)
-                    except JobError:
-                        continue
-        self._reference_cache[name] = (stamp, references)
+        if not path.exists() or not self.inside(path):
+            return references
+        values, _ = config_view.parse(path.read_bytes().decode("utf-8", errors="replace"))
+        for key, value in values.items():
+            if key.rsplit(".", 1)[-1] in REFERENCE_KEYS and isinstance(value, str) and value:
+                try:
+                    references[key] = parse_reference(value, key)
+                except JobError:
+                    continue
         return references
 
     def lineage(self) -> dict[str, Any]:
@@ -355,3 +358,14 @@ class RootView:
         for edge in edges:
             edge["parent_known"] = edge["from"] in known
         return {"nodes": nodes, "edges": edges}
+
+
+def _record(path: Path) -> dict[str, Any] | None:
+    try:
+        return read_record(path / "job.json")
+    except JobError:
+        return None
+
+
+def _table_rows(run_path: Path) -> list[dict[str, Any]]:
+    return tail_rows(run_path / "metrics.jsonl", TABLE_METRIC)
