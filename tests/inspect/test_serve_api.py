@@ -6,13 +6,14 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.inspect.serve_helpers import get_json, request, served
-from tests.train.conftest import run_cli
+from tests.train.conftest import run_cli, theseus_cmd
 
 pytest.importorskip("starlette")
 
@@ -119,16 +120,19 @@ def test_metrics_cursor_follows_appends_and_starts_over_on_a_rewrite(api):
     assert nothing["rows"] == [] and nothing["offset"] == offset
 
     with path.open("a") as out:  # a live run appends; the NaN is a diverged step
-        out.write('{"step": 7, "train/loss": 1.5}\n{"step": 8, "train/loss": NaN}\n')
+        out.write('{"step": 7, "train/loss": 1.5, "phase": "warmup", "resumed": true}\n')
+        out.write('{"step": 8, "train/loss": NaN}\n')
         out.write("this line is damaged\n")
         out.write('{"step": 9, "train/loss"')  # a line still being written
     grown = get_json(url, f"/api/runs/gamma/metrics?offset={offset}&version={version}")
-    assert grown["rows"] == [{"step": 7, "train/loss": 1.5}, {"step": 8, "train/loss": "NaN"}]
+    assert grown["rows"] == [
+        {"step": 7, "train/loss": 1.5, "phase": "warmup", "resumed": True},
+        {"step": 8, "train/loss": "NaN"},
+    ]
     assert grown["unreadable_lines"] == 1 and grown["version"] == version
     details = get_json(url, "/api/runs/gamma")
-    assert any(
-        f"line {offset + 3} " in p or f"lines {offset + 3} " in p for p in details["problems"]
-    )
+    problem = f"metrics.jsonl: skipped unreadable lines {offset + 3} (not JSON)"
+    assert details["problems"] == [problem]  # the line being written is not a problem
     with path.open("a") as out:
         out.write(": 0.5}\n")
     finished = get_json(url, f"/api/runs/gamma/metrics?offset={grown['offset']}&version={version}")
@@ -295,6 +299,31 @@ def test_every_request_needs_the_token_when_one_is_set(two_runs):
         assert "HttpOnly" in headers["set-cookie"]
         assert get_json(url, "/api/runs", Cookie="theseus_token=tok-123")["runs"]
         assert get_json(url, "/api/runs", Authorization="Bearer tok-123")["runs"]
+
+
+def test_token_auto_makes_a_long_random_token(two_runs):
+    with served(two_runs, "--token", "auto") as url:
+        token = url.rsplit("?token=", 1)[1]
+        assert len(token) >= 32 and token != "auto"
+        assert request(url, "/api/runs")[0] == 403
+        assert get_json(url, "/api/runs", Authorization=f"Bearer {token}")["runs"]
+
+
+def test_without_the_serve_extra_the_error_names_the_pip_command(two_runs, tmp_path):
+    shadow = tmp_path / "shadow" / "starlette"  # an environment where starlette is absent
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'starlette'\", name='starlette')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{shadow.parent}:{os.environ.get('PYTHONPATH', '')}"}
+    result = subprocess.run(
+        theseus_cmd("serve", "--root", str(two_runs)), capture_output=True, text=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "theseus serve needs the starlette package: pip install 'theseus-core[serve]'" in (
+        result.stderr
+    )
 
 
 def test_binding_mistakes_are_one_line_errors(two_runs, tmp_path):

@@ -50,21 +50,32 @@ class MetricsFile:
     def row_count(self) -> int:
         return len(self.steps)
 
-    def add(self, row: dict[str, Any]) -> None:
-        index = len(self.steps)
-        step = row.get("step")
-        self.steps.append(step if isinstance(step, int) and not isinstance(step, bool) else NO_STEP)
-        for key, value in row.items():
-            if key == "step":
-                if self.steps[-1] == NO_STEP and value is not None:
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """Append rows (gathered per column first, then added to the arrays at once)."""
+        base = len(self.steps)
+        steps: list[int] = []
+        columns: dict[str, tuple[list[int], list[float]]] = {}
+        for offset, row in enumerate(rows):
+            index = base + offset
+            step = row.get("step")
+            has_step = isinstance(step, int) and not isinstance(step, bool)
+            steps.append(step if has_step else NO_STEP)
+            for key, value in row.items():
+                if key == "step" and (has_step or value is None):
+                    continue
+                if key != "step" and is_number(value):
+                    column = columns.get(key)
+                    if column is None:
+                        column = columns[key] = ([], [])
+                    column[0].append(index)
+                    column[1].append(value)
+                else:
                     self.extras.setdefault(index, {})[key] = value
-                continue
-            if is_number(value):
-                rows, values = self.columns.setdefault(key, (array("q"), array("d")))
-                rows.append(index)
-                values.append(float(value))
-            else:
-                self.extras.setdefault(index, {})[key] = value
+        self.steps.extend(steps)
+        for key, (indices, values) in columns.items():
+            held = self.columns.setdefault(key, (array("q"), array("d")))
+            held[0].extend(indices)
+            held[1].extend(float(v) for v in values)
 
     def rows(self, start: int = 0) -> list[dict[str, Any]]:
         """Rows ``start``.. as dicts (numbers as floats)."""
@@ -134,8 +145,7 @@ class MetricsCache:
         for entry in bad:  # "N (problem)", N counted within this chunk
             number, _, problem = entry.partition(" ")
             cached.bad_lines.append(f"{int(number) + cached.lines} {problem}")
-        for row in rows:
-            cached.add(row)
+        cached.add(rows)
         cached.lines += data[:end].count(b"\n")
         cached.complete += end
 
