@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from theseus.core.errors import TheseusError
+from theseus.core.inspect.commands import RootOption
 
 FEATURE = "theseus serve"
 EXTRA = "theseus-core[serve]"
@@ -49,10 +50,7 @@ def url_of(sock: socket.socket, host: str, token: str | None) -> str:
 
 
 def serve(
-    root: Annotated[
-        str | None,
-        typer.Option("--root", help="root directory (default $THESEUS_ROOT, else ./runs)"),
-    ] = None,
+    root: RootOption = None,
     host: Annotated[
         str, typer.Option("--host", help="address to bind (not loopback: --token is required)")
     ] = "127.0.0.1",
