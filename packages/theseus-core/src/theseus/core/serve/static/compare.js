@@ -80,7 +80,8 @@ async function diff(runs) {
   head.replaceChildren(el("tr", {}, el("th", {}, "key"), ...runs.map((r) => el("th", {}, theseus.runLink(r)))));
   body.replaceChildren(...answer.rows.map((row) => el("tr", { "data-key": row.key }, el("td", {}, row.key),
     ...runs.map((r) => el("td", {}, row.missing.includes(r) ? "(absent)" : theseus.format(row.values[r]))))));
-  document.getElementById("same").textContent = `(${answer.rows.length} keys differ, ${answer.same} are the same)`;
+  const differ = answer.rows.length === 1 ? "1 key differs" : `${answer.rows.length} keys differ`;
+  document.getElementById("same").textContent = `(${differ}, ${answer.same} are the same)`;
 }
 
 async function choose() {
