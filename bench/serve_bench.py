@@ -4,7 +4,9 @@ re-parsing the whole metrics log each time, as `theseus show` does once).
 - a live poll after 10 new lines: the incremental column cache vs a full `read_metrics`;
 - memory of one run's rows: columns vs the list of dicts;
 - a run page's curves: the decimated series vs every point (JSON bytes);
-- the runs table over many runs: a refresh with nothing changed vs `run_summaries`.
+- the runs table over many runs: a refresh with nothing changed vs `run_summaries`;
+- a run page drawn in headless Chromium: decimated curves vs every point (when chromium,
+  chromedriver and selenium are installed).
 
 Writes bench/results/serve.json. Usage: python bench/serve_bench.py
 """
@@ -14,7 +16,10 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -57,6 +62,49 @@ def append(path: Path, step: int, lines: int = 10) -> None:
     with path.open("a") as out:
         for i in range(lines):
             out.write(json.dumps({"step": step + i, "train/loss": 1.0}) + "\n")
+
+
+def page_draw_times(root: Path) -> dict[str, float]:
+    """Seconds from opening the run page to its four curves drawn, in headless Chromium:
+    decimated (the default) and every point (``?max_points=10000000``). Skipped without
+    chromium, chromedriver and selenium."""
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        return {}
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+        from selenium.webdriver.common.by import By
+    except ImportError:
+        return {}
+    theseus = str(Path(sys.executable).parent / "theseus")
+    server = subprocess.Popen(
+        [theseus, "serve", "--root", str(root), "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    times = {}
+    try:
+        url = server.stdout.readline().rsplit(" at ", 1)[1].strip()
+        samples: dict[str, list[float]] = {"decimated": [], "every_point": []}
+        for round_ in range(REPEATS + 1):  # round 0 warms the server's cache and the browser's
+            for label, query in (("decimated", ""), ("every_point", "?max_points=10000000")):
+                start = time.perf_counter()
+                driver.get(f"{url}runs/long{query}")
+                while len(driver.find_elements(By.CSS_SELECTOR, ".chart .scatterlayer .trace")) < 4:
+                    time.sleep(0.02)
+                if round_:
+                    samples[label].append(time.perf_counter() - start)
+        for label, values in samples.items():
+            times[f"page_draw_{label}_s"] = statistics.median(values)
+        times["page_draw_ratio"] = times["page_draw_every_point_s"] / times["page_draw_decimated_s"]
+    finally:
+        driver.quit()
+        server.terminate()
+        server.wait()
+    return times
 
 
 def main() -> None:
@@ -116,6 +164,7 @@ def main() -> None:
         result["series_decimated_kb"] = len(decimated) / 1024
         result["all_rows_kb"] = len(every) / 1024
         result["payload_ratio"] = len(every) / len(decimated)
+        result.update(page_draw_times(root))
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

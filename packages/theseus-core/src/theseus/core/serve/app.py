@@ -110,7 +110,7 @@ def create_app(root: str | Path, token: str | None = None) -> Guard:
         return view.series(
             request.path_params["name"],
             request.query_params.getlist("metric"),
-            _int(request, "max_points", 4000, 100, 100_000) or 4000,
+            _int(request, "max_points", 4000, 100, 10_000_000) or 4000,
         )
 
     def config(request: Request) -> Any:

@@ -5,6 +5,8 @@ const { el } = theseus;
 const name = decodeURIComponent(window.location.pathname.split("/").filter(Boolean).pop());
 const api = `/api/runs/${encodeURIComponent(name)}`;
 const series = new Map(); // metric -> {x: [], y: [], div}
+// ?max_points=N on the page's URL: more (or fewer) points per curve than the default.
+const maxPoints = Number(new URLSearchParams(window.location.search).get("max_points")) || 4000;
 let lastStep = null;
 
 // train/loss and val/loss first, then the rest of train/, val/, eval/, perf/ and others.
@@ -60,7 +62,7 @@ function addRows(rows) {
 let stopFollowing = () => {};
 async function curves() {
   stopFollowing();
-  const answer = await theseus.series(name);
+  const answer = await theseus.series(name, [], maxPoints);
   for (const entry of series.values()) { Plotly.purge(entry.div); entry.div.remove(); }
   series.clear();
   lastStep = null;
