@@ -326,6 +326,13 @@ def test_without_the_serve_extra_the_error_names_the_pip_command(two_runs, tmp_p
     )
 
 
+def test_a_root_without_runs_yet_is_served_empty(tmp_path):
+    with served(tmp_path) as url:  # started before the first run: fills in as runs start
+        assert get_json(url, "/api/runs") == {"root": str(tmp_path.resolve()), "runs": []}
+        assert get_json(url, "/api/lineage") == {"nodes": [], "edges": []}
+        assert request(url, "/")[0] == 200
+
+
 def test_binding_mistakes_are_one_line_errors(two_runs, tmp_path):
     public = run_cli(two_runs, "serve", "--host", "0.0.0.0", "--port", "0", timeout=60)
     assert public.returncode == 2 and "Traceback" not in public.stderr
@@ -333,6 +340,7 @@ def test_binding_mistakes_are_one_line_errors(two_runs, tmp_path):
     assert "--token" in public.stderr and len(public.stderr.strip().splitlines()) == 1
     missing = run_cli(tmp_path / "nowhere", "serve", "--port", "0", timeout=60)
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
+    assert str(tmp_path / "nowhere") in missing.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
