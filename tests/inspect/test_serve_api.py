@@ -43,6 +43,10 @@ def api(two_runs: Path, tmp_path_factory):
     (outside / "job.json").write_text(json.dumps({"key": "x", "status": "SECRET3"}))
     (outside / "config.yaml").write_text("leak: SECRET4\n")
     os.symlink(outside, runs / "escape")
+    (outside / "metrics.jsonl").write_text('{"step": 1, "train/loss": 777.0}\n')
+    (runs / "sneaky").mkdir()  # a folder inside whose files point outside
+    os.symlink(outside / "job.json", runs / "sneaky" / "job.json")
+    os.symlink(outside / "metrics.jsonl", runs / "sneaky" / "metrics.jsonl")
     (runs / "long").mkdir()  # 5,000 steps with one spike and one NaN
     (runs / "long" / "job.json").write_text(json.dumps({"key": "x/train", "status": "running"}))
     with (runs / "long" / "metrics.jsonl").open("w") as out:
@@ -266,12 +270,22 @@ def test_paths_outside_what_is_served_are_refused(api, path):
     assert b"root:" not in body and b"SECRET" not in body
 
 
-def test_a_run_folder_that_resolves_outside_the_root_is_refused(api):
+def test_a_run_folder_or_file_that_resolves_outside_the_root_is_refused(api):
     url, _ = api
     for path in ("/api/runs/escape", "/api/runs/escape/config", "/api/runs/escape/metrics"):
         status, _, body = request(url, path)
         assert status == 403 and b"outside" in body and b"SECRET" not in body
-    assert b"SECRET" not in request(url, "/api/lineage")[2]
+    for path in ("/api/runs", "/api/lineage", "/api/runs/sneaky", "/api/runs/sneaky/series"):
+        body = request(url, path)[2]
+        assert b"SECRET" not in body and b"777" not in body, path
+    sneaky = next(r for r in get_json(url, "/api/runs")["runs"] if r["name"] == "sneaky")
+    assert sneaky["status"] == "unreadable"
+    assert sneaky["problem"] == "job.json resolves outside the root"
+    details = get_json(url, "/api/runs/sneaky")
+    assert (
+        details["record"] is None and "job.json resolves outside the root" in details["problems"][0]
+    )
+    assert request(url, "/api/runs/sneaky/metrics")[0] == 403
 
 
 def test_the_view_is_read_only_and_answers_only_localhost(api):

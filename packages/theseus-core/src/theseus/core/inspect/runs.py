@@ -85,7 +85,7 @@ def last_value(rows: list[dict], metric: str) -> tuple[int | None, float | None]
     return None, None
 
 
-def _unreadable(name: str, problem: str) -> dict[str, Any]:
+def unreadable_row(name: str, problem: str) -> dict[str, Any]:
     log.warning("run %r is unreadable: %s", name, problem)
     return {
         "name": name,
@@ -128,11 +128,11 @@ def run_summary(
     """One run folder's row of the runs table (status ``unreadable`` with a ``problem``)."""
     record_path = path / "job.json"
     if not record_path.exists():
-        return _unreadable(path.name, f"{record_path} is missing")
+        return unreadable_row(path.name, f"{record_path} is missing")
     try:
         record = read_record(record_path)
     except JobError as error:
-        return _unreadable(path.name, str(error))
+        return unreadable_row(path.name, str(error))
     step, loss = last_value(metrics(path), "train/loss")
     return {
         "name": path.name,

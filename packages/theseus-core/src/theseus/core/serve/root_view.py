@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.core.errors import JobError, TheseusError
-from theseus.core.inspect.runs import lineage, run_folders, run_summary
+from theseus.core.inspect.runs import lineage, run_folders, run_summary, unreadable_row
 from theseus.core.jobs import check_run_name, parse_reference
 from theseus.core.rundir import RunDir, read_record
 from theseus.core.serve import config_view
@@ -98,14 +98,23 @@ class RootView:
         for path in run_folders(self.runs_dir):
             if not self.inside(path):
                 continue  # a symlink out of the root is not a run of this root
+            outside = [f.name for f in self._run_files(path) if f.exists() and not self.inside(f)]
+            if outside:
+                rows.append(unreadable_row(path.name, f"{outside[0]} resolves outside the root"))
+                continue
             rows.append(
                 self.memo.get(
                     ("row", path.name),
-                    [path / "job.json", path / "metrics.jsonl"],
+                    self._run_files(path),
                     partial(run_summary, path, _table_rows),
                 )
             )
         return rows
+
+    @staticmethod
+    def _run_files(path: Path) -> list[Path]:
+        """The files a table row is made of."""
+        return [path / "job.json", path / "metrics.jsonl"]
 
     # one run
     def run(self, name: str) -> dict[str, Any]:
@@ -122,9 +131,13 @@ class RootView:
         else:
             problems.append("job.json resolves outside the root; it is not served")
         children, used_by = self._derived(name)
-        row_count, bad_lines, names = self._metrics(
-            run, lambda f: (f.row_count, list(f.bad_lines), sorted(f.columns))
-        )
+        try:
+            row_count, bad_lines, names = self._metrics(
+                run, lambda f: (f.row_count, list(f.bad_lines), sorted(f.columns))
+            )
+        except Forbidden as error:
+            problems.append(str(error))
+            row_count, bad_lines, names = 0, [], []
         if bad_lines:
             shown = ", ".join(bad_lines[:5])
             more = f" and {len(bad_lines) - 5} more" if len(bad_lines) > 5 else ""
@@ -132,7 +145,7 @@ class RootView:
         return {
             "name": name,
             "record": record,
-            "lineage": lineage(self.root, record) if record else [],
+            "lineage": self._lineage(record),
             "children": children,
             "used_by": used_by,
             "checkpoints": self._checkpoints(run),
@@ -142,6 +155,26 @@ class RootView:
             "metric_names": names,
             "problems": problems,
         }
+
+    def _record(self, path: Path) -> dict[str, Any] | None:
+        """A run folder's record; None when damaged or when it resolves outside the root."""
+        record_path = path / "job.json"
+        if record_path.exists() and not self.inside(record_path):
+            return None
+        try:
+            return read_record(record_path)
+        except JobError:
+            return None
+
+    def _lineage(self, record: dict[str, Any] | None) -> list[str]:
+        """Parents as ``RUN@STEP``, nearest first, up to the first whose folder resolves
+        outside the root (its own record is not read)."""
+        chain = lineage(self.root, record) if record else []
+        for i, reference in enumerate(chain):
+            folder = self.runs_dir / reference.split("@", 1)[0]
+            if folder.exists() and not self.inside(folder):
+                return chain[: i + 1]
+        return chain
 
     def _checkpoints(self, run: RunDir) -> list[int]:
         directory = run.checkpoint_dir
@@ -296,7 +329,7 @@ class RootView:
         for path in run_folders(self.runs_dir):
             if self.inside(path):
                 record = self.memo.get(
-                    ("record", path.name), [path / "job.json"], partial(_record, path)
+                    ("record", path.name), [path / "job.json"], partial(self._record, path)
                 )
                 records.append((path.name, record))
         return records
@@ -358,13 +391,6 @@ class RootView:
         for edge in edges:
             edge["parent_known"] = edge["from"] in known
         return {"nodes": nodes, "edges": edges}
-
-
-def _record(path: Path) -> dict[str, Any] | None:
-    try:
-        return read_record(path / "job.json")
-    except JobError:
-        return None
 
 
 def _table_rows(run_path: Path) -> list[dict[str, Any]]:
