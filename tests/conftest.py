@@ -18,10 +18,12 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Where the parity group must be present (CI), its absence fails instead of skipping."""
+    """Where the parity group (and lm-eval) must be present (CI), their absence fails instead
+    of skipping."""
     if os.environ.get("THESEUS_REQUIRE_PARITY") != "1":
         return
     try:
+        import lm_eval  # noqa: F401
         import peft  # noqa: F401
         import torch  # noqa: F401
         import transformers  # noqa: F401

@@ -19,26 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.core.plugin_factory import env_with, theseus
+from tests.train.conftest import TINY as TRAIN_TINY
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ["theseus-core", "theseus-models", "theseus-data", "theseus-dispatch"]
 META = "theseus"
-TINY = [
-    "model.n_layers=2",
-    "model.d_model=64",
-    "model.n_heads=2",
-    "model.max_seq_len=64",
-    "training.seq_len=32",
-    "training.global_batch_size=4",
-    "data.max_documents=24",
-    "data.vocab_size=384",
-    "data.num_workers=1",
-    "eval.batches=2",
-    "logging.every=1",
-    "logging.progress=false",
-    "training.total_steps=2",
-    "eval.every=0",
-]
+TINY = [*TRAIN_TINY, "training.total_steps=2", "eval.every=0"]
 
 
 def sh(*args: str, cwd: Path = REPO, timeout: int = 600) -> str:

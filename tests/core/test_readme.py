@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.train.conftest import TINY_MODEL
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -54,11 +56,7 @@ def fine_tuning_commands() -> list[list[str]]:
 
 
 MINIATURE = [
-    "model.n_layers=2",
-    "model.d_model=64",
-    "model.n_heads=2",
-    "model.max_seq_len=64",
-    "training.seq_len=32",
+    *TINY_MODEL,
     "training.global_batch_size=8",
     "training.total_steps=4",
     "data.max_documents=24",

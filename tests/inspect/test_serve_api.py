@@ -15,8 +15,6 @@ import yaml
 from tests.inspect.serve_helpers import get_json, request, served
 from tests.train.conftest import run_cli, theseus_cmd
 
-pytest.importorskip("starlette")
-
 
 @pytest.fixture(scope="module")
 def api(two_runs: Path, tmp_path_factory):

@@ -14,7 +14,6 @@ import pytest
 
 from tests.inspect.serve_helpers import served, wait_until
 
-pytest.importorskip("starlette")
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("THESEUS_TEST_ARTIFACTS", REPO / "test-artifacts")) / "serve"
 

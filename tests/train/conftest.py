@@ -13,12 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TINY = [
+#: A 2-layer, 64-wide GPT on 32-token sequences: the model every tiny training test uses.
+TINY_MODEL = [
     "model.n_layers=2",
     "model.d_model=64",
     "model.n_heads=2",
     "model.max_seq_len=64",
     "training.seq_len=32",
+]
+TINY = [
+    *TINY_MODEL,
     "training.global_batch_size=4",
     "data.max_documents=24",
     "data.vocab_size=384",

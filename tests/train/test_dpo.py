@@ -9,14 +9,10 @@ import signal
 import numpy as np
 import pytest
 
-from tests.train.conftest import kill_after, metrics, run_cli, train_losses
+from tests.train.conftest import TINY_MODEL, kill_after, metrics, run_cli, train_losses
 
 SMALL = [
-    "model.n_layers=2",
-    "model.d_model=64",
-    "model.n_heads=2",
-    "model.max_seq_len=64",
-    "training.seq_len=32",
+    *TINY_MODEL,
     "training.global_batch_size=16",
     "data.max_documents=200",
     "data.num_workers=1",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.train.conftest import final_params, metrics, run_cli, train_losses
+from tests.train.conftest import TINY_MODEL, final_params, metrics, run_cli, train_losses
 
 
 @pytest.fixture(scope="module")
@@ -15,11 +15,7 @@ def sft_root(tmp_path_factory):
 
 
 SMALL = [
-    "model.n_layers=2",
-    "model.d_model=64",
-    "model.n_heads=2",
-    "model.max_seq_len=64",
-    "training.seq_len=32",
+    *TINY_MODEL,
     "training.global_batch_size=8",
     "logging.every=1",
     "logging.progress=false",
