@@ -70,14 +70,14 @@ def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
         "devices": len(layout.mesh.devices.flat),
         "device_kind": layout.mesh.devices.flat[0].device_kind,
         "parameters": sum(
-            math.prod(a.shape) for a in jax.tree.leaves((state["params"], state["frozen"]))
+            math.prod(a.shape) for a in jax.tree.leaves((state.params, state.frozen))
         ),
-        "trained_parameters": sum(math.prod(a.shape) for a in jax.tree.leaves(state["params"])),
+        "trained_parameters": sum(math.prod(a.shape) for a in jax.tree.leaves(state.params)),
         "vocab": f"{setup.model_config.vocab_size} from {vocab_source or 'the data'}",
         "batch": f"{training.global_batch_size} x {training.seq_len} tokens, "
         f"{setup.per_device} per device x {setup.micro_steps} micro-steps",
-        "params_bytes": per_device_bytes((state["params"], state["frozen"])),
-        "opt_bytes": per_device_bytes(state["opt_state"]),
+        "params_bytes": per_device_bytes((state.params, state.frozen)),
+        "opt_bytes": per_device_bytes(state.opt_state),
         "batch_bytes": per_device_bytes(batch_arrays),
         "attention": setup.attention,
         "compile_seconds": compile_seconds,
