@@ -183,6 +183,8 @@ class TrainSetup:
 
         abstract_model = nnx.eval_shape(build_and_count)
         check_model(abstract_model, config.model.name)
+        chip = layout.mesh.devices.flat[0]  # attention: chosen once, for the mesh's chips
+        attention = abstract_model.plan_attention(training.seq_len, chip.platform, chip.device_kind)
         graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
         if jax.tree.leaves(rest):  # non-parameter state (adapters' layer indices): jitted,
             rest = jax.jit(lambda: nnx.split(build_model(), nnx.Param, ...)[2])()  # no params
@@ -221,7 +223,7 @@ class TrainSetup:
             per_device=per_device,
             micro_steps=micro_steps,
             flops_per_token=counted["flops"],
-            attention=abstract_model.attention_implementation(training.seq_len),
+            attention=attention,
             graphdef=graphdef,
             rest=rest,
             optimizer=optimizer,
