@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from datatest_helpers import tokenize
 from theseus.core.data import TokenizedDataset
-from theseus.data.chat_template import (
+from theseus.data.tokenizers.chat_template import (
     GENERATION_TAG,
     ChatTemplateError,
     encode_chats,

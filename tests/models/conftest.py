@@ -136,7 +136,7 @@ def hf_checkpoint(tmp_path_factory):
 def tiny(family: str, **overrides: Any) -> Any:
     """A tiny random theseus model of ``family`` (its ``tiny`` preset, vocab 97)."""
     from flax import nnx
-    from theseus.models.plugin import family_named
+    from theseus.models.families import family_named
 
     spec = family_named(family)
     values = {**spec.presets["tiny"], "vocab_size": VOCAB, "max_seq_len": 64, **overrides}

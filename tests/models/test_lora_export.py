@@ -311,7 +311,7 @@ def test_gpt2_fused_c_attn_takes_q_k_v_adapters_as_one_block_diagonal_peft_lora(
 def test_a_permuted_output_axis_permutes_lora_b_the_same_way():
     """A family whose rule reorders the output features (as a RoPE permutation would) gets
     lora_B rows in that order: PEFT's ``lora_B @ lora_A`` is the rule applied to ``A @ B``."""
-    from theseus.models.hf.mapping import Rule
+    from theseus.models.hf_mapping import Rule
     from theseus.models.peft_export import placement
 
     d, heads, head_dim, r = 6, 2, 4, 3

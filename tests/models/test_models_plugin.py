@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from theseus.models.plugin import FAMILIES
+from theseus.models.families import FAMILIES
 
 
 def test_registering_imports_no_jax_or_torch():

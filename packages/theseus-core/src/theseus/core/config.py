@@ -15,13 +15,16 @@ import typing
 from collections.abc import Iterable, Iterator, Mapping
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf import errors as oc_errors
 from theseus.core.components import Choice, JobSpec, option
 from theseus.core.errors import ConfigError, ConfigKeyError, ConfigTypeError, MissingConfigError
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 NAME_HELP = "which registered component to use; choosing one swaps in its own options"
 
@@ -165,7 +168,7 @@ def closest_name(typed: str, names: list[str]) -> str | None:
 class ConfigTree:
     """A job's config: a struct-mode OmegaConf tree plus the schemas that typed it."""
 
-    def __init__(self, spec: JobSpec, registries: Any) -> None:
+    def __init__(self, spec: JobSpec, registries: Registries) -> None:
         self.spec = spec
         self.registries = registries
         self.schemas: dict[str, type] = {}

@@ -16,17 +16,21 @@ import dataclasses
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from theseus.core.components import load_target
 from theseus.core.errors import ConfigError, TheseusError
+from theseus.core.plugins import registries as default_registries
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 # -------------------------------------------------------------------------- the model config
 
 
-def hf_model_values(registries: Any, model: str, directory: str) -> dict[str, Any] | None:
+def hf_model_values(registries: Registries, model: str, directory: str) -> dict[str, Any] | None:
     """The ``model.*`` values ``DIR/config.json`` implies for model ``model``; ``None`` when
     there is no such file or the model has no Hugging Face mapping (``extra["hf_config"]``)."""
-    from theseus.core.components import load_target
 
     path = Path(directory) / "config.json"
     target = registries.models.get(model).extra.get("hf_config") if model else None
@@ -95,12 +99,12 @@ def fill_model_from_hf(tree: Any, explicit: Iterable[str] = ()) -> None:
         tree.set(f"model.{key}", value)
 
 
-def check_model_against_hf(model_config: Any, directory: str, registries: Any = None) -> None:
+def check_model_against_hf(
+    model_config: Any, directory: str, registries: Registries | None = None
+) -> None:
     """The typed ``model`` config agrees with what ``DIR/config.json`` implies (configs built
     without :func:`fill_model_from_hf`, e.g. from Python, are checked here before any work)."""
     if registries is None:
-        from theseus.core.plugins import registries as default_registries
-
         registries = default_registries()
     values = hf_model_values(registries, getattr(model_config, "name", ""), directory) or {}
     for key, value in values.items():

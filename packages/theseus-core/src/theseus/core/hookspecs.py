@@ -35,9 +35,19 @@ Call order (``theseus.core.plugins.load_registries`` and the runner/trainer foll
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+if TYPE_CHECKING:
+    from theseus.core.data.config import DataConfig
+    from theseus.core.jobs import Prerequisite
+    from theseus.core.model import Decoder, LanguageModel
+    from theseus.core.plugins import Registries
+    from theseus.core.rundir import RunDir
+    from theseus.core.tokenizer import Tokenizer
+    from theseus.core.train.configs import LoRAConfig
+    from theseus.core.train.setup import TrainSetup
 
 PROJECT = "theseus"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -129,7 +139,7 @@ def theseus_register_dispatch_targets(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def theseus_register_jobs(register: Callable[..., None], registries: Any) -> None:
+def theseus_register_jobs(register: Callable[..., None], registries: Registries) -> None:
     """Register jobs under slash keys.
 
     Call ``register(JobSpec(key="data/tokenize/fineweb", target="pkg.module:Job",
@@ -154,7 +164,7 @@ def theseus_register_commands(register: Callable[..., None]) -> None:
 
 
 @hookspec
-def theseus_job_prerequisites(key: str, config: Any, root: str) -> list[Any]:
+def theseus_job_prerequisites(key: str, config: Any, root: str) -> list[Prerequisite]:
     """Jobs that must have finished, in the same root, before job ``key`` runs.
 
     Return a list of ``theseus.core.jobs.Prerequisite`` (possibly empty). ``config`` is the
@@ -164,7 +174,9 @@ def theseus_job_prerequisites(key: str, config: Any, root: str) -> list[Any]:
 
 
 @hookspec(firstresult=True)
-def theseus_prepare_dataset(data: Any, name: str, primary: str, root: str) -> Any:
+def theseus_prepare_dataset(
+    data: DataConfig, name: str, primary: str, root: str
+) -> Prerequisite | None:
     """The job that prepares dataset ``name`` of a trainer's ``data`` config, or ``None``.
 
     ``data`` is a ``theseus.core.data.DataConfig``; ``primary`` is the first dataset of the
@@ -178,7 +190,7 @@ def theseus_prepare_dataset(data: Any, name: str, primary: str, root: str) -> An
 
 
 @hookspec(firstresult=True)
-def theseus_load_tokenizer(path: str) -> Any:
+def theseus_load_tokenizer(path: str) -> Tokenizer | None:
     """A tokenizer (``theseus.core.tokenizer.Tokenizer``) from ``path``, or ``None``.
 
     ``path`` is a tokenized dataset's ``tokenizer/`` directory, a directory holding a
@@ -187,7 +199,7 @@ def theseus_load_tokenizer(path: str) -> Any:
 
 
 @hookspec(firstresult=True)
-def theseus_load_hf_model(directory: str, dtype: str) -> Any:
+def theseus_load_hf_model(directory: str, dtype: str) -> LanguageModel | None:
     """A model (``LanguageModel``) from a Hugging Face checkpoint directory, or ``None``.
 
     ``dtype`` is the compute dtype (``""`` keeps the family's default). Raise a
@@ -196,18 +208,18 @@ def theseus_load_hf_model(directory: str, dtype: str) -> Any:
 
 
 @hookspec(firstresult=True)
-def theseus_save_hf_model(model: Any, directory: str) -> Any:
+def theseus_save_hf_model(model: LanguageModel, directory: str) -> str | None:
     """Write ``model`` as a Hugging Face checkpoint directory; return its path, or ``None``."""
 
 
 @hookspec(firstresult=True)
 def theseus_generate(
-    model: Any,
+    model: Decoder,
     prompts: list[list[int]],
     max_new_tokens: int,
     stop_tokens: list[int],
     pad_id: int,
-) -> Any:
+) -> list[list[int]] | None:
     """Greedy continuations (token ids, prompt excluded) of each prompt, or ``None``.
 
     Used by the generation evaluations; answer ``None`` for a model you cannot decode.
@@ -215,7 +227,9 @@ def theseus_generate(
 
 
 @hookspec(firstresult=True)
-def theseus_adapt_model(model_class: type, lora: Any) -> Any:
+def theseus_adapt_model(
+    model_class: type[LanguageModel], lora: LoRAConfig
+) -> type[LanguageModel] | None:
     """A subclass of ``model_class`` whose chosen linear layers carry LoRA adapters, or ``None``.
 
     ``lora`` is the run's ``lora`` config (``rank > 0``, ``alpha``, ``dropout``, ``targets``,
@@ -233,7 +247,7 @@ def theseus_adapt_model(model_class: type, lora: Any) -> Any:
 
 
 @hookspec
-def theseus_on_train_start(setup: Any, run: Any, step: int) -> None:
+def theseus_on_train_start(setup: TrainSetup, run: RunDir, step: int) -> None:
     """Training of ``run`` (a ``RunDir``) starts, or resumes, at ``step``.
 
     ``setup`` is the ``TrainSetup``: typed config, model graph, optimizer, mesh, steps.
@@ -241,7 +255,9 @@ def theseus_on_train_start(setup: Any, run: Any, step: int) -> None:
 
 
 @hookspec
-def theseus_on_step_end(step: int, metrics: dict[str, Any], setup: Any) -> dict[str, Any]:
+def theseus_on_step_end(
+    step: int, metrics: dict[str, Any], setup: TrainSetup
+) -> dict[str, Any] | None:
     """A training step's metrics are about to be recorded (every ``logging.every`` steps).
 
     ``metrics`` holds host floats (``train/loss``, ``perf/mfu``...). Return a dict of extra
@@ -250,15 +266,15 @@ def theseus_on_step_end(step: int, metrics: dict[str, Any], setup: Any) -> dict[
 
 
 @hookspec
-def theseus_on_eval(step: int, results: dict[str, Any], run: Any) -> None:
+def theseus_on_eval(step: int, results: dict[str, Any], run: RunDir) -> None:
     """Validation loss and ``eval.tasks`` results at ``step`` were recorded."""
 
 
 @hookspec
-def theseus_on_checkpoint(step: int, run: Any) -> None:
+def theseus_on_checkpoint(step: int, run: RunDir) -> None:
     """A checkpoint of ``step`` was handed to the (possibly asynchronous) writer."""
 
 
 @hookspec
-def theseus_on_train_end(summary: dict[str, Any], run: Any) -> None:
+def theseus_on_train_end(summary: dict[str, Any], run: RunDir) -> None:
     """Training finished; ``summary`` is what ``summary.json`` will hold."""

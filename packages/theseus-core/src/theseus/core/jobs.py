@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.errors import JobError
 from theseus.core.rundir import RunDir
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)*$")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -60,7 +63,7 @@ class JobContext:
 
     root: str
     run: RunDir
-    registries: Any
+    registries: Registries
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -35,6 +35,17 @@ from theseus.core.errors import PluginError
 STAT_PREFIX = "stat/"  # aux entries a model reports for logging only (not added to the loss)
 
 
+class ModelConfig(Protocol):
+    """The fields of a model family's config that core reads (see the module docstring);
+    the config tree adds ``name``, the registered model the group chose."""
+
+    name: str
+    preset: str
+    vocab_size: int
+    max_seq_len: int
+    dtype: str
+
+
 @runtime_checkable
 class LanguageModel(Protocol):
     """The members the trainer, time travel and the evaluations use.

@@ -14,6 +14,7 @@ from theseus.core import hookspecs
 from theseus.core.components import Component, JobSpec
 from theseus.core.errors import PluginError, TheseusError
 from theseus.core.optim.configs import check_component_config
+from theseus.core.requirements import plugin_hint
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,6 @@ class Registry:
 
     def unknown_message(self, name: str) -> str:
         from difflib import get_close_matches
-
-        from theseus.core.requirements import plugin_hint
 
         loaded = {owner.distribution for owner in self._owners.values()}
         missing = plugin_hint(self.kind, name, loaded)

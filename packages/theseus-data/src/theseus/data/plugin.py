@@ -5,7 +5,7 @@ and loads tokenizers for core. Cheap to import: configs only."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from theseus.core.components import Choice, Component, JobSpec
 from theseus.core.hookspecs import hookimpl
@@ -25,6 +25,7 @@ TOK = "theseus.data.tokenizers"
 if TYPE_CHECKING:
     from theseus.core.data.config import DataConfig
     from theseus.core.jobs import Prerequisite
+    from theseus.core.plugins import Registries
     from theseus.data.tokenizers.base import Tokenizer
 
 
@@ -104,7 +105,7 @@ def theseus_register_tokenizers(register: Callable[..., None]) -> None:
 
 
 @hookimpl
-def theseus_register_jobs(register: Callable[..., None], registries: Any) -> None:
+def theseus_register_jobs(register: Callable[..., None], registries: Registries) -> None:
     for name, component in registries.datasets.items():
         register(
             JobSpec(

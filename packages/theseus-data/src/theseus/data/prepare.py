@@ -13,14 +13,17 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.data import format as fmt
 from theseus.core.data.config import DataConfig
 from theseus.core.jobs import Prerequisite
 
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
-def _registries(registries: Any) -> Any:
+
+def _registries(registries: Registries) -> Any:
     if registries is not None:
         return registries
     from theseus.core.plugins import registries as default_registries
@@ -35,7 +38,7 @@ def _fields(registry: Any, name: str) -> set[str]:
     return {f.name for f in dataclasses.fields(registry.get(name).config)}
 
 
-def is_trained(kind: str, registries: Any = None) -> bool:
+def is_trained(kind: str, registries: Registries | None = None) -> bool:
     """Whether tokenizer ``kind`` is trained on its dataset (registered as ``trained``)."""
     tokenizers = _registries(registries).tokenizers
     return kind in tokenizers and bool(tokenizers.get(kind).extra.get("trained", False))
@@ -51,7 +54,7 @@ def tokenize_overrides(
     name: str,
     primary: str,
     root: str | os.PathLike,
-    registries: Any = None,
+    registries: Registries | None = None,
 ) -> list[str]:
     """The ``key=value`` overrides of the ``data/tokenize/<name>`` job for this config."""
     regs = _registries(registries)
@@ -93,7 +96,7 @@ def prepare_dataset(
     name: str,
     primary: str,
     root: str | os.PathLike,
-    registries: Any = None,
+    registries: Registries | None = None,
 ) -> Prerequisite | None:
     """The tokenize run that writes ``<root>/data/<name>[-<suffix>]/``, or None when
     ``name`` is not a registered dataset."""

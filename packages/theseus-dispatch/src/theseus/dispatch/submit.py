@@ -6,7 +6,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from theseus.core.errors import TheseusError
@@ -15,10 +15,15 @@ from theseus.dispatch.bootstrap import Submission
 from theseus.dispatch.solver import solve
 from theseus.dispatch.targets.base import ACTIVE, FINISHED, Request
 
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
+
 log = logging.getLogger(__name__)
 
 
-def resolve(registries: Any, job: str, overrides: list[str], name: str | None) -> tuple[str, str]:
+def resolve(
+    registries: Registries, job: str, overrides: list[str], name: str | None
+) -> tuple[str, str]:
     """Validate the job and overrides here (strict config) -> (run name, config YAML)."""
     from theseus.core.jobs import check_run_name, default_run_name
     from theseus.core.runner import config_for, job_spec

@@ -12,11 +12,19 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.jobs import Job, parse_reference
 from theseus.core.requirements import require
+from theseus.core.rundir import RunDir
+from theseus.core.train.opening import open_run
 from theseus.models.errors import ModelError
+from theseus.models.generate import generate
+from theseus.models.hf import load_hf
+from theseus.models.special_tokens import special_tokens
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +38,7 @@ class Text:
     vocab_size: int
 
 
-def load_text(path: Path, registries: Any) -> Text:
+def load_text(path: Path, registries: Registries) -> Text:
     """A ``tokenizer.json`` (or a folder holding one) is read by ``tokenizers``, adding the
     special tokens its post-processor adds (a Llama BOS); any other tokenizer theseus saved
     (``byte``, ``tiktoken``) through ``theseus_load_tokenizer``."""
@@ -81,16 +89,12 @@ class GenerateJob(Job):
             )
         if g.run:
             return self.from_run(own)
-        from theseus.models.hf import load_hf
 
         model = load_hf(g.hf_dir, dtype=self.config.model.dtype)
         found = Path(g.hf_dir) / "tokenizer.json"
         return model, own or (found if found.is_file() else None), model_stops(model)
 
     def from_run(self, own: Path | None) -> tuple[Any, Path | None, list[int]]:
-        from theseus.core.rundir import RunDir
-        from theseus.core.train.opening import open_run
-        from theseus.models.special_tokens import special_tokens
 
         g, name = self.config.generate, self.config.model.name
         run_name, _ = parse_reference(g.run, "generate.run")
@@ -115,7 +119,6 @@ class GenerateJob(Job):
         return opened.model, path, stops
 
     def __call__(self) -> list[str]:
-        from theseus.models.generate import generate
 
         g = self.config.generate
         if g.tokenizer and not Path(g.tokenizer).exists():

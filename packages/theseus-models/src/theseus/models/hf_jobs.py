@@ -36,12 +36,31 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.jobs import Job
+from theseus.core.plugins import registries
 from theseus.core.rundir import write_atomic
+from theseus.core.runner import config_for
+from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.opening import open_run, params_from_hf
+from theseus.core.train.step_zero import write_step_zero
 from theseus.models.errors import ModelError
-from theseus.models.special_tokens import RUN_SOURCE
+from theseus.models.hf.checkpoint import (
+    family_for,
+    family_of,
+    model_values,
+    read_config,
+    resolve,
+    save_hf,
+    unsupported,
+)
+from theseus.models.lora_jobs import merged_model, saved_lora_rank
+from theseus.models.peft_export import save_peft
+from theseus.models.special_tokens import RUN_SOURCE, read_json_object, special_tokens
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +93,8 @@ class Source:
     tokenizer: Path  # its tokenizer.json
 
 
-def inspect_source(config: Any, registries: Any) -> Source:
+def inspect_source(config: Any, registries: Registries) -> Source:
     """The folder ``hf.dir``, its family and tokenizer; one-line refusals for the rest."""
-    from theseus.models.hf.checkpoint import family_for, read_config, resolve, unsupported
 
     path = resolve(config.dir)
     if not path.is_dir():
@@ -129,17 +147,11 @@ class ImportJob(Job):
     @classmethod
     def prerequisites(cls, config: Any, root: str) -> list:
         """No other job; the folder is checked here, before the run folder exists."""
-        from theseus.core.plugins import registries
 
         inspect_source(config.hf, registries())
         return []
 
     def __call__(self) -> dict[str, Any]:
-        from theseus.core.runner import config_for
-        from theseus.core.train.configs import TrainJobConfig
-        from theseus.core.train.opening import params_from_hf
-        from theseus.core.train.step_zero import write_step_zero
-        from theseus.models.hf.checkpoint import model_values
 
         regs = self.context.registries
         source = inspect_source(self.config.hf, regs)
@@ -216,7 +228,6 @@ def write_tokenizer(folder: Path, out: Path, specials: dict[str, Any], max_len: 
     """The run's tokenizer as ``AutoTokenizer`` reads it: a Hugging Face folder's files as
     they are; a theseus tokenizer's ``tokenizer.json`` with a ``tokenizer_config.json``
     naming its special tokens (``PreTrainedTokenizerFast``: exactly tokenizer.json)."""
-    from theseus.models.special_tokens import read_json_object
 
     if not (folder / "tokenizer.json").is_file():
         kind = read_json_object(folder / "tokenizer_config.json").get("kind", "?")
@@ -250,7 +261,6 @@ def check_export(config: Any, root: str) -> None:
     trained); a plain run has no adapters to export. One line, before any work."""
     if config.merge and config.peft:
         raise ModelError("hf.merge=true and hf.peft=true: choose one (merged weights, or adapters)")
-    from theseus.models.lora_jobs import saved_lora_rank
 
     rank = saved_lora_rank(root, config.run, "hf.run")
     if rank is None:
@@ -295,9 +305,6 @@ class ExportJob(Job):
         return []
 
     def __call__(self) -> dict[str, Any]:
-        from theseus.core.train.opening import open_run
-        from theseus.models.hf.checkpoint import family_of
-        from theseus.models.special_tokens import special_tokens
 
         cfg, regs = self.config.hf, self.context.registries
         opened = open_run(
@@ -319,8 +326,6 @@ class ExportJob(Job):
             raise ModelError(f"hf.dir: {out} is a folder with other files; choose an empty one")
         result: dict[str, Any] = {"run": opened.run.name, "step": opened.step, "dir": str(out)}
         if cfg.peft:
-            from theseus.models.peft_export import save_peft
-
             base = peft_base(opened)
             if not base:
                 base = str((out / "base").resolve())
@@ -332,8 +337,6 @@ class ExportJob(Job):
             print(f"exported the adapters of run {opened.run.name} at step {opened.step} to {out}")
             return result
         if cfg.merge and opened.config.lora.rank > 0:
-            from theseus.models.lora_jobs import merged_model
-
             model = merged_model(model)
         self.write_folder(model, out, opened, specials)
         print(f"exported run {opened.run.name} at step {opened.step} to {out}")
@@ -341,7 +344,6 @@ class ExportJob(Job):
 
     def write_folder(self, model: Any, out: Path, opened: Any, specials: dict) -> None:
         """config.json, model.safetensors, generation_config.json and the tokenizer."""
-        from theseus.models.hf.checkpoint import save_hf
 
         save_hf(model, out)
         source_generation = opened.run.path / RUN_SOURCE / "generation_config.json"

@@ -22,8 +22,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from theseus.core.jobs import Job
-from theseus.core.rundir import write_atomic
+from theseus.core.adapters import split_trainable
+from theseus.core.errors import TheseusError
+from theseus.core.jobs import Job, parse_reference
+from theseus.core.rundir import RunDir, write_atomic
+from theseus.core.runner import config_for, job_spec
+from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.opening import open_run
+from theseus.core.train.step_zero import write_step_zero
+from theseus.core.train.weights import placed_like
 from theseus.models.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -32,9 +39,6 @@ log = logging.getLogger(__name__)
 def saved_lora_rank(root: str, reference: str, what: str) -> int | None:
     """``lora.rank`` in the saved config of run ``RUN[@STEP]``; ``None`` when it cannot be
     read here (no such run, no config: ``open_run`` says so)."""
-    from theseus.core.errors import TheseusError
-    from theseus.core.jobs import parse_reference
-    from theseus.core.rundir import RunDir
 
     name, _ = parse_reference(reference, what)
     try:
@@ -67,7 +71,6 @@ def merged_model(model: Any) -> Any:
 def plain_params(model: Any) -> Any:
     """The parameters of ``model`` that are not adapters: what the unadapted model holds."""
     from flax import nnx
-    from theseus.core.adapters import split_trainable
 
     return split_trainable(nnx.split(model, nnx.Param, ...)[1], True)[1]
 
@@ -88,11 +91,6 @@ class MergeJob(Job):
         return []
 
     def __call__(self) -> dict[str, Any]:
-        from theseus.core.runner import config_for, job_spec
-        from theseus.core.train.configs import TrainJobConfig
-        from theseus.core.train.opening import open_run
-        from theseus.core.train.step_zero import write_step_zero
-        from theseus.core.train.weights import placed_like
 
         regs, run = self.context.registries, self.run
         opened = open_run(

@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from theseus.core.adapters import Adapter
 from theseus.models.errors import ModelError
-from theseus.models.hf.mapping import ParamPath, Rule
+from theseus.models.hf.checkpoint import family_of, per_layer_path, stacked_layers
+from theseus.models.hf_mapping import ParamPath, Rule
 
 PREFIX = "base_model.model."  # PEFT's prefix for the wrapped transformers model
 CONFIG_FILE = "adapter_config.json"
@@ -88,8 +90,6 @@ def peft_tensors(model: Any, family: Any) -> tuple[dict[str, np.ndarray], dict[s
     """``(tensors, modules, fan_in_fan_out)`` of ``model``'s adapters: PEFT's tensor names ->
     float32 arrays, adapted transformers module -> how many of our adapters it holds."""
     from flax import nnx
-    from theseus.core.adapters import Adapter
-    from theseus.models.hf.checkpoint import per_layer_path, stacked_layers
 
     def per_layer(state: Any) -> dict[ParamPath, np.ndarray]:
         out = {}
@@ -226,7 +226,6 @@ def save_peft(model: Any, lora: Any, directory: str | Path, base: str = "") -> P
     """Write ``model``'s adapters to ``directory`` as a PEFT LoRA folder; ``base`` is the
     ``base_model_name_or_path`` it names (a folder or hub id, ``""`` when none is known)."""
     from safetensors.numpy import save_file
-    from theseus.models.hf.checkpoint import family_of
 
     family = family_of(model)
     if family is None:

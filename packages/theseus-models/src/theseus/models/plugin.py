@@ -1,38 +1,20 @@
 """The theseus-models plugin (entry point group ``theseus``): families, jobs and services.
 
-``FAMILIES`` is the one list of model families. Adding one is a folder beside ``gpt/``
-(``config.py``, ``model.py``, ``hf.py`` and an ``__init__`` defining its ``FAMILY``) and a
-line here. Cheap to import: configs and presets only; the model, Hugging Face and generation
-code is imported inside the hook bodies.
+The families it registers are ``theseus.models.families.FAMILIES``. Cheap to import: configs
+and presets only; the model, Hugging Face and generation code is imported inside the hook
+bodies.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.components import Choice, JobSpec
 from theseus.core.hookspecs import hookimpl
-from theseus.models import gpt, llama, qwen2, qwen3, qwen3_moe
-from theseus.models.family import Family
+from theseus.models.families import FAMILIES
 
-FAMILIES: tuple[Family, ...] = (
-    gpt.FAMILY,
-    llama.FAMILY,
-    qwen2.FAMILY,
-    qwen3.FAMILY,
-    qwen3_moe.FAMILY,
-)
-
-
-def family_named(name: str) -> Family:
-    for family in FAMILIES:
-        if family.name == name:
-            return family
-    from theseus.models.errors import ModelError
-
-    known = ", ".join(family.name for family in FAMILIES)
-    raise ModelError(f"unknown model family {name!r} (known: {known})")
-
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 # ---------------------------------------------------------------------------- registration
 
@@ -44,7 +26,7 @@ def theseus_register_models(register: Any) -> None:
 
 
 @hookimpl
-def theseus_register_jobs(register: Any, registries: Any) -> None:
+def theseus_register_jobs(register: Any, registries: Registries) -> None:
     from theseus.models.generate_config import GenerateConfig
     from theseus.models.hf_jobs_config import ExportConfig, ImportConfig, MergeConfig
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.rundir import RunDir
+from theseus.models.hf.checkpoint import special_tokens as of_config
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 RUN_SOURCE = "hf"  # <run>/hf/: an imported run's config.json (and generation_config.json)
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|im_end|>")
@@ -37,7 +41,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def tokenizer_special_tokens(folder: Path, registries: Any) -> dict[str, int]:
+def tokenizer_special_tokens(folder: Path, registries: Registries) -> dict[str, int]:
     """bos/eos/pad ids of a tokenizer folder: the tokens its ``tokenizer_config.json`` names
     (Hugging Face's, or theseus's ``eos_token``), else the usual names; bos defaults to eos
     (GPT-2's convention, and theseus's: documents are separated by eos only)."""
@@ -66,12 +70,10 @@ def tokenizer_special_tokens(folder: Path, registries: Any) -> dict[str, int]:
     return ids
 
 
-def special_tokens(run: RunDir, folder: Path | None, registries: Any) -> dict[str, Any]:
+def special_tokens(run: RunDir, folder: Path | None, registries: Registries) -> dict[str, Any]:
     """bos/eos/pad ids of a run: an imported run's own config.json, else its tokenizer's."""
     source = run.path / RUN_SOURCE / "config.json"
     if source.is_file():
-        from theseus.models.hf.checkpoint import special_tokens as of_config
-
         found = {
             k: list(v) if isinstance(v, tuple) else v
             for k, v in of_config(read_json_object(source))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from theseus.core.data import format as fmt
 from theseus.core.data.config import DataConfig
@@ -12,6 +12,9 @@ from theseus.core.data.loader import TrainingData
 from theseus.core.data.reader import TokenizedDataset, Verified
 from theseus.core.jobs import Prerequisite
 from theseus.core.plugins import registries as default_registries
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 
 def mixture_entries(data: DataConfig) -> list[tuple[str, float]]:
@@ -25,7 +28,11 @@ def mixture_entries(data: DataConfig) -> list[tuple[str, float]]:
 
 
 def dataset_prerequisite(
-    data: DataConfig, name: str, primary: str, root: str | os.PathLike, registries: Any = None
+    data: DataConfig,
+    name: str,
+    primary: str,
+    root: str | os.PathLike,
+    registries: Registries | None = None,
 ) -> Prerequisite:
     """The job that prepares dataset ``name``, from the plugin that provides it."""
     registries = registries or default_registries()
@@ -47,7 +54,7 @@ def dataset_prerequisite(
 
 
 def tokenize_prerequisites(
-    data: DataConfig, root: str | os.PathLike = ".", registries: Any = None
+    data: DataConfig, root: str | os.PathLike = ".", registries: Registries | None = None
 ) -> list[Prerequisite]:
     """One prerequisite per dataset of the config (mixture order), e.g. its tokenize job.
 

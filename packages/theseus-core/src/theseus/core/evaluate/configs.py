@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.components import option
+from theseus.core.evaluate.errors import EvaluationError
+from theseus.core.requirements import missing_module_message
 
 
 @dataclass
@@ -94,9 +96,6 @@ class LmEvalConfig:
     def check(self) -> None:
         """Before any work: lm-eval is installed and tasks are named."""
         from importlib.util import find_spec
-
-        from theseus.core.evaluate.errors import EvaluationError
-        from theseus.core.requirements import missing_module_message
 
         if find_spec("lm_eval") is None:
             raise EvaluationError(missing_module_message("lm_eval", LM_EVAL_FEATURE, LM_EVAL_EXTRA))

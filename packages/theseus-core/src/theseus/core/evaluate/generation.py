@@ -15,6 +15,7 @@ import numpy as np
 from theseus.core.evaluate import sources
 from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.evaluate.target import EvalTarget
+from theseus.core.plugins import registries
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -22,7 +23,6 @@ NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 def greedy(target: EvalTarget, prompts: list[list[int]], max_new_tokens: int) -> list[str]:
     """Greedy continuations of each prompt, decoded by the plugin that generates for the
     model (``theseus_generate``; theseus-models' KV-cache decoding for ``Decoder`` models)."""
-    from theseus.core.plugins import registries
 
     hook = registries().hook
     stops = [target.tokenizer.eos_id]

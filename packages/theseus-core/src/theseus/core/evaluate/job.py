@@ -8,19 +8,24 @@ numbers as one line of ``metrics.jsonl`` (``eval/<task>/<metric>``); with lm-eva
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.components import Choice, JobSpec
 from theseus.core.evaluate.configs import EvaluateConfig
 from theseus.core.evaluate.errors import EvaluationError
+from theseus.core.evaluate.runner import append_metrics, check, evaluate, metrics_record, write_json
+from theseus.core.evaluate.target import checkpoint_target, hf_target
 from theseus.core.jobs import Job, parse_reference
+from theseus.core.rundir import RunDir
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 log = logging.getLogger(__name__)
 
 
 class EvaluateJob(Job):
     def target(self) -> tuple[Any, dict]:
-        from theseus.core.evaluate.target import checkpoint_target, hf_target
 
         e = self.config.evaluate
         common = dict(batch_size=e.batch_size, padding_side=e.padding_side, limit=e.limit)
@@ -36,7 +41,6 @@ class EvaluateJob(Job):
         return checkpoint_target(self.context.root, e.checkpoint, **common)
 
     def _check_family(self, run_name: str) -> None:
-        from theseus.core.rundir import RunDir
 
         key = RunDir(self.context.root, run_name).read_record().get("key", "")
         family = key.split("/")[0]
@@ -69,13 +73,6 @@ class EvaluateJob(Job):
         return tasks, options
 
     def __call__(self) -> dict[str, Any]:
-        from theseus.core.evaluate.runner import (
-            append_metrics,
-            check,
-            evaluate,
-            metrics_record,
-            write_json,
-        )
 
         e = self.config.evaluate
         tasks, options = self.tasks()
@@ -100,7 +97,7 @@ class EvaluateJob(Job):
         return payload
 
 
-def register_evaluate_jobs(register: Any, registries: Any) -> None:
+def register_evaluate_jobs(register: Any, registries: Registries) -> None:
     """Register ``<model>/evaluate`` for every registered model."""
     for name in registries.models.names():
         if f"{name}/evaluate" in registries.jobs:

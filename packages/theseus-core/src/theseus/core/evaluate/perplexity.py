@@ -12,6 +12,10 @@ import math
 from typing import Any
 
 import numpy as np
+from theseus.core.data.api import open_training_data
+from theseus.core.data.loader import TrainingData
+from theseus.core.data.reader import TokenizedDataset
+from theseus.core.data.rows import PackedSource, PaddedSource
 from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.evaluate.target import EvalTarget
 
@@ -20,9 +24,6 @@ def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
     """``config.dataset`` (packed), else the run's data, with this evaluation's batch size."""
     if config.dataset:
         from pathlib import Path
-
-        from theseus.core.data.loader import TrainingData
-        from theseus.core.data.reader import TokenizedDataset
 
         dataset = TokenizedDataset(Path(target.root) / "data" / config.dataset)
         if dataset.vocab_size > target.model.config.vocab_size:
@@ -38,7 +39,6 @@ def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
             "val-ppl on imported weights needs evaluate.options.val-ppl.dataset: a dataset "
             "under <root>/data tokenized with the model's tokenizer"
         )
-    from theseus.core.data.api import open_training_data
 
     return open_training_data(
         target.root,
@@ -52,7 +52,6 @@ def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
 
 def _open_validation(config: Any, target: EvalTarget, seq_len: int) -> tuple[Any, int]:
     """The data to read, and its number of validation rows (at most ``config.rows``)."""
-    from theseus.core.data.rows import PackedSource, PaddedSource
 
     data = _open_data(config, target, seq_len)
     if len(data.datasets) > 1:

@@ -8,10 +8,13 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.evaluate.target import EvalTarget
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ def task_config(component: Any, options: Mapping[str, Any] | None) -> Any:
 
 
 def check(
-    tasks: Sequence[str], registries: Any, options: Mapping[str, Any] | None = None
+    tasks: Sequence[str], registries: Registries, options: Mapping[str, Any] | None = None
 ) -> list[tuple[Any, Any]]:
     """``(component, config)`` of each task; unknown tasks or options, and whatever a
     config's own ``check()`` refuses, fail before any work."""
@@ -51,7 +54,7 @@ def check(
 def evaluate(
     target: EvalTarget,
     tasks: Sequence[str],
-    registries: Any,
+    registries: Registries,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, float]]:
     """``{task: {metric: value}}`` for each named evaluation, in order."""

@@ -12,6 +12,7 @@ from theseus.core.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
+    from theseus.core.plugins import Registries
     from theseus.core.train.setup import TrainSetup
 
 SPECIAL_TOKENS = (
@@ -87,7 +88,7 @@ class EvalTarget:
         )
 
 
-def load_tokenizer(path: str | os.PathLike, registries: Any = None) -> Tokenizer:
+def load_tokenizer(path: str | os.PathLike, registries: Registries | None = None) -> Tokenizer:
     """A tokenizer from a tokenized dataset's ``tokenizer/``, a ``tokenizer.json`` or its
     directory, through the installed plugins (``theseus_load_tokenizer``)."""
     from theseus.core.plugins import registries as default_registries
@@ -145,7 +146,7 @@ def checkpoint_target(
 
 
 def hf_target(
-    hf_dir: str, tokenizer: str = "", registries: Any = None, **options: Any
+    hf_dir: str, tokenizer: str = "", registries: Registries | None = None, **options: Any
 ) -> tuple[EvalTarget, dict]:
     """Imported Hugging Face weights and their tokenizer, through the installed plugins."""
     from theseus.core.plugins import registries as default_registries

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.core.errors import JobError, yaml_problem
-from theseus.core.rundir import read_record
+from theseus.core.rundir import RunDir, read_record
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,6 @@ def run_summary(
 
 def lineage(root: str | Path, record: dict[str, Any]) -> list[str]:
     """Parents as ``RUN@STEP``, nearest first; a parent whose record is damaged ends it."""
-    from theseus.core.rundir import RunDir
 
     lineage: list[str] = []
     parent = record.get("parent")
@@ -190,7 +189,6 @@ def _config_text(config_path: Path) -> str:
 
 
 def run_details(root: str | Path, name: str) -> dict[str, Any]:
-    from theseus.core.rundir import RunDir
 
     run = RunDir(root, name)
     if not run.exists():

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from theseus.core.errors import TheseusError
+from theseus.core.inspect.capture import module_paths, recording
 from theseus.core.train.opening import open_run
 from theseus.core.train.state import TrainState
+from theseus.core.train.step import summed_loss
 
 if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
@@ -78,7 +80,6 @@ class Moment:
     def _gradients(self) -> Any:
         import jax
         import jax.numpy as jnp
-        from theseus.core.train.step import summed_loss
 
         batch = self.batch()
 
@@ -93,7 +94,6 @@ class Moment:
 
     # ------------------------------------------------------------------ modules
     def modules(self) -> dict[str, Any]:
-        from theseus.core.inspect.capture import module_paths
 
         return module_paths(self.view)
 
@@ -109,7 +109,6 @@ class Moment:
         self, paths: list[str] | None = None, type_name: str | None = None
     ) -> dict[str, Any]:
         """Inputs and outputs of the named modules (or all of one type) on the step's batch."""
-        from theseus.core.inspect.capture import recording
 
         if paths is None and type_name is None:
             chosen = {p: m for p, m in self.modules().items() if p}

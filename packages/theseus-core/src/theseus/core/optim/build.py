@@ -10,16 +10,19 @@ documented on ``OptimizerBase`` and ``ScheduleBase`` in ``theseus.core.optim.con
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from theseus.core.optim.optimizers import decay_mask, placeable_state
 
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
+
 
 def build_schedule(
-    registries: Any, schedule_config: Any, peak_lr: float, total_steps: int
+    registries: Registries, schedule_config: Any, peak_lr: float, total_steps: int
 ) -> optax.Schedule:
     """The schedule named by ``schedule.name``, peaking at ``peak_lr``."""
     return registries.schedules.get(schedule_config.name).load()(
@@ -28,7 +31,7 @@ def build_schedule(
 
 
 def build_optimizer(
-    registries: Any, optimizer_config: Any, schedule: optax.Schedule
+    registries: Registries, optimizer_config: Any, schedule: optax.Schedule
 ) -> optax.GradientTransformation:
     """The optimizer named by ``optimizer.name``, its learning rate given by ``schedule``.
 

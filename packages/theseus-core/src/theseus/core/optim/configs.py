@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from theseus.core.components import option
+from theseus.core.errors import PluginError
 
 
 @dataclass
@@ -143,7 +144,6 @@ def check_component_config(kind: str, component: Any, plugin: str, distribution:
     Called when a plugin registers the component, so the mistake is named at load time
     rather than as a config error deep inside a run.
     """
-    from theseus.core.errors import PluginError
 
     base = REQUIRED_BASES.get(kind)
     if base is None or issubclass(component.config, base):

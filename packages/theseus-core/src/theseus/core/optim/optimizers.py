@@ -32,6 +32,7 @@ from typing import Any
 import jax
 import optax
 from flax import nnx
+from theseus.core.errors import PluginError
 
 STACKED_AXES = ("layers", "experts")
 NEVER_MATRICES = ("bias", "scale")
@@ -216,8 +217,6 @@ def muon(config: Any, learning_rate: optax.Schedule) -> optax.GradientTransforma
     contrib = getattr(optax, "contrib", None)
     muon_fn = getattr(contrib, "muon", None)
     if muon_fn is None:  # pragma: no cover - depends on the optax version
-        from theseus.core.errors import PluginError
-
         raise PluginError(
             f"optimizer 'muon' needs optax.contrib.muon (optax {optax.__version__} lacks it)"
         )

@@ -85,15 +85,17 @@ class DPOJob(PretrainJob):
     config_type = DPOJobConfig
     layout = "pairs"
 
-    def setup(self, setup_class: Any, vocab_size: int) -> Any:
+    def setup_options(self) -> dict[str, Any]:
+        """The preference objective; a frozen copy of the initial weights as the reference
+        when every weight trains (LoRA's reference is the base; SimPO has none)."""
         config = self.config
-        setup = setup_class.build(
-            config,
-            self.context.registries,
-            vocab_size,
-            objective=preference_objective(config.dpo),
-            keeps_reference=config.lora.rank == 0 and config.dpo.loss != "simpo",
-        )
+        return {
+            "objective": preference_objective(config.dpo),
+            "keeps_reference": config.lora.rank == 0 and config.dpo.loss != "simpo",
+        }
+
+    def check_setup(self, setup: Any) -> None:
+        config = self.config
         rows = config.training.global_batch_size // setup.micro_steps
         if rows % 2:  # a micro-batch must hold whole pairs
             raise ConfigError(
@@ -101,4 +103,3 @@ class DPOJob(PretrainJob):
                 f"{setup.micro_steps} micro-steps gives {rows} rows each, which splits a pair; "
                 "choose training.per_device_batch_size so each micro-batch is even"
             )
-        return setup

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from theseus.core.components import Choice, JobSpec
 from theseus.core.data.config import DataConfig, PreferenceDataConfig, SFTDataConfig
 from theseus.core.recipes.preference_config import PreferenceConfig
 from theseus.core.sharding.config import ShardingConfig
 from theseus.core.train import configs as tc
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 
 def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:
@@ -28,7 +31,7 @@ def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:
     }
 
 
-def register_training_jobs(register: Any, registries: Any) -> None:
+def register_training_jobs(register: Any, registries: Registries) -> None:
     """Register ``<model>/train/pretrain`` and ``<model>/train/sft`` for each model."""
     for name, component in registries.models.items():
         register(

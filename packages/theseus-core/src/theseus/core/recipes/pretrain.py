@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
 from theseus.core.errors import JobError
+from theseus.core.evaluate.runner import check
+from theseus.core.hf_model_config import check_model_against_hf
 from theseus.core.jobs import Job, Prerequisite, parse_reference
+from theseus.core.plugins import registries
 from theseus.core.rundir import RunDir, checkpoint_step
 from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.loggers import check_loggers
+from theseus.core.train.profile import parse_steps
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +26,6 @@ def check_init(config: TrainJobConfig, root: str) -> None:
         name, at = parse_reference(config.init.checkpoint, "init.checkpoint")
         checkpoint_step(RunDir(root, name), at, "init.checkpoint: ")
     if config.init.hf:
-        from theseus.core.hf_model_config import check_model_against_hf
-
         if not Path(config.init.hf).is_dir():
             raise JobError(f"init.hf: {config.init.hf} is not a directory of Hugging Face weights")
         if not (Path(config.init.hf) / "config.json").is_file():
@@ -34,9 +35,6 @@ def check_init(config: TrainJobConfig, root: str) -> None:
 
 def check_evaluations(config: TrainJobConfig) -> None:
     """Unknown ``eval.tasks`` or options fail at start-up, not at the first evaluation."""
-    from theseus.core.evaluate.runner import check
-    from theseus.core.plugins import registries
-
     if config.eval.tasks:
         check(config.eval.tasks, registries(), config.eval.options)
 
@@ -47,10 +45,7 @@ class PretrainJob(Job):
 
     @classmethod
     def prerequisites(cls, config: TrainJobConfig, root: str) -> list[Prerequisite]:
-        from theseus.core.data.api import tokenize_prerequisites
-        from theseus.core.plugins import registries
-        from theseus.core.train.loggers import check_loggers
-        from theseus.core.train.profile import parse_steps
+        from theseus.core.data.api import tokenize_prerequisites  # JAX, Grain: not at import
 
         check_init(config, root)  # before any prerequisite spends time
         check_evaluations(config)
@@ -66,29 +61,17 @@ class PretrainJob(Job):
         return dry_run(config, root, as_json)
 
     def __call__(self) -> dict[str, Any]:
-        from theseus.core.sharding.distributed import initialize_from_env
+        from theseus.core.recipes.training_run import run_training
 
-        initialize_from_env()
-        from theseus.core.evaluate.training import training_tasks
-        from theseus.core.train.setup import TrainSetup, open_data
-        from theseus.core.train.trainer import Trainer
+        return run_training(self)
 
-        data = open_data(self.config, self.context.root, self.layout, run=self.run)
-        setup = self.setup(TrainSetup, data.vocab_size)
-        tasks = training_tasks(setup, data, self.context.root, self.run)
-        summary = Trainer(setup, data, self.context, tasks).fit()
-        finite = {
-            k: v if not isinstance(v, float) or math.isfinite(v) else None
-            for k, v in summary.items()
-        }
-        text = json.dumps(finite, indent=2, allow_nan=False)  # always valid JSON (NaN -> null)
-        (self.run.path / "summary.json").write_text(text + "\n")
-        log.info("finished %s: %s", self.run.name, summary)
-        return summary
+    def setup_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``TrainSetup.build`` beyond the config: another objective,
+        a frozen reference (a job with another objective overrides this)."""
+        return {}
 
-    def setup(self, setup_class: Any, vocab_size: int) -> Any:
-        """The run's ``TrainSetup`` (a job with another objective overrides this)."""
-        return setup_class.build(self.config, self.context.registries, vocab_size)
+    def check_setup(self, setup: Any) -> None:
+        """Refuse a setup this job cannot train (before any data is read)."""
 
 
 class SFTJob(PretrainJob):

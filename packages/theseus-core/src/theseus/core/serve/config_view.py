@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import yaml
+from theseus.core.errors import yaml_problem
 
 REDACTED = "<redacted>"
 _SECRET_KEY = re.compile(
@@ -73,8 +74,6 @@ def parse(text: str) -> tuple[dict[str, Any], str | None]:
     try:
         data = yaml.safe_load(text) if text else {}
     except yaml.YAMLError as error:
-        from theseus.core.errors import yaml_problem
-
         return {}, f"not valid YAML: {yaml_problem(error)}"
     if data is None:
         data = {}

@@ -8,6 +8,8 @@ from typing import Any
 from theseus.core.components import option
 from theseus.core.data.config import DataConfig
 from theseus.core.errors import ConfigError
+from theseus.core.model import ModelConfig
+from theseus.core.optim.configs import OptimizerBase, ScheduleBase
 from theseus.core.sharding.config import ShardingConfig
 
 
@@ -177,10 +179,10 @@ class TrainJobConfig:
     """
 
     training: TrainingConfig
-    model: Any
+    model: ModelConfig
     data: DataConfig
-    optimizer: Any
-    schedule: Any
+    optimizer: OptimizerBase
+    schedule: ScheduleBase
     checkpoint: CheckpointConfig
     logging: LoggingConfig
     eval: EvalConfig

@@ -25,10 +25,15 @@ import inspect
 import netrc
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from theseus.core.errors import TheseusError
+from theseus.core.requirements import require
+from theseus.core.train.configs import WandbConfig
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 
 class LoggerError(TheseusError):
@@ -58,7 +63,7 @@ def saved_config(run_dir: Any) -> dict[str, Any]:
         return {}
 
 
-def logger_classes(registries: Any, names: list[str]) -> list[tuple[str, type]]:
+def logger_classes(registries: Registries, names: list[str]) -> list[tuple[str, type]]:
     """``(name, class)`` of each logger named, imported; an unknown name is an error."""
     classes = []
     for name in names:
@@ -68,7 +73,7 @@ def logger_classes(registries: Any, names: list[str]) -> list[tuple[str, type]]:
     return classes
 
 
-def check_loggers(registries: Any, names: list[str], config: Any) -> None:
+def check_loggers(registries: Registries, names: list[str], config: Any) -> None:
     """Run each named logger's ``check(config)``: its problems surface before the run starts
     (a job can call this before its prerequisites; :func:`build_loggers` always does)."""
     _check(logger_classes(registries, names), as_dict(config))
@@ -81,7 +86,9 @@ def _check(classes: list[tuple[str, type]], settings: dict[str, Any]) -> None:
             check(settings)
 
 
-def build_loggers(registries: Any, names: list[str], run_dir: Any, config: Any = None) -> list[Any]:
+def build_loggers(
+    registries: Registries, names: list[str], run_dir: Any, config: Any = None
+) -> list[Any]:
     """The loggers ``names`` for ``run_dir``, each given the resolved ``config``.
 
     ``config`` (typed dataclasses or a dict) defaults to the run's saved ``config.yaml``.
@@ -129,7 +136,6 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _require(module: str, feature: str) -> Any:
-    from theseus.core.requirements import require
 
     return require(module, feature, error=LoggerError)
 
@@ -187,7 +193,6 @@ WANDB_ENV_MODES = {  # WANDB_MODE values wandb accepts -> what they mean here
 
 def wandb_options(config: dict[str, Any]) -> dict[str, Any]:
     """``logging.wandb`` of a config dict, with the defaults for missing keys."""
-    from theseus.core.train.configs import WandbConfig
 
     options = dataclasses.asdict(WandbConfig())
     options.update((config.get("logging") or {}).get("wandb") or {})

@@ -33,9 +33,10 @@ from theseus.core.data import format as fmt
 from theseus.core.data.api import mixture_entries
 from theseus.core.errors import ConfigError, JobError, TheseusError, one_line
 from theseus.core.jobs import parse_reference
+from theseus.core.plugins import registries as default_registries
 from theseus.core.rundir import RunDir, checkpoint_step
 from theseus.core.runner import config_for, job_spec
-from theseus.core.train.checkpoints import Checkpoints
+from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.setup import TrainSetup, open_data
 from theseus.core.train.state import TrainState
@@ -112,7 +113,6 @@ def open_run(
     are raised as ``error``. ``into``: restore into this setup (a branch continues the
     parent's state under its own config) instead of one built from the run's config.
     """
-    from theseus.core.plugins import registries as default_registries
 
     prefix = f"{what}: " if what else ""
     registries = registries or default_registries()
@@ -190,7 +190,6 @@ def _restore(
 ) -> dict:
     """Checkpoint ``step`` restored into ``setup``'s abstract state (shapes and digests
     checked); one line naming the checkpoint when it cannot be."""
-    from theseus.core.train.checkpoints import abstract_of
 
     failure = None
     try:

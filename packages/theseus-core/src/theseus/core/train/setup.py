@@ -18,7 +18,9 @@ import numpy as np
 import optax
 from flax import nnx
 from theseus.core.adapters import cast_frozen, split_trainable
+from theseus.core.data.api import open_training_data
 from theseus.core.data.loader import TrainingData
+from theseus.core.data.reader import Verified
 from theseus.core.errors import ConfigError
 from theseus.core.model import check_model
 from theseus.core.optim.build import build_optimizer, build_schedule
@@ -70,8 +72,6 @@ def open_data(
     what this run hashed already, so its resumes check sizes only. Token ids are checked
     against the tokenizer's vocabulary, which is the model's (:func:`model_config`).
     """
-    from theseus.core.data.api import open_training_data
-    from theseus.core.data.reader import Verified
 
     training = config.training
     return open_training_data(
@@ -87,7 +87,7 @@ def open_data(
     )
 
 
-def adapt(registries: Any, model_class: type, config: TrainJobConfig) -> type:
+def adapt(registries: Registries, model_class: type, config: TrainJobConfig) -> type:
     """``model_class`` with LoRA adapters, from the plugin that adds them."""
     adapted = registries.hook.theseus_adapt_model(model_class=model_class, lora=config.lora)
     if adapted is None:

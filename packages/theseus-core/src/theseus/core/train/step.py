@@ -17,6 +17,7 @@ import optax
 from flax import nnx
 from theseus.core.adapters import dropout_key
 from theseus.core.model import STAT_PREFIX
+from theseus.core.sharding.remat import checkpoint_blocks
 from theseus.core.train.state import TrainState
 
 Batch = dict[str, jax.Array]
@@ -44,8 +45,6 @@ def forward(
     params, frozen, rest = jax.tree.map(lambda x: x, (params, frozen or nnx.State({}), rest))
     model = nnx.merge(graphdef, params, frozen, rest)
     if remat != "none":
-        from theseus.core.sharding.remat import checkpoint_blocks
-
         checkpoint_blocks(model, remat)
     with dropout_key(key):
         return model.forward_with_aux(

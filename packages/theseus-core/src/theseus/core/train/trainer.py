@@ -21,6 +21,7 @@ import jax
 from theseus.core.data.loader import TrainingData
 from theseus.core.errors import PreemptedError
 from theseus.core.jobs import JobContext
+from theseus.core.resume import check_checkpoints
 from theseus.core.sharding.mesh import describe
 from theseus.core.train.callbacks import Events
 from theseus.core.train.checkpointing import Checkpointing
@@ -79,8 +80,6 @@ class Trainer:
             return TrainState.from_saved(saved, frozen_weights(self.setup, self.root))
         record = self.run.read_record()
         if int(record.get("checkpoint_step") or 0) > 0:  # never restart silently from 0
-            from theseus.core.resume import check_checkpoints
-
             check_checkpoints(self.run, record)
         parent = record.get("parent")
         if parent:  # a branch continues the parent's state, step count included

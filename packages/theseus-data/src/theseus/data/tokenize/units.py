@@ -121,7 +121,7 @@ def encode_records(
     A preference record is two chat documents, one after the other: its prompt with the
     chosen answer, then the same prompt with the rejected one (:func:`encode_pairs`)."""
     if kind in ("chat", "preference"):
-        from theseus.data.chat_template import encode_chats
+        from theseus.data.tokenizers.chat_template import encode_chats
 
         encoded = (
             encode_pairs(tokenizer, records)
@@ -145,8 +145,8 @@ def encode_pairs(tokenizer: Any, records: list[Any]) -> list[tuple[Any, Any]]:
     The loss mask covers the chosen (rejected) assistant turns only: assistant turns of a
     multi-turn prompt are shared context, so the tokens the prompt renders to are unmasked.
     """
-    from theseus.data.chat_template import encode_chats
     from theseus.data.datasets.preference import normalize
+    from theseus.data.tokenizers.chat_template import encode_chats
 
     pairs = [normalize(record) for record in records]
     chats = [p["prompt"] + p[answer] for p in pairs for answer in ("chosen", "rejected")]

@@ -3,7 +3,7 @@
 An ``hf`` tokenizer read from a folder also takes the folder's chat template
 (``chat_template.jinja``, else ``chat_template`` in ``tokenizer_config.json``) and the special
 tokens the template may use (``bos_token``, ``eos_token``, ...); it saves both with itself, so
-the tokenize workers and later jobs render chats the same way (``theseus.data.chat_template``).
+the tokenize workers and later jobs render chats the same way (``theseus.data.tokenizers.chat_template``).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ class HFTokenizer(Tokenizer):
 
     def describe(self) -> dict[str, Any]:
         """Adds ``chat_template``: ``"builtin"`` or the sha256 of the folder's template."""
-        from theseus.data.chat_template import template_id
+        from theseus.data.tokenizers.chat_template import template_id
 
         return {**super().describe(), "chat_template": template_id(self)}
 

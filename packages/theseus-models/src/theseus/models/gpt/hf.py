@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from theseus.models.errors import ModelError, UnsupportedArchitectureError
 from theseus.models.gpt.config import GPTConfig
-from theseus.models.hf.mapping import Rule, conv1d, fused_qkv, same, torch_linear
+from theseus.models.hf_mapping import Rule, conv1d, fused_qkv, same, torch_linear
 
 ARCHITECTURE = "GPT2LMHeadModel"
 MODEL_TYPE = "gpt2"

@@ -30,7 +30,7 @@ from theseus.models.hf.checkpoint import (
     resolve,
     save_hf,
 )
-from theseus.models.hf.mapping import Rule
+from theseus.models.hf_mapping import Rule
 
 __all__ = [
     "Rule",

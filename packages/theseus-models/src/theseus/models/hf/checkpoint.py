@@ -23,10 +23,10 @@ import numpy as np
 from flax import nnx
 from theseus.core.requirements import require
 from theseus.models.errors import CheckpointShapeError, ModelError, UnsupportedArchitectureError
+from theseus.models.families import FAMILIES, family_named
 from theseus.models.family import Family
-from theseus.models.hf.mapping import ParamPath
+from theseus.models.hf_mapping import ParamPath
 from theseus.models.layers.block import LAYERS
-from theseus.models.plugin import FAMILIES, family_named
 
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 

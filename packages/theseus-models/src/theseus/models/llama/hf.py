@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from theseus.models.errors import ModelError, UnsupportedArchitectureError
-from theseus.models.hf.mapping import ParamPath, Rule, flat, same, torch_linear
+from theseus.models.hf_mapping import ParamPath, Rule, flat, same, torch_linear
 from theseus.models.llama.config import LlamaConfig
 
 ARCHITECTURE = "LlamaForCausalLM"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from theseus.models.hf.mapping import Rule
+from theseus.models.hf_mapping import Rule
 from theseus.models.llama.hf import decoder_from_hf, decoder_rules, decoder_to_hf
 from theseus.models.qwen2.config import Qwen2Config
 

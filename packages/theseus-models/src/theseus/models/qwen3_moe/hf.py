@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from theseus.models.errors import UnsupportedArchitectureError
-from theseus.models.hf.mapping import ParamPath, Rule, experts, torch_linear
+from theseus.models.hf_mapping import ParamPath, Rule, experts, torch_linear
 from theseus.models.llama.hf import decoder_from_hf, decoder_rules, decoder_to_hf
 from theseus.models.qwen3_moe.config import Qwen3MoeConfig
 

@@ -1,0 +1,46 @@
+"""What a training job does when it runs: data, setup, trainer, summary.
+
+Kept apart from the job classes (``pretrain.py``, ``dpo.py``), which the CLI imports to
+read configs and plan dry runs before JAX may start; this module imports JAX.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+from theseus.core.evaluate.training import training_tasks
+from theseus.core.rundir import RunDir
+from theseus.core.sharding.distributed import initialize_from_env
+from theseus.core.train.setup import TrainSetup, open_data
+from theseus.core.train.trainer import Trainer
+
+if TYPE_CHECKING:
+    from theseus.core.recipes.pretrain import PretrainJob
+
+log = logging.getLogger(__name__)
+
+
+def run_training(job: PretrainJob) -> dict[str, Any]:
+    """Train ``job``'s run to its last step (resuming, branching or starting it)."""
+    initialize_from_env()  # multi-host: before anything touches a device
+    config, context = job.config, job.context
+    data = open_data(config, context.root, job.layout, run=job.run)
+    setup = TrainSetup.build(config, context.registries, data.vocab_size, **job.setup_options())
+    job.check_setup(setup)
+    tasks = training_tasks(setup, data, context.root, job.run)
+    summary = Trainer(setup, data, context, tasks).fit()
+    write_summary(job.run, summary)
+    log.info("finished %s: %s", job.run.name, summary)
+    return summary
+
+
+def write_summary(run: RunDir, summary: dict[str, Any]) -> None:
+    """``<run>/summary.json``: always valid JSON (a NaN or infinite loss is written null)."""
+    finite = {
+        k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in summary.items()
+    }
+    text = json.dumps(finite, indent=2, allow_nan=False)
+    (run.path / "summary.json").write_text(text + "\n")
