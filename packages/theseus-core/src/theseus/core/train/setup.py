@@ -23,6 +23,7 @@ from theseus.core.errors import ConfigError
 from theseus.core.model import check_model
 from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.config import check_remat
+from theseus.core.sharding.parallel import prepare_model
 from theseus.core.sharding.placement import Layout
 from theseus.core.train.configs import TrainingConfig, TrainJobConfig
 from theseus.core.train.step import make_eval_step, make_train_step
@@ -176,6 +177,11 @@ class TrainSetup:
 
         abstract_model = nnx.eval_shape(build_and_count)
         check_model(abstract_model, config.model.name)
+        # context and expert parallelism: refused where the model cannot split; the attention
+        # layers learn the context split here (part of the graph definition)
+        prepare_model(
+            abstract_model, config.sharding, layout.sizes, training.seq_len, config.model.name
+        )
         graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
         if jax.tree.leaves(rest):  # non-parameter state (adapters' layer indices): jitted,
             rest = jax.jit(lambda: nnx.split(build_model(), nnx.Param, ...)[2])()  # no params
@@ -234,7 +240,7 @@ class TrainSetup:
             state_shardings=state_shardings,
             train_step=layout.jit_step(step, state_shardings),
             eval_step=jax.jit(
-                make_eval_step(graphdef, rest, made),
+                layout.on_mesh(make_eval_step(graphdef, rest, made)),
                 in_shardings=(
                     state_shardings["params"],
                     state_shardings["frozen"],
