@@ -152,58 +152,62 @@ def _key_chunks(plan: Plan, k_bxgxtxK: jax.Array, v_bxgxtxK: jax.Array, k_seg_bx
     return _chunked(plan, k_bxgxtxK, 2, 0), _chunked(plan, v_bxgxtxK, 2, 0), seg
 
 
-def _starts(plan: Plan, device: jax.Array) -> list[jax.Array]:
-    return chunk_starts(device, plan.devices, plan.chunk, plan.order)
+def _starts(plan: Plan, device: jax.Array) -> jax.Array:
+    """The first sequence position of each of ``device``'s chunks (C)."""
+    starts = chunk_starts(device, plan.devices, plan.chunk, plan.order)
+    return jnp.stack([jnp.asarray(s, jnp.int32) for s in starts])
 
 
-def _visit(plan: Plan, running: list[Partial], queries: tuple, keys: tuple) -> list[Partial]:
-    """Every query chunk's online softmax continued over one device's key chunks."""
+def _pairs(plan: Plan, body, init):
+    """``body(a, b, carry)`` for every (query chunk a, key chunk b): one loop, one body."""
+    C = plan.chunks
+    return jax.lax.fori_loop(0, C * C, lambda i, carry: body(i // C, i % C, carry), init)
+
+
+def _visit(plan: Plan, running: Partial, queries: tuple, keys: tuple) -> Partial:
+    """Every query chunk's online softmax (stacked over C) continued over one device's keys."""
     q_C, q_seg_C, q_starts = queries
     k_C, v_C, k_seg_C, k_starts = keys
-    out = []
-    for a in range(plan.chunks):
-        state = running[a]
-        for b in range(plan.chunks):
-            shift = q_starts[a] - k_starts[b]
-            state = accumulate(
-                plan.blocks, state, q_C[a], k_C[b], v_C[b], q_seg_C[a], k_seg_C[b], shift
-            )
-        out.append(state)
-    return out
+
+    def pair(a, b, running):
+        state = Partial(*(x[a] for x in running))
+        shift = q_starts[a] - k_starts[b]
+        state = accumulate(
+            plan.blocks, state, q_C[a], k_C[b], v_C[b], q_seg_C[a], k_seg_C[b], shift
+        )
+        return Partial(*(x.at[a].set(y) for x, y in zip(running, state, strict=True)))
+
+    return _pairs(plan, pair, running)
 
 
-def _visit_gradients(plan: Plan, dq_C: jax.Array, dkv: tuple, queries: tuple, keys: tuple):
-    """dq of every query chunk and (dk, dv) of one device's key chunks, added to the sums."""
+def _visit_gradients(plan: Plan, grads: tuple, queries: tuple, keys: tuple) -> tuple:
+    """(dq of every query chunk, dk and dv of one device's key chunks) added to ``grads``."""
     q_C, q_seg_C, q_starts, dout_C, lse_C, delta_C = queries
     k_C, v_C, k_seg_C, k_starts = keys
-    dq = [dq_C[a] for a in range(plan.chunks)]
-    dk = [dkv[0][b] for b in range(plan.chunks)]
-    dv = [dkv[1][b] for b in range(plan.chunks)]
-    for a in range(plan.chunks):
-        for b in range(plan.chunks):
-            dq_a, dk_b, dv_b = pair_gradients(
-                plan.blocks,
-                q_C[a],
-                k_C[b],
-                v_C[b],
-                q_seg_C[a],
-                k_seg_C[b],
-                dout_C[a],
-                lse_C[a],
-                delta_C[a],
-                q_starts[a] - k_starts[b],
-            )
-            dq[a], dk[b], dv[b] = dq[a] + dq_a, dk[b] + dk_b, dv[b] + dv_b
-    return jnp.stack(dq), (jnp.stack(dk), jnp.stack(dv))
+
+    def pair(a, b, grads):
+        dq_C, dk_C, dv_C = grads
+        dq, dk, dv = pair_gradients(
+            plan.blocks,
+            q_C[a],
+            k_C[b],
+            v_C[b],
+            q_seg_C[a],
+            k_seg_C[b],
+            dout_C[a],
+            lse_C[a],
+            delta_C[a],
+            q_starts[a] - k_starts[b],
+        )
+        return dq_C.at[a].add(dq), dk_C.at[b].add(dk), dv_C.at[b].add(dv)
+
+    return _pairs(plan, pair, grads)
 
 
-def _finished(plan: Plan, running: list[Partial], dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
-    outs, lses = zip(*(finish(state, dtype) for state in running), strict=True)
-    return jnp.stack(outs), jnp.stack(lses)
-
-
-def _empty(q_C: jax.Array) -> list[Partial]:
-    return [Partial.empty(*q_C.shape[1:]) for _ in range(q_C.shape[0])]
+def _empty(q_C: jax.Array) -> Partial:
+    """The online softmax before any key, stacked over the C query chunks."""
+    C, rest = q_C.shape[0], q_C.shape[1:]
+    return Partial(*(jnp.stack([x] * C) for x in Partial.empty(*rest)))
 
 
 def _zeros_f32(*xs: jax.Array) -> tuple[jax.Array, ...]:
@@ -220,22 +224,22 @@ def _pass_on(plan: Plan, tree):
 
 
 def _ring_forward(plan: Plan, q, k, v, q_seg, k_seg):
+    """N steps: fold in the blocks held, pass them on. After s passes a device holds the
+    blocks of device - s; the N-th pass (blocks back home) is not needed but keeps one loop
+    body (one program) for every step."""
     q_C, q_seg_C = _query_chunks(plan, q, q_seg)
     device = jax.lax.axis_index(plan.axis)
     queries = (q_C, q_seg_C, _starts(plan, device))
 
-    def source(hops):  # after ``hops`` passes a device holds the blocks of device - hops
-        return _starts(plan, (device - hops) % plan.devices)
-
-    def hop(s, carry):
+    def step(s, carry):
         running, kv = carry
-        arriving = _pass_on(plan, kv)  # sent before the compute, so they can overlap
-        return _visit(plan, running, queries, (*kv, source(s))), arriving
+        arriving = _pass_on(plan, kv)  # sent before the compute, so the two can overlap
+        source = _starts(plan, (device - s) % plan.devices)
+        return _visit(plan, running, queries, (*kv, source)), arriving
 
     kv = _key_chunks(plan, k, v, k_seg)
-    running, kv = jax.lax.fori_loop(0, plan.devices - 1, hop, (_empty(q_C), kv))
-    running = _visit(plan, running, queries, (*kv, source(plan.devices - 1)))
-    out_C, lse_C = _finished(plan, running, q.dtype)
+    running, _ = jax.lax.fori_loop(0, plan.devices, step, (_empty(q_C), kv))
+    out_C, lse_C = jax.vmap(lambda state: finish(state, q.dtype))(running)
     return _unchunked(plan, out_C, 3), (q_C, q_seg_C, out_C, lse_C)
 
 
@@ -250,27 +254,23 @@ def _ring_fwd(plan: Plan, q, k, v, q_seg, k_seg):
 
 
 def _ring_bwd(plan: Plan, residuals: tuple, dout_bxgxRxtxK: jax.Array) -> tuple:
-    """The blocks go round again; each carries the (dk, dv) of its keys, which every device
-    adds to, and a last hop returns them to the device that holds those keys."""
+    """The blocks go round again, each with the (dk, dv) of its keys, which every device adds
+    to; after N passes those gradients are back on the device that holds the keys."""
     q_C, q_seg_C, out_C, lse_C, k, v, k_seg = residuals
     dout_C = _chunked(plan, dout_bxgxRxtxK, 3, 0)
     device = jax.lax.axis_index(plan.axis)
     queries = (q_C, q_seg_C, _starts(plan, device), dout_C, lse_C, row_dot(dout_C, out_C))
 
-    def source(hops):
-        return _starts(plan, (device - hops) % plan.devices)
-
-    def hop(s, carry):
+    def step(s, carry):
         dq_C, kv, dkv = carry
         arriving = _pass_on(plan, kv)
-        dq_C, dkv = _visit_gradients(plan, dq_C, dkv, queries, (*kv, source(s)))
-        return dq_C, arriving, _pass_on(plan, dkv)
+        source = _starts(plan, (device - s) % plan.devices)
+        dq_C, *dkv = _visit_gradients(plan, (dq_C, *dkv), queries, (*kv, source))
+        return dq_C, arriving, _pass_on(plan, tuple(dkv))
 
     kv = _key_chunks(plan, k, v, k_seg)
     carry = (*_zeros_f32(q_C), kv, _zeros_f32(kv[0], kv[1]))
-    dq_C, kv, dkv = jax.lax.fori_loop(0, plan.devices - 1, hop, carry)
-    dq_C, dkv = _visit_gradients(plan, dq_C, dkv, queries, (*kv, source(plan.devices - 1)))
-    dk_C, dv_C = _pass_on(plan, dkv)  # the last hop: home
+    dq_C, _, (dk_C, dv_C) = jax.lax.fori_loop(0, plan.devices, step, carry)
     return (
         _unchunked(plan, dq_C, 3).astype(q_C.dtype),
         _unchunked(plan, dk_C, 2).astype(k.dtype),
@@ -292,18 +292,22 @@ def _source(plan: Plan, x: jax.Array, j: jax.Array, axis: int) -> jax.Array:
     return jax.lax.dynamic_slice_in_dim(x, j * t, t, axis)
 
 
+def _gathered_keys(plan: Plan, k_all, v_all, k_seg_all, j: jax.Array) -> tuple:
+    """Device ``j``'s key chunks out of the gathered ones."""
+    parts = (_source(plan, k_all, j, 2), _source(plan, v_all, j, 2), _source(plan, k_seg_all, j, 1))
+    return _key_chunks(plan, *parts)
+
+
 def _gathered_forward(plan: Plan, q, k_all, v_all, q_seg, k_seg_all):
     q_C, q_seg_C = _query_chunks(plan, q, q_seg)
     queries = (q_C, q_seg_C, _starts(plan, jax.lax.axis_index(plan.axis)))
 
     def visit(j, running):
-        kv = _key_chunks(
-            plan, *(_source(plan, x, j, 2) for x in (k_all, v_all)), _source(plan, k_seg_all, j, 1)
-        )
+        kv = _gathered_keys(plan, k_all, v_all, k_seg_all, j)
         return _visit(plan, running, queries, (*kv, _starts(plan, j)))
 
     running = jax.lax.fori_loop(0, plan.devices, visit, _empty(q_C))
-    out_C, lse_C = _finished(plan, running, q.dtype)
+    out_C, lse_C = jax.vmap(lambda state: finish(state, q.dtype))(running)
     return _unchunked(plan, out_C, 3), (q_C, q_seg_C, out_C, lse_C)
 
 
@@ -327,12 +331,9 @@ def _over_gathered_bwd(plan: Plan, residuals: tuple, dout_bxgxRxtxK: jax.Array) 
 
     def visit(j, carry):
         dq_C, dk_all, dv_all = carry
-        kv = _key_chunks(
-            plan, *(_source(plan, x, j, 2) for x in (k_all, v_all)), _source(plan, k_seg_all, j, 1)
-        )
-        dq_C, (dk_C, dv_C) = _visit_gradients(
-            plan, dq_C, _zeros_f32(kv[0], kv[1]), queries, (*kv, _starts(plan, j))
-        )
+        kv = _gathered_keys(plan, k_all, v_all, k_seg_all, j)
+        grads = (dq_C, *_zeros_f32(kv[0], kv[1]))
+        dq_C, dk_C, dv_C = _visit_gradients(plan, grads, queries, (*kv, _starts(plan, j)))
         t = k_all.shape[2] // plan.devices
         dk_all = jax.lax.dynamic_update_slice_in_dim(dk_all, _unchunked(plan, dk_C, 2), j * t, 2)
         dv_all = jax.lax.dynamic_update_slice_in_dim(dv_all, _unchunked(plan, dv_C, 2), j * t, 2)
