@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 from theseus.core.sharding.config import ShardingConfig, ShardingError
-from theseus.core.sharding.placement import logical_axes, path_name
+from theseus.core.sharding.placement import logical_axes, path_name, per_device_bytes
 from theseus.core.sharding.sequence import check_sequence
 
 EXPERTS = "experts"  # the logical axis of a mixture's expert dimension
@@ -77,3 +78,15 @@ def check_experts(model: Any, devices: int, name: str) -> None:
                 f"sharding.expert={devices} does not divide the {count} experts of {path}: "
                 f"use a divisor of {count}"
             )
+
+
+def expert_parameter_bytes(params: Any) -> int:
+    """Bytes one device holds of the parameters with an ``experts`` axis (abstract or real
+    arrays carrying shardings)."""
+    leaves = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    chosen = [
+        leaf.get_value()
+        for leaf in leaves
+        if isinstance(leaf, nnx.Variable) and EXPERTS in (logical_axes(leaf) or ())
+    ]
+    return per_device_bytes(chosen)

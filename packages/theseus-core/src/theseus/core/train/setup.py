@@ -145,13 +145,15 @@ class TrainSetup:
         vocab_size: int,
         objective: Any = None,
         keeps_reference: bool = False,
+        devices: Any = None,
     ) -> TrainSetup:
         """Everything a run needs, built once. ``objective(graphdef, rest, remat, adapted)``
         makes the step's objective (default: next-token cross entropy); ``keeps_reference``
         keeps a frozen copy of the initial weights beside a fully trained model (DPO's
-        reference; a LoRA run's frozen base already is one)."""
+        reference; a LoRA run's frozen base already is one). ``devices``: the mesh's devices
+        (default: every device of every process)."""
         training = config.training
-        layout = Layout(config.sharding)
+        layout = Layout(config.sharding, devices)
         per_device, micro_steps = plan_batches(training, layout.batch_shards)
         steps = total_steps(training)
         schedule = build_schedule(
