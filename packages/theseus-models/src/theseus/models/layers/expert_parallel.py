@@ -50,11 +50,11 @@ from theseus.models.layers.expert_rows import (
     dropless_tile,
     expert_capacity,
     routed_rows,
+    routing_stats,
     swiglu_experts,
 )
 from theseus.models.layers.mesh_axes import (
     axis_size,
-    batch_axes,
     current_mesh,
     spec,
     tensor_axis_for,
@@ -74,14 +74,15 @@ class Plan(NamedTuple):
 
 
 def expert_parallel(
-    moe: Any,
-    x_BxTxD: jax.Array,
-    top_e_BxTxk: jax.Array,
-    top_w_BxTxk: jax.Array,
-    valid_BxT: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
+    moe: Any, x_BxTxD: jax.Array, valid_BxT: jax.Array
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """``moe``'s routed experts (BxTxD) over the ``expert`` axis of the current mesh, and the
-    fraction of assignments dropped (0 when dropless)."""
+    routing statistics of every token (``routing_stats``).
+
+    Each device routes its own tokens (``moe.route``, inside the ``shard_map``: top-k over a
+    batch split across devices would otherwise be gathered) and sums its own statistics,
+    then one all-reduce adds them up.
+    """
     devices = axis_size(EXPERT_AXIS)
     E = moe.n_experts
     if E % devices:
@@ -91,37 +92,37 @@ def expert_parallel(
         )
     w_gate, w_up, w_down = moe.expert_weights()
     tensor = tensor_axis_for(w_gate.shape[-1])
-    rows = batch_axes()
-    sequence = CONTEXT_AXIS if axis_size(CONTEXT_AXIS) > 1 else None
-    plan = Plan(
-        devices,
-        E,
-        moe.k,
-        float(moe.capacity_factor),
-        moe.grouping,
-        tensor,
-        tuple(a for a in (*BATCH_AXES, CONTEXT_AXIS) if axis_size(a) > 1),
-    )
+    # every batch axis, even of size 1 (the expert weights vary over ``expert`` whatever its
+    # size, and so do the outputs computed from them)
+    names = current_mesh().axis_names
+    rows = tuple(a for a in BATCH_AXES if a in names)
+    sequence = CONTEXT_AXIS if CONTEXT_AXIS in names else None
+    tokens = (*rows, sequence) if sequence else rows
+    plan = Plan(devices, E, moe.k, float(moe.capacity_factor), moe.grouping, tensor, tokens)
     tokens3, tokens2 = spec(rows, sequence, None), spec(rows, sequence)
     w_in, w_out = spec(EXPERT_AXIS, None, tensor), spec(EXPERT_AXIS, tensor, None)
     return jax.shard_map(
-        partial(_local, plan),
+        partial(_local, plan, moe.route),
         mesh=current_mesh(),
-        in_specs=(tokens3, tokens3, tokens3, tokens2, w_in, w_in, w_out),
+        in_specs=(tokens3, tokens2, w_in, w_in, w_out),
         out_specs=(tokens3, PartitionSpec()),
-    )(x_BxTxD, top_e_BxTxk, top_w_BxTxk, valid_BxT, w_gate, w_up, w_down)
+    )(x_BxTxD, valid_BxT, w_gate, w_up, w_down)
 
 
-def _exchange(x: jax.Array) -> jax.Array:
-    """Slab p of the leading axis goes to device p; slab p of the result came from device p."""
+def _exchange(plan: Plan, x: jax.Array) -> jax.Array:
+    """Slab p of the leading axis goes to device p; slab p of the result came from device p
+    (one device: nothing to send, each device routes its own tokens to its own experts)."""
+    if plan.devices == 1:
+        return x
     return jax.lax.all_to_all(x, EXPERT_AXIS, 0, 0, tiled=True)
 
 
-def _local(plan: Plan, x_bxtxD, top_e_bxtxk, top_w_bxtxk, valid_bxt, w_gate, w_up, w_down):
+def _local(plan: Plan, route, x_bxtxD, valid_bxt, w_gate, w_up, w_down):
     b, t, D = x_bxtxD.shape
+    probs_bxtxE, top_e_bxtxk, top_w_bxtxk = route(x_bxtxD)
     n, k, P = b * t, plan.k, plan.devices
     local_experts = plan.n_experts // P
-    x_nxD = x_bxtxD.reshape(n, D)
+    x_nxD = x_bxtxD.reshape(n, D).astype(w_gate.dtype)  # the layer's compute dtype
     expert_M = top_e_bxtxk.reshape(n, k).T.reshape(n * k)  # k-major, as the layer orders them
     token_M = jnp.tile(jnp.arange(n, dtype=jnp.int32), k)
     weights = (w_gate, w_up, w_down)
@@ -137,21 +138,27 @@ def _local(plan: Plan, x_bxtxD, top_e_bxtxk, top_w_bxtxk, valid_bxt, w_gate, w_u
     if plan.capacity_factor > 0:
         kept, asked = (jax.lax.psum(c, plan.token_axes) for c in (kept, asked))
         dropped = 1.0 - kept / jnp.maximum(asked, 1.0)
-    return y_nxD.reshape(b, t, D), dropped
+    stats = routing_stats(probs_bxtxE, top_e_bxtxk, valid_bxt, plan.n_experts, dropped)
+    summed = ("counts", "prob_sums", "tokens")
+    stats |= {name: jax.lax.psum(stats[name], plan.token_axes) for name in summed}
+    return y_nxD.reshape(b, t, D), stats
 
 
 def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights):
     """Slabs of n k rows (room for every assignment); the receiver groups what arrives by its
     local expert and runs the dropless layout over it."""
     M, P = expert_M.shape[0], plan.devices
-    peer_M = expert_M // local_experts
     every = jnp.ones((M,), bool)
+    if P == 1:  # the experts are all here: the layer's own computation on these tokens
+        options = {"capacity": None, "grouping": plan.grouping}
+        return routed_rows(x_nxD, token_M, expert_M, every, weights, **options)[0]
+    peer_M = expert_M // local_experts
     # row of each assignment in the send buffer: slab of its peer, in assignment order
     send_M, _, _, _ = assign_rows(peer_M, every, P, M, M)
     token_S = jnp.full((P * M,), x_nxD.shape[0], jnp.int32).at[send_M].set(token_M)
     x_SxD = jnp.take(x_nxD, token_S, axis=0, mode="fill", fill_value=0)
     expert_S = jnp.full((P * M,), -1, jnp.int32).at[send_M].set(expert_M % local_experts)
-    x_RxD, expert_R = _exchange(x_SxD), _exchange(expert_S)  # R = P M rows arrived
+    x_RxD, expert_R = _exchange(plan, x_SxD), _exchange(plan, expert_S)  # R = P M rows arrived
     arrived_R = expert_R >= 0
     rows = jnp.arange(P * M, dtype=jnp.int32)
     y_RxD, _ = routed_rows(
@@ -164,7 +171,7 @@ def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights)
         grouping=plan.grouping,
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
     )
-    y_SxD = _exchange(y_RxD)
+    y_SxD = _exchange(plan, y_RxD)
     return jnp.take(y_SxD, send_M, axis=0)
 
 
@@ -181,11 +188,11 @@ def _with_capacity(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
     )
     x_SxD = jnp.take(x_nxD, token_S, axis=0, mode="fill", fill_value=0)
     D = x_SxD.shape[-1]
-    x_R = _exchange(x_SxD).reshape(P, local_experts, capacity, D)  # [source, expert, row]
+    x_R = _exchange(plan, x_SxD).reshape(P, local_experts, capacity, D)  # [source, expert, row]
     x_ExRxD = x_R.transpose(1, 0, 2, 3).reshape(local_experts, P * capacity, D)
     matmul = partial(jnp.einsum, "eci,eio->eco")
     y_ExRxD = swiglu_experts(x_ExRxD, weights, matmul)
     y_R = y_ExRxD.reshape(local_experts, P, capacity, D).transpose(1, 0, 2, 3)
-    y_SxD = _exchange(y_R.reshape(P * local_experts * capacity, D))
+    y_SxD = _exchange(plan, y_R.reshape(P * local_experts * capacity, D))
     y_MxD = jnp.take(y_SxD, row_M, axis=0, mode="fill", fill_value=0)
     return y_MxD, jnp.sum(kept_M).astype(jnp.float32), jnp.sum(keep_M).astype(jnp.float32)

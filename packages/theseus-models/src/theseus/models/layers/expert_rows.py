@@ -150,3 +150,20 @@ def combine(y_MxD: jax.Array, top_w_Nxk: jax.Array) -> jax.Array:
     """Each token's k expert outputs (rows m = choice * N + token) summed with its weights."""
     N, k = top_w_Nxk.shape
     return jnp.einsum("knd,kn->nd", y_MxD.reshape(k, N, -1), top_w_Nxk.T)
+
+
+def routing_stats(
+    probs_xE: jax.Array, top_e_xk: jax.Array, valid_x: jax.Array, n_experts: int, dropped: jax.Array
+) -> dict[str, jax.Array]:
+    """What the load-balancing loss and the router-health statistics need, over the valid
+    tokens (any leading axes): ``counts`` (E) assignments per expert, ``prob_sums`` (E)
+    router probability sums, ``tokens``, and ``drop_fraction`` (``dropped``)."""
+    v_x = valid_x.astype(jnp.float32)
+    chosen_xkE = jax.nn.one_hot(top_e_xk, n_experts, dtype=jnp.float32)
+    lead = tuple(range(v_x.ndim))
+    return {
+        "counts": jnp.sum(chosen_xkE * v_x[..., None, None], axis=(*lead, v_x.ndim)),
+        "prob_sums": jnp.sum(probs_xE * v_x[..., None], axis=lead),
+        "tokens": jnp.sum(v_x),
+        "drop_fraction": dropped,
+    }

@@ -26,7 +26,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from theseus.core.sharding.rules import EXPERT_AXIS
+from theseus.core.sharding.rules import BATCH_AXES, CONTEXT_AXIS, EXPERT_AXIS
 from theseus.models.errors import ModelError
 from theseus.models.layers.expert_parallel import expert_parallel
 from theseus.models.layers.expert_rows import (
@@ -40,6 +40,7 @@ from theseus.models.layers.expert_rows import (
     expert_capacity,
     grouped_tiles,
     routed_rows,
+    routing_stats,
     swiglu_experts,
     tile_matmul,
 )
@@ -114,13 +115,14 @@ class MoE(nnx.Module):
 
     # ------------------------------------------------------------------ the stages
 
-    def route(self, x_NxD: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Router probabilities (NxE, f32), chosen experts (Nxk) and their weights (Nxk)."""
-        probs_NxE = jax.nn.softmax(self.router(x_NxD.astype(jnp.float32)), axis=-1)
-        top_w_Nxk, top_e_Nxk = jax.lax.top_k(probs_NxE, self.k)
+    def route(self, x_xD: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Router probabilities (...xE, f32), chosen experts (...xk) and their weights (...xk)
+        of tokens with any leading axes (NxD, BxTxD)."""
+        probs_xE = jax.nn.softmax(self.router(x_xD.astype(jnp.float32)), axis=-1)
+        top_w_xk, top_e_xk = jax.lax.top_k(probs_xE, self.k)
         if self.norm_topk_prob:
-            top_w_Nxk = top_w_Nxk / jnp.sum(top_w_Nxk, axis=-1, keepdims=True)
-        return probs_NxE, top_e_Nxk, top_w_Nxk
+            top_w_xk = top_w_xk / jnp.sum(top_w_xk, axis=-1, keepdims=True)
+        return probs_xE, top_e_xk, top_w_xk
 
     def expert_weights(self) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(w_gate, w_up, w_down)`` (ExDxF, ExDxF, ExFxD) in the compute dtype."""
@@ -164,28 +166,25 @@ class MoE(nnx.Module):
         dropped = 1.0 - jnp.sum(kept_M) / jnp.maximum(jnp.sum(keep_M), 1)
         return y_NxD, dropped.astype(jnp.float32)
 
-    def experts_in_parallel(
-        self, x_BxTxD: jax.Array, top_e_Nxk: jax.Array, top_w_Nxk: jax.Array, valid_BxT: jax.Array
-    ) -> tuple[jax.Array, jax.Array]:
-        """``experts`` with the experts split over the ``expert`` mesh axis (NxD outputs)."""
-        if type(self).experts is not MoE.experts:
-            raise ModelError(
-                f"sharding.expert={axis_size(EXPERT_AXIS)}: {type(self).__name__} overrides "
-                "MoE.experts, and expert parallelism runs MoE's own routed computation"
-            )
-        B, T, D = x_BxTxD.shape
-        shape = (B, T, self.k)
-        y_BxTxD, dropped = expert_parallel(
-            self,
-            x_BxTxD.astype(self.dtype),
-            top_e_Nxk.reshape(shape),
-            top_w_Nxk.reshape(shape),
-            valid_BxT,
-        )
-        return y_BxTxD.reshape(B * T, D), dropped
+    def routes_per_device(self) -> bool:
+        """Whether each device routes its own tokens (``layers/expert_parallel.py``): when the
+        experts are split over ``expert``, and for the dropless layer whenever the mesh splits
+        the tokens (each token's output does not depend on the others', so routing them where
+        they are is the same layer without gathering the batch). A capacity counts over the
+        whole batch, so without ``expert`` that layer keeps one routing for all."""
+        if axis_size(EXPERT_AXIS) > 1:
+            if type(self).experts is not MoE.experts:
+                raise ModelError(
+                    f"sharding.expert={axis_size(EXPERT_AXIS)}: {type(self).__name__} overrides "
+                    "MoE.experts, and expert parallelism runs MoE's own routed computation"
+                )
+            return True
+        split = any(axis_size(a) > 1 for a in (*BATCH_AXES, CONTEXT_AXIS))
+        own = type(self).experts is MoE.experts
+        return split and own and self.capacity_factor <= 0
 
-    def shared(self, x_NxD: jax.Array) -> jax.Array | None:
-        return None if self.shared_expert is None else self.shared_expert(x_NxD)
+    def shared(self, x_xD: jax.Array) -> jax.Array | None:
+        return None if self.shared_expert is None else self.shared_expert(x_xD)
 
     # ------------------------------------------------------------------ the forward
 
@@ -194,29 +193,27 @@ class MoE(nnx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """The layer's output and its routing statistics over the valid tokens (plain arrays:
         ``counts`` (E) assignments per expert, ``prob_sums`` (E) router probability sums,
-        ``tokens``, ``drop_fraction``)."""
+        ``tokens``, ``drop_fraction``). Batch and sequence axes stay apart until the experts
+        (merging them would gather a sequence split over ``context``)."""
         B, T, D = x_BxTxD.shape
-        x_NxD = x_BxTxD.reshape(B * T, D)
-        valid_N = jnp.ones((B * T,), bool) if valid_BxT is None else valid_BxT.reshape(-1)
-        probs_NxE, top_e_Nxk, top_w_Nxk = self.route(x_NxD)
-        if axis_size(EXPERT_AXIS) > 1:  # experts split over the mesh: tokens travel to them
-            y_NxD, dropped = self.experts_in_parallel(
-                x_BxTxD, top_e_Nxk, top_w_Nxk, valid_N.reshape(B, T)
-            )
+        valid_BxT = jnp.ones((B, T), bool) if valid_BxT is None else valid_BxT
+        if self.routes_per_device():  # tokens stay on their device or travel to their experts
+            y_BxTxD, stats = expert_parallel(self, x_BxTxD, valid_BxT)
         else:
-            y_NxD, dropped = self.experts(x_NxD, top_e_Nxk, top_w_Nxk, valid_N)
-        shared = self.shared(x_NxD)
+            probs_BxTxE, top_e_BxTxk, top_w_BxTxk = self.route(x_BxTxD)
+            N, k = B * T, self.k
+            y_NxD, dropped = self.experts(
+                x_BxTxD.reshape(N, D),
+                top_e_BxTxk.reshape(N, k),
+                top_w_BxTxk.reshape(N, k),
+                valid_BxT.reshape(N),
+            )
+            y_BxTxD = y_NxD.reshape(B, T, D)
+            stats = routing_stats(probs_BxTxE, top_e_BxTxk, valid_BxT, self.n_experts, dropped)
+        shared = self.shared(x_BxTxD)
         if shared is not None:
-            y_NxD = y_NxD + shared
-        v_N = valid_N.astype(jnp.float32)
-        counts_E = jnp.zeros((self.n_experts,), jnp.float32)
-        stats = {
-            "counts": counts_E.at[top_e_Nxk.reshape(-1)].add(jnp.repeat(v_N, self.k)),
-            "prob_sums": jnp.sum(probs_NxE * v_N[:, None], axis=0),
-            "tokens": jnp.sum(v_N),
-            "drop_fraction": dropped,
-        }
-        return y_NxD.reshape(B, T, D).astype(self.dtype), stats
+            y_BxTxD = y_BxTxD + shared
+        return y_BxTxD.astype(self.dtype), stats
 
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         return self.forward_with_stats(x_BxTxD)[0]
