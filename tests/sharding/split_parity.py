@@ -15,10 +15,10 @@
   statistics; OPTION ``unbalanced`` (every token's first choice is one expert),
   ``ragged_dot``, or ``capacity=F`` (compared with the one-device layer run on each device's
   tokens separately: the documented per-device capacity rule).
-* ``train:MODEL:data,fsdp,expert,context[:METHOD]`` -- ``STEPS`` SGD steps of a tiny model
-  through ``TrainSetup`` (sequence layout, traced under the mesh) against the same run on one
-  device: the largest relative loss difference, the parameter specs of the expert weights,
-  and the collectives of the compiled evaluation step.
+* ``train:MODEL:data,fsdp,expert,context[:METHOD[:mutant]]`` -- ``STEPS`` SGD steps of a
+  tiny model through ``TrainSetup`` (sequence layout, traced under the mesh) and the same run
+  on one device: both loss curves, the parameter specs of the expert weights, and the
+  collectives of the compiled evaluation step (``mutant``: with the boundary leak).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import json  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -160,16 +162,12 @@ def attention_scenario(text: str) -> dict:
     return {"ratio": max(max(r.values()) for r in result.values()), "cases": result}
 
 
-def mutant_scenario(text: str) -> dict:
-    """The same comparison with a mask error at the chunk boundaries."""
+@contextmanager
+def boundary_leak() -> Iterator[None]:
+    """Between different chunks, queries believe they sit one position later: at each chunk
+    boundary the last query of a chunk sees the first key of the next (a one-token leak)."""
     import theseus.models.layers.context_attention as module
 
-    kind = text.split(":")[1]
-    sizes = {"context": 4}
-    if kind == "order":  # rows in zigzag layout, attention told they are contiguous
-        return {"ratio": max(attention_case("ring", "contiguous", sizes, 2, 0, "zigzag"))}
-    # between different chunks, queries believe they are one position later: at each chunk
-    # boundary the last query sees the next chunk's first key (a one-token leak)
     originals = module.accumulate, module.pair_gradients
 
     def off_by_one(shift):
@@ -178,9 +176,19 @@ def mutant_scenario(text: str) -> dict:
     module.accumulate = lambda *a: originals[0](*a[:-1], off_by_one(a[-1]))
     module.pair_gradients = lambda *a: originals[1](*a[:-1], off_by_one(a[-1]))
     try:
-        return {"ratio": max(attention_case("ring", "zigzag", sizes, 2, 0))}
+        yield
     finally:
         module.accumulate, module.pair_gradients = originals
+
+
+def mutant_scenario(text: str) -> dict:
+    """The comparison of ``attention_scenario`` with a mask error at the chunk boundaries."""
+    kind = text.split(":")[1]
+    sizes = {"context": 4}
+    if kind == "order":  # rows in zigzag layout, attention told they are contiguous
+        return {"ratio": max(attention_case("ring", "contiguous", sizes, 2, 0, "zigzag"))}
+    with boundary_leak():
+        return {"ratio": max(attention_case("ring", "zigzag", sizes, 2, 0))}
 
 
 # ---------------------------------------------------------------------- experts
@@ -192,8 +200,8 @@ def moe_layer(option: str):
     grouping = "ragged_dot" if option == "ragged_dot" else "tiles"
     factor = float(option.split("=")[1]) if option.startswith("capacity=") else 0.0
     moe = MoE(16, 8, 8, 2, capacity_factor=factor, grouping=grouping, rngs=nnx.Rngs(0))
-    if option == "unbalanced":  # expert 3 wins every token's first choice
-        moe.router.kernel[...] = moe.router.kernel[...].at[:, 3].add(5.0)
+    if option == "unbalanced":  # with x[..., 0] = 3 (moe_scenario), expert 3's logit gains 30
+        moe.router.kernel[...] = moe.router.kernel[...].at[0, 3].add(10.0)
     return moe
 
 
@@ -211,6 +219,8 @@ def moe_scenario(text: str) -> dict:
     mesh = mesh_of(sizes)
     moe = moe_layer(option)
     x = jax.random.normal(jax.random.key(1), (8, 6, 16))
+    if option == "unbalanced":  # every token's first choice: expert 3 (see moe_layer)
+        x = x.at[..., 0].set(3.0)
     valid = jnp.ones((8, 6), bool).at[0, 4:].set(False)
     graphdef, params = nnx.split(moe)
     w = jnp.cos(jnp.arange(x.size, dtype=jnp.float32)).reshape(x.shape)
@@ -260,7 +270,8 @@ def moe_scenario(text: str) -> dict:
     if stats_ref is not None:
         out["router"] = max(rel(stats[n], stats_ref[n]) for n in ("counts", "prob_sums", "tokens"))
         counts = np.asarray(stats["counts"])
-        out["busiest_expert_share"] = float(counts.max() / counts.sum())
+        out["busiest_expert_share"] = float(counts.max() / counts.sum())  # k = 2: at most 1/2
+        out["counts_equal"] = bool(np.array_equal(counts, np.asarray(stats_ref["counts"])))
     return out
 
 
@@ -312,28 +323,28 @@ def setup_for(model: str, sizes: dict[str, int], method: str, devices: list):
 
 
 def batch_of(step: int) -> dict[str, np.ndarray]:
-    """Packed rows: documents of random lengths (boundaries inside the context chunks)."""
+    """Packed rows of 3 documents each (boundaries at random places, inside the context
+    chunks); a document counts on from a random start (t -> (5 t + 7) mod V), something a
+    tiny model learns in a few steps, so the losses fall."""
     rng = np.random.default_rng(step)
-    tokens = rng.integers(0, VOCAB, (ROWS, SEQ + 1), dtype=np.int32)
-    seg = np.ones((ROWS, SEQ), np.int32)
+    seg = np.ones((ROWS, SEQ + 1), np.int32)
+    tokens = np.zeros((ROWS, SEQ + 1), np.int32)
     for row in range(ROWS):
-        for start in sorted(rng.choice(np.arange(3, SEQ - 2), 2, replace=False)):
-            seg[row, start:] += 1
-    starts = np.zeros_like(seg)
-    for row in range(ROWS):
-        first = 0
-        for t in range(SEQ):
-            if t and seg[row, t] != seg[row, t - 1]:
-                first = t
-            starts[row, t] = first
-    positions = np.arange(SEQ, dtype=np.int32)[None] - starts
-    mask = (seg[:, :] == np.roll(seg, -1, axis=1)).astype(np.float32)
-    mask[:, -1] = 1.0
+        for cut in sorted(rng.choice(np.arange(3, SEQ - 2), 2, replace=False)):
+            seg[row, cut:] += 1
+        for t in range(SEQ + 1):
+            first = t == 0 or seg[row, t] != seg[row, t - 1]
+            tokens[row, t] = rng.integers(VOCAB) if first else (5 * tokens[row, t - 1] + 7) % VOCAB
+    positions = np.zeros((ROWS, SEQ), np.int32)
+    for t in range(1, SEQ):
+        positions[:, t] = np.where(seg[:, t] == seg[:, t - 1], positions[:, t - 1] + 1, 0)
+    # a target in another document than its input is not predicted
+    mask = (seg[:, 1:] == seg[:, :-1]).astype(np.float32)
     return {
         "inputs": tokens[:, :-1],
         "targets": tokens[:, 1:],
-        "positions": positions.astype(np.int32),
-        "segment_ids": seg,
+        "positions": positions,
+        "segment_ids": seg[:, :-1],
         "loss_mask": mask,
     }
 
@@ -360,25 +371,28 @@ def collectives(setup) -> dict[str, int]:
 
 
 def train_scenario(text: str, references: dict[str, list[float]]) -> dict:
+    """``train:MODEL:data,fsdp,expert,context[:METHOD[:mutant]]``."""
+    from theseus.core.sharding.placement import path_name
+
     _, model, mesh_text, *rest = text.split(":")
     method = rest[0] if rest else "ring"
     sizes = sizes_of(mesh_text, ("data", "fsdp", "expert", "context"))
     if model not in references:
         references[model] = losses_of(setup_for(model, {}, "ring", jax.devices()[:1]))
-    setup = setup_for(model, sizes, method, jax.devices()[: math.prod(sizes.values())])
-    losses = losses_of(setup)
-    want = references[model]
-    from theseus.core.sharding.placement import path_name
-
+    devices = jax.devices()[: math.prod(sizes.values())]
+    if rest[1:] == ["mutant"]:  # the chunk-boundary leak of mutant_scenario, in training
+        with boundary_leak():
+            losses = losses_of(setup_for(model, sizes, method, devices))
+        return {"losses": losses, "reference": references[model]}
+    setup = setup_for(model, sizes, method, devices)
     specs = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(setup.abstract_state["params"])[0]:
         name = path_name(path).split(".")[-1]
         if name in EXPERT_SPECS:
             specs[name] = [list(p) if isinstance(p, tuple) else p for p in leaf.sharding.spec]
     return {
-        "loss": max(abs(a - b) / abs(b) for a, b in zip(losses, want, strict=True)),
-        "losses": losses,
-        "reference": want,
+        "losses": losses_of(setup),
+        "reference": references[model],
         "attention": setup.attention,
         "expert_specs": specs,
         "collectives": collectives(setup),
