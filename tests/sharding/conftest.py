@@ -49,19 +49,15 @@ ATTENTION = [  # method:order:data,fsdp,context
 MUTANTS = ["mutant:boundary", "mutant:order"]
 MOE = [  # data,fsdp,expert,tensor[:option]
     "moe:1,1,2,1",
-    "moe:1,1,4,1",
-    "moe:2,2,2,1",
     "moe:1,1,4,1:unbalanced",
-    "moe:1,1,2,2",
-    "moe:1,1,2,1:ragged_dot",
+    "moe:2,2,2,1",
+    "moe:2,1,2,2:ragged_dot",
     "moe:2,1,2,1:capacity=1.0",
 ]
-TRAIN = [  # model:data,fsdp,expert,context[:method[:mutant]]
+TRAIN = [  # model:data,fsdp,expert,context[:method]
     "train:llama:2,1,1,4:ring",
     "train:llama:2,2,1,2:all_gather",
-    "train:llama:4,1,1,2:ring:mutant",
-    "train:qwen3_moe:2,2,2,1",
-    "train:qwen3_moe:2,1,2,2",
+    "train:qwen3_moe:1,2,2,2:ring",
 ]
 
 
