@@ -47,11 +47,10 @@ def check_sequence(seq_len: int, devices: int, order: str, key: str = "training.
     """The chunk length, or a one-line error when ``seq_len`` does not split evenly."""
     parts = devices * chunks_per_device(order)
     if devices < 1 or seq_len % parts:
-        how = f"{chunks_per_device(order)} x {devices} = {parts} chunks" if parts != devices else ""
+        into = f" into the {parts} chunks of {order}" if parts != devices else ""
         raise ShardingError(
-            f"sharding.context={devices} does not divide {key}={seq_len}"
-            + (f" into sharding.context_order={order}'s {how}" if how else "")
-            + f": use a multiple of {parts}"
+            f"sharding.context={devices} does not divide {key}={seq_len}{into}: use a "
+            f"multiple of {parts} (sharding.context_order={order})"
         )
     return seq_len // parts
 
