@@ -15,6 +15,7 @@ SHOWN_WHEN_ONE = ("data", "fsdp", "tensor")  # the others are named only when th
 BASES = ("dp", "zero1", "fsdp")
 REMAT = ("none", "block", "full")
 CONTEXT_ATTENTION = ("ring", "all_gather")
+CONTEXT_ORDERS = ("zigzag", "contiguous")  # theseus.core.sharding.sequence lays them out
 
 
 class ShardingError(ConfigError):
@@ -67,17 +68,15 @@ class ShardingConfig:
 
     def __post_init__(self) -> None:
         """Names that select code are checked when the config is built, naming the key."""
-        from theseus.core.sharding.sequence import ORDERS
-
         if self.context_attention not in CONTEXT_ATTENTION:
             raise ShardingError(
                 f"sharding.context_attention={self.context_attention!r}: expected one of "
                 f"{', '.join(CONTEXT_ATTENTION)}"
             )
-        if self.context_order not in ORDERS:
+        if self.context_order not in CONTEXT_ORDERS:
             raise ShardingError(
                 f"sharding.context_order={self.context_order!r}: expected one of "
-                f"{', '.join(ORDERS)}"
+                f"{', '.join(CONTEXT_ORDERS)}"
             )
 
 

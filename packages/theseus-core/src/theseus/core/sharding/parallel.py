@@ -48,7 +48,7 @@ def split_sequences(model: Any, config: ShardingConfig, devices: int, name: str)
     if not found:
         raise ShardingError(
             f"sharding.context={devices}: model {name!r} has no attention layer that can split "
-            "a sequence (a split_sequence method, as theseus.models' Attention has); use "
+            "a sequence (a split_sequence method, as theseus-models' Attention has); use "
             "sharding.context=1"
         )
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from theseus.core.sharding.config import ShardingError
+from theseus.core.sharding.config import CONTEXT_ORDERS, ShardingError
 
-ORDERS = ("zigzag", "contiguous")
+ORDERS = CONTEXT_ORDERS
 
 
 def chunks_per_device(order: str) -> int:
