@@ -28,6 +28,10 @@ Buffers have static shapes, so what one device may send to another is bounded:
   each device's tokens separately (not on the whole batch at once); the reported drop
   fraction is over every token.
 
+With ``expert`` of size 1 (a dropless layer whose tokens the mesh splits) there is nothing to
+exchange: each device runs the layer's own computation on its own tokens, which spares the
+whole-batch sort a single routing over a split batch would need.
+
 Expert weights sharded over ``fsdp`` too are gathered before the exchange (the compiler does
 it at the ``shard_map`` boundary, and reduce-scatters their gradients); an expert hidden
 width split over ``tensor`` stays split, each device computing a partial output summed over

@@ -19,6 +19,11 @@ each token gathers its k outputs back and sums them weighted by its router weigh
 * with a capacity (``capacity_factor > 0``): every expert owns ``capacity`` rows, claimed by
   first choices first, then in token order; assignments past it are dropped (their output
   is zero) and the fraction reported. Padding tokens claim no row.
+
+On a mesh (inside a training step) the tokens are routed where they are: with the experts
+split over ``expert``, or for the dropless layer whenever the mesh splits the tokens, each
+device routes its own through ``layers/expert_parallel.py`` (``routes_per_device``), which
+runs the same buffer layouts (``layers/expert_rows.py``) per device.
 """
 
 from __future__ import annotations
