@@ -61,12 +61,12 @@ def test_capture_a_module_and_rerun_it_eagerly_with_shared_parameters(travelled)
     # the module's weights are the checkpoint's: layer 1 of the stacked blocks (a slice, so
     # equal values); outside the blocks, the checkpoint's arrays themselves, not copies
     kernel = module.up_proj.kernel.get_value()
-    stacked = moment.state["params"]["blocks"]["mlp"]["up_proj"]["kernel"].get_value()
+    stacked = moment.state.params["blocks"]["mlp"]["up_proj"]["kernel"].get_value()
     assert stacked.shape == (2, *kernel.shape)
     np.testing.assert_array_equal(np.asarray(kernel), np.asarray(stacked[1]))
     assert not np.array_equal(np.asarray(kernel), np.asarray(stacked[0]))
     scale = moment.module("final_norm").scale.get_value()
-    assert scale is moment.state["params"]["final_norm"]["scale"].get_value()
+    assert scale is moment.state.params["final_norm"]["scale"].get_value()
     # a step's model differs from another step's: travel is real
     other = open_step(travelled, RUN, 2).capture(["blocks.1.mlp"])["blocks.1.mlp"]
     assert not np.allclose(np.asarray(other.output), np.asarray(capture.output))

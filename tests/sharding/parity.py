@@ -27,10 +27,11 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 from theseus.core.adapters import split_trainable  # noqa: E402
+from theseus.core.recipes.dpo import preference_objective  # noqa: E402
+from theseus.core.recipes.preference_config import PreferenceConfig  # noqa: E402
 from theseus.core.sharding.config import ShardingConfig  # noqa: E402
 from theseus.core.sharding.placement import Layout, path_name, per_device_bytes  # noqa: E402
-from theseus.core.train.dpo import preference_objective  # noqa: E402
-from theseus.core.train.preference_config import PreferenceConfig  # noqa: E402
+from theseus.core.train.state import TrainState  # noqa: E402
 from theseus.core.train.step import cross_entropy, make_train_step  # noqa: E402
 from theseus.models.gpt.config import GPTConfig  # noqa: E402
 from theseus.models.gpt.model import GPT  # noqa: E402
@@ -90,36 +91,30 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = Fal
     if dpo:  # rows 2p, 2p + 1 are a pair; the reference is a frozen copy of the start
         objective = preference_objective(PreferenceConfig())(graphdef, rest, remat, False)
 
-    def fresh() -> dict:
+    def fresh() -> TrainState:
         _, params, _ = nnx.split(build(), nnx.Param, ...)
         params, frozen = split_trainable(params, lora)
-        zero = jnp.zeros((), jnp.int32)
-        return {
-            "params": params,
-            "frozen": jax.tree.map(jnp.copy, params) if dpo else frozen,
-            "opt_state": optimizer.init(params),
-            "step": zero,
-            "skipped": zero,
-        }
+        frozen = jax.tree.map(jnp.copy, params) if dpo else frozen
+        return TrainState.fresh(params, optimizer, frozen)
 
-    state = layout.init_state(fresh)
-    shardings = layout.state_shardings(state)
+    shardings = jax.eval_shape(fresh).shardings(layout)
+    state = jax.jit(fresh, out_shardings=shardings)()
     grad_fn = jax.jit(
         jax.grad(lambda p, f, b: objective(p, f, b, None), has_aux=True),
-        in_shardings=(shardings["params"], shardings["frozen"], layout.batch_sharding),
-        out_shardings=(layout.grad_shardings(state), layout.replicated),
+        in_shardings=(shardings.params, shardings.frozen, layout.batch_sharding),
+        out_shardings=(layout.grad_shardings(state.params), layout.replicated),
     )
     first = layout.place_batch(batch_of(0))
-    grads, (ce, count, _) = grad_fn(state["params"], state["frozen"], first)
+    grads, (ce, count, _) = grad_fn(state.params, state.frozen, first)
     out = {
         "loss0": float(ce / count),
         "grads": to_flat(jax.tree.map(lambda g: g / count, grads)),
-        "param_specs": specs_of(state["params"]),
-        "param_shapes": {k: list(v.shape) for k, v in to_flat(state["params"]).items()},
-        "opt_shapes": {k: list(v.shape) for k, v in to_flat(state["opt_state"]).items()},
-        "opt_specs": specs_of(state["opt_state"]),
-        "param_bytes": per_device_bytes(state["params"]),
-        "opt_bytes": per_device_bytes(state["opt_state"]),
+        "param_specs": specs_of(state.params),
+        "param_shapes": {k: list(v.shape) for k, v in to_flat(state.params).items()},
+        "opt_shapes": {k: list(v.shape) for k, v in to_flat(state.opt_state).items()},
+        "opt_specs": specs_of(state.opt_state),
+        "param_bytes": per_device_bytes(state.params),
+        "opt_bytes": per_device_bytes(state.opt_state),
     }
     step = layout.jit_step(
         make_train_step(
@@ -130,7 +125,7 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = Fal
             MICRO,
             False,
             micro_sharding=layout.micro_sharding(),
-            grad_shardings=layout.grad_shardings(state),
+            grad_shardings=layout.grad_shardings(state.params),
             remat=remat,
             objective=objective,
         ),
@@ -141,7 +136,7 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = Fal
         state, metrics = step(state, layout.place_batch(batch_of(index)))
         losses.append(float(metrics["loss"]))
     out["losses"] = losses
-    out["params"] = to_flat(state["params"])
+    out["params"] = to_flat(state.params)
     return out
 
 

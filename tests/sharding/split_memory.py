@@ -57,7 +57,7 @@ def main(parts: list[str]) -> None:
             state = setup.abstract_state
             line = {
                 "expert": ways,
-                "expert_params_bytes": expert_parameter_bytes(state["params"]),
+                "expert_params_bytes": expert_parameter_bytes(state.params),
                 "mesh": dict(setup.layout.sizes),
             }
             print(json.dumps(line), flush=True)

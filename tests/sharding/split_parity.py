@@ -381,7 +381,7 @@ def train_scenario(text: str, references: dict[str, list[float]]) -> dict:
         return {"losses": losses, "reference": references[model]}
     setup = setup_for(model, sizes, method, devices)
     specs = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(setup.abstract_state["params"])[0]:
+    for path, leaf in jax.tree_util.tree_flatten_with_path(setup.abstract_state.params)[0]:
         name = path_name(path).split(".")[-1]
         if name in EXPERT_SPECS:
             specs[name] = [list(p) if isinstance(p, tuple) else p for p in leaf.sharding.spec]

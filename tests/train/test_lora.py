@@ -67,7 +67,7 @@ def test_only_adapters_train_and_checkpoints_hold_them_alone(shared_root, base_r
     from theseus.core.plugins import registries
     from theseus.core.rundir import RunDir
     from theseus.core.runner import prepare
-    from theseus.core.train.base import run_weights
+    from theseus.core.train.opening import open_run
     from theseus.core.train.setup import TrainSetup, open_data
     from theseus.core.train.trainer import Trainer
 
@@ -89,16 +89,16 @@ def test_only_adapters_train_and_checkpoints_hold_them_alone(shared_root, base_r
     summary = trainer.fit()
     assert summary["step"] == 4
     state = trainer.final_state
-    _, base = run_weights(str(shared_root), base_run, regs, setup.vocab_size)
-    frozen, expected = flat(state["frozen"]), flat(base)
+    base = open_run(str(shared_root), base_run, registries=regs).plain_params()
+    frozen, expected = flat(state.frozen), flat(base)
     assert frozen.keys() == expected.keys()
     for key in expected:
         np.testing.assert_array_equal(frozen[key], expected[key], err_msg=key)
-    adapters = flat(state["params"])
+    adapters = flat(state.params)
     assert adapters and all(k.split(".")[-2] in ("lora_a", "lora_b") for k in adapters)
     assert any(np.abs(v).max() > 0 for k, v in adapters.items() if "lora_b" in k)  # trained
     adapter_size = sum(v.size for v in adapters.values())
-    opt_size = sum(int(x.size) for x in jax.tree.leaves(state["opt_state"]))
+    opt_size = sum(int(x.size) for x in jax.tree.leaves(state.opt_state))
     assert 2 * adapter_size <= opt_size <= 2 * adapter_size + 16  # AdamW mu, nu (+ counts)
     meta = json.loads((run.checkpoint_dir / "4" / "meta" / "metadata").read_text())
     saved = [k for k in meta["arrays"] if k.startswith("state.params.")]
@@ -174,9 +174,9 @@ def test_a_bfloat16_base_halves_the_frozen_bytes_and_adapters_stay_float32(share
     def nbytes(tree) -> int:
         return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
 
-    assert nbytes(narrow.abstract_state["frozen"]) * 2 == nbytes(wide.abstract_state["frozen"])
-    assert {str(x.dtype) for x in jax.tree.leaves(narrow.abstract_state["frozen"])} == {"bfloat16"}
-    assert {str(x.dtype) for x in jax.tree.leaves(narrow.abstract_state["params"])} == {"float32"}
+    assert nbytes(narrow.abstract_state.frozen) * 2 == nbytes(wide.abstract_state.frozen)
+    assert {str(x.dtype) for x in jax.tree.leaves(narrow.abstract_state.frozen)} == {"bfloat16"}
+    assert {str(x.dtype) for x in jax.tree.leaves(narrow.abstract_state.params)} == {"float32"}
     args = [*ARGS, "training.total_steps=2", *LORA, "lora.base_dtype=bfloat16"]
     done = run_cli(shared_root, *args, f"init.checkpoint={base_run}", "--name", "lora-bf16")
     assert done.returncode == 0, done.stderr[-3000:]

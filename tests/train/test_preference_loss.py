@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from theseus.core.errors import ConfigError
-from theseus.core.train.preference import preference_loss, sequence_logps
-from theseus.core.train.preference_config import PreferenceConfig
+from theseus.core.recipes.preference import preference_loss, sequence_logps
+from theseus.core.recipes.preference_config import PreferenceConfig
 
 # Six pairs. Pair 3 and 4 have DPO logits of about -200 and +200 at beta=0.1, where a naive
 # log(sigmoid(z)) gives -inf (or log 1 = 0 with the gradient lost) in float32.

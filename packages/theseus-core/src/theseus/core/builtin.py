@@ -87,7 +87,7 @@ def theseus_register_jobs(register, registries):
             groups={},
         )
     )
-    from theseus.core.train.jobs import register_training_jobs
+    from theseus.core.recipes.jobs import register_training_jobs
 
     register_training_jobs(register, registries)
     from theseus.core.evaluate.job import register_evaluate_jobs

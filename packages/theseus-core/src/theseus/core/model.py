@@ -52,9 +52,11 @@ class LanguageModel(Protocol):
     * ``unrolled()``: the same model with one block module per layer, run by a Python loop
       (module paths ``blocks.<i>.<name>``, what time travel records); ``self`` when the
       blocks are not stacked.
-    * ``attention_implementation(seq_len)``: the attention kernel the model runs at this
-      length on this backend (``reference``, ``flash``, ``cudnn``, ...), for the start-up
-      log and the dry run.
+    * ``plan_attention(seq_len, platform, device_kind)``: choose, once, the attention kernel
+      the model runs at this length on this platform (the training setup calls it before
+      any step is traced; the choice is part of the model's static graph) and return its
+      name (``reference``, ``flash``, ``cudnn``, ..., or ``none``), for the start-up log
+      and the dry run.
     """
 
     config: Any
@@ -68,7 +70,7 @@ class LanguageModel(Protocol):
 
     def flops_per_token(self, seq_len: int) -> float: ...
 
-    def attention_implementation(self, seq_len: int) -> str: ...
+    def plan_attention(self, seq_len: int, platform: str, device_kind: str) -> str: ...
 
     def unrolled(self) -> Any: ...
 

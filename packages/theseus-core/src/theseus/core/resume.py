@@ -62,7 +62,7 @@ def has_progress(run: RunDir, record: dict[str, Any]) -> bool:
     return (
         record.get("status") == "finished"
         or int(record.get("checkpoint_step") or 0) > 0
-        or bool(committed_steps(run))
+        or bool(run.checkpointed_steps())
         or (metrics.exists() and metrics.stat().st_size > 0)
     )
 
@@ -81,17 +81,10 @@ def check_changes(run: RunDir, record: dict[str, Any], changes: list[Change]) ->
         )
 
 
-def committed_steps(run: RunDir) -> list[int]:
-    """Steps with a finished checkpoint on disk (Orbax renames a save into place when done)."""
-    if not run.checkpoint_dir.is_dir():
-        return []
-    return sorted(int(p.name) for p in run.checkpoint_dir.iterdir() if p.name.isdigit())
-
-
 def check_checkpoints(run: RunDir, record: dict[str, Any]) -> None:
     """A run that checkpointed a step > 0 must still have a checkpoint to resume from."""
     step = int(record.get("checkpoint_step") or 0)
-    if step > 0 and not committed_steps(run):
+    if step > 0 and not run.checkpointed_steps():
         raise ResumeRefusedError(
             f"run {run.name!r} under {run.root} checkpointed step {step} but "
             f"{run.checkpoint_dir} holds no checkpoint: it will not restart from step 0 under "

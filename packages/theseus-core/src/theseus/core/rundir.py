@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from theseus.core.errors import JobError
+from theseus.core.errors import JobError, yaml_problem
 
 
 def now() -> str:
@@ -77,6 +77,36 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def committed_steps(checkpoint_dir: Path) -> list[int]:
+    """Steps whose checkpoint is complete in ``checkpoint_dir``: a save is written under a
+    temporary name and renamed to its step number when it is done, so a folder named by
+    digits alone is a finished checkpoint."""
+    if not checkpoint_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in checkpoint_dir.iterdir() if p.name.isdigit())
+
+
+def checkpoint_step(
+    run: RunDir, at: int | None, prefix: str = "", error: type[Exception] = JobError
+) -> int:
+    """Step ``at`` of ``run`` (which must be checkpointed), or its newest checkpoint when
+    ``at`` is None; ``error`` naming the nearest checkpointed steps when there is none."""
+    steps = run.checkpointed_steps()
+    if at is not None and at in steps:
+        return at
+    if at is None and steps:
+        return steps[-1]
+    if at is None:
+        raise error(f"{prefix}run {run.name!r} has no checkpoints in {run.checkpoint_dir}")
+    nearest = sorted(steps, key=lambda s: (abs(s - at), s))[:2]
+    listing = ", ".join(str(s) for s in sorted(nearest)) or "none"
+    where = "" if steps else f" (nothing in {run.checkpoint_dir})"
+    raise error(
+        f"{prefix}run {run.name!r} has no checkpoint at step {at}; nearest checkpointed "
+        f"steps: {listing}{where}"
+    )
+
+
 def read_record(record_path: Path) -> dict[str, Any]:
     """A run's ``job.json`` as a dict; ``JobError`` naming the file if it is not one."""
     try:
@@ -122,11 +152,47 @@ class RunDir:
         return self.path / "checkpoints"
 
     @property
+    def tokenizer_dir(self) -> Path:
+        """``<run>/tokenizer/``: the tokenizer an imported run came with (when it has one)."""
+        return self.path / "tokenizer"
+
+    @property
     def log_path(self) -> Path:
         return self.path / "logs" / "run.log"
 
     def exists(self) -> bool:
         return self.record_path.exists()
+
+    def checkpointed_steps(self) -> list[int]:
+        """The steps with a committed checkpoint: the one definition every reader uses.
+
+        See :func:`committed_steps`; the contents are verified when a step is restored."""
+        return committed_steps(self.checkpoint_dir)
+
+    def read_config(self) -> dict[str, Any]:
+        """The saved ``config.yaml`` as a mapping; a ``JobError`` naming the file if not."""
+        import yaml
+
+        path = self.config_path
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as error:
+            raise JobError(f"run {self.name!r} has no config.yaml ({path})") from error
+        except OSError as error:
+            raise JobError(f"{path} cannot be read: {error.strerror or error}") from error
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = data[: error.start].count(b"\n") + 1
+            raise JobError(f"{path} is not UTF-8 text (line {line})") from error
+        try:
+            saved = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise JobError(f"{path} is not valid YAML: {yaml_problem(error)}") from error
+        if not isinstance(saved, dict) or not saved:
+            what = "empty" if not saved else f"a YAML {type(saved).__name__}, not a mapping"
+            raise JobError(f"{path} is {what}")
+        return saved
 
     # the record
     def read_record(self) -> dict[str, Any]:

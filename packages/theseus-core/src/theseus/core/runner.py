@@ -15,6 +15,7 @@ from theseus.core.components import JobSpec
 from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
 from theseus.core.environment import check_root
 from theseus.core.errors import JobError, PreemptedError, TheseusError
+from theseus.core.hf_model_config import fill_model_from_hf
 from theseus.core.jobs import (
     JobContext,
     check_job_key,
@@ -34,7 +35,6 @@ from theseus.core.resume import (
 )
 from theseus.core.rundir import RunDir, now
 from theseus.core.sharding.distributed import process_group
-from theseus.core.train.hf_init import fill_model_from_hf
 
 log = logging.getLogger(__name__)
 ROOT_ENV = "THESEUS_ROOT"

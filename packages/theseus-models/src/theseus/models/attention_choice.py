@@ -1,13 +1,13 @@
 """Which attention implementation runs: ``model.attention`` resolved for a backend and length.
 
-Cheap to import (no JAX), so a trainer can log the choice at start-up, from a built model's
-attention layer (``Attention.implementation_for`` asks ``jax.default_backend()``)::
+Cheap to import (no JAX). The training setup resolves it once for every layer, on the
+platform of its mesh's devices (a compile-only TPU or GPU target included)::
 
-    model.per_layer()[0].attention.implementation_for(seq_len)
+    model.plan_attention(seq_len, platform, device_kind)   # each layer keeps its choice
 
 or from the config alone::
 
-    resolve_attention(config.model.attention, jax.default_backend(), seq_len,
+    resolve_attention(config.model.attention, platform, seq_len,
                       dtype=compute_dtype(config.model.dtype), head_dim=head_dim)
 
 * ``reference``: the stages ``scores -> mask -> weights -> combine``: every score is
@@ -50,10 +50,12 @@ def resolve_attention(
     head_dim: int = 64,
     interpret: bool = False,
     layer: str = "the layer",
+    device_kind: str = "",
 ) -> str:
     """The implementation that runs: one of ``reference``, ``flash``, ``cudnn``, ``splash``.
 
-    ``backend`` is ``jax.default_backend()`` (``cpu``, ``gpu``/``cuda``/``rocm``, ``tpu``);
+    ``backend`` is the platform the step runs on (``cpu``, ``gpu``/``cuda``/``rocm``,
+    ``tpu``); ``device_kind`` the chip (e.g. ``TPU v5p``; "" when unknown);
     ``overridden_stages`` the stages (of ``STAGES``) a subclass of ``Attention`` overrides,
     named in errors as ``layer``; ``interpret`` lets ``splash`` run in the Pallas
     interpreter off TPU. Raises a one-line ModelError for a choice that cannot run here.

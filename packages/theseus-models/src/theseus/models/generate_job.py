@@ -1,7 +1,7 @@
 """The ``<model>/generate`` job: prompts in, text out (and ``generations.jsonl`` in the run).
 
 The model comes from a training run (``generate.run=RUN[@STEP]``: its checkpoint and its
-tokenizer, see :mod:`theseus.models.runs`), from a Hugging Face folder
+tokenizer, see :func:`theseus.core.train.opening.tokenizer_dir`), from a Hugging Face folder
 (``generate.hf_dir``), or from Python callers (``context.extra["model"]`` or ``["state"]``).
 """
 
@@ -89,7 +89,8 @@ class GenerateJob(Job):
 
     def from_run(self, own: Path | None) -> tuple[Any, Path | None, list[int]]:
         from theseus.core.rundir import RunDir
-        from theseus.models.runs import open_run, special_tokens
+        from theseus.core.train.opening import open_run
+        from theseus.models.special_tokens import special_tokens
 
         g, name = self.config.generate, self.config.model.name
         run_name, _ = parse_reference(g.run, "generate.run")
@@ -100,7 +101,13 @@ class GenerateJob(Job):
                 f"generate.run: run {run_name!r} is a {key} run: sample from it with "
                 f"{family}/generate, not {name}/generate"
             )
-        opened = open_run(self.context.root, g.run, self.context.registries, "generate.run")
+        opened = open_run(
+            self.context.root,
+            g.run,
+            registries=self.context.registries,
+            what="generate.run",
+            error=ModelError,
+        )
         path = own or opened.tokenizer_dir
         specials = special_tokens(opened.run, opened.tokenizer_dir, self.context.registries)
         stops = as_list(specials.get("eos_token_id"))

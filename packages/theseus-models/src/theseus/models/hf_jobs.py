@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from typing import Any
 from theseus.core.jobs import Job
 from theseus.core.rundir import write_atomic
 from theseus.models.errors import ModelError
-from theseus.models.runs import RUN_SOURCE, RUN_TOKENIZER
+from theseus.models.special_tokens import RUN_SOURCE
 
 log = logging.getLogger(__name__)
 
@@ -138,15 +137,16 @@ class ImportJob(Job):
     def __call__(self) -> dict[str, Any]:
         from theseus.core.runner import config_for
         from theseus.core.train.configs import TrainJobConfig
-        from theseus.core.train.hf_init import params_from_hf
+        from theseus.core.train.opening import params_from_hf
+        from theseus.core.train.step_zero import write_step_zero
         from theseus.models.hf.checkpoint import model_values
 
         regs = self.context.registries
         source = inspect_source(self.config.hf, regs)
         run = self.run
-        for leftover in (run.checkpoint_dir, run.path / RUN_TOKENIZER, run.path / RUN_SOURCE):
+        for leftover in (run.checkpoint_dir, run.tokenizer_dir, run.path / RUN_SOURCE):
             shutil.rmtree(leftover, ignore_errors=True)  # of an attempt that failed
-        tokenizer_dir = run.path / RUN_TOKENIZER
+        tokenizer_dir = run.tokenizer_dir
         if self.config.hf.tokenizer and source.tokenizer.parent != source.path:
             copy_files(TOKENIZER_FILES, source.tokenizer.parent, tokenizer_dir)
         else:
@@ -171,7 +171,7 @@ class ImportJob(Job):
         )
         config = tree.to_object(TrainJobConfig)
         directory = str(source.path)
-        count = save_step_zero(
+        count = write_step_zero(
             config,
             regs,
             run,
@@ -209,49 +209,6 @@ def tokenizer_size(path: Path) -> int:
     return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
 
 
-def save_step_zero(
-    config: Any, registries: Any, run: Any, params_of: Callable[[Any], Any], meta: dict
-) -> int:
-    """Checkpoint 0 of ``run``: the weights ``params_of(abstract params)`` gives (placed as
-    the config's mesh places them), a fresh optimizer state, ``meta`` in its record; the
-    number of parameters. Written by core's ``Checkpoints`` (so restores check its shapes
-    and digests). What ``hf/import`` and ``lora/merge`` make a run from."""
-    import jax
-    import jax.numpy as jnp
-    from theseus.core.train.checkpoints import Checkpoints
-    from theseus.core.train.setup import TrainSetup
-
-    setup = TrainSetup.build(config, registries, config.model.vocab_size)
-    params = params_of(setup.abstract_state["params"])
-
-    def state_of(params: Any) -> dict:
-        zero = jnp.zeros((), jnp.int32)
-        opt_state = setup.optimizer.init(params)
-        return {"params": params, "opt_state": opt_state, "step": zero, "skipped": zero}
-
-    shardings = {k: v for k, v in setup.state_shardings.items() if k != "frozen"}
-    state = jax.jit(state_of, out_shardings=shardings)(params)
-    checkpoints = Checkpoints(
-        run.checkpoint_dir,
-        config.checkpoint.keep_last,
-        config.checkpoint.keep_every,
-        asynchronous=False,
-    )
-    meta = {
-        "step": 0,
-        "run": run.name,
-        "data_position": 0,
-        "total_steps": setup.total_steps,
-        **meta,
-    }
-    try:
-        checkpoints.save(0, state, setup.data_rng(), meta)
-        checkpoints.wait()
-    finally:
-        checkpoints.close()
-    return sum(int(leaf.size) for leaf in jax.tree.leaves(state["params"]))
-
-
 # ---------------------------------------------------------------------------- export
 
 
@@ -259,7 +216,7 @@ def write_tokenizer(folder: Path, out: Path, specials: dict[str, Any], max_len: 
     """The run's tokenizer as ``AutoTokenizer`` reads it: a Hugging Face folder's files as
     they are; a theseus tokenizer's ``tokenizer.json`` with a ``tokenizer_config.json``
     naming its special tokens (``PreTrainedTokenizerFast``: exactly tokenizer.json)."""
-    from theseus.models.runs import read_json_object
+    from theseus.models.special_tokens import read_json_object
 
     if not (folder / "tokenizer.json").is_file():
         kind = read_json_object(folder / "tokenizer_config.json").get("kind", "?")
@@ -338,11 +295,14 @@ class ExportJob(Job):
         return []
 
     def __call__(self) -> dict[str, Any]:
+        from theseus.core.train.opening import open_run
         from theseus.models.hf.checkpoint import family_of
-        from theseus.models.runs import open_run, special_tokens
+        from theseus.models.special_tokens import special_tokens
 
         cfg, regs = self.config.hf, self.context.registries
-        opened = open_run(self.context.root, cfg.run, regs, "hf.run")
+        opened = open_run(
+            self.context.root, cfg.run, registries=regs, what="hf.run", error=ModelError
+        )
         model = opened.model
         if family_of(model) is None:
             raise ModelError(

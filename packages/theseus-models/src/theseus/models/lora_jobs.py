@@ -31,15 +31,14 @@ log = logging.getLogger(__name__)
 
 def saved_lora_rank(root: str, reference: str, what: str) -> int | None:
     """``lora.rank`` in the saved config of run ``RUN[@STEP]``; ``None`` when it cannot be
-    read here (no such run, no config: :func:`~theseus.models.runs.open_run` says so)."""
+    read here (no such run, no config: ``open_run`` says so)."""
     from theseus.core.errors import TheseusError
-    from theseus.core.inspect.timetravel import read_config
     from theseus.core.jobs import parse_reference
     from theseus.core.rundir import RunDir
 
     name, _ = parse_reference(reference, what)
     try:
-        saved = read_config(RunDir(root, name))
+        saved = RunDir(root, name).read_config()
     except TheseusError:
         return None
     lora = saved.get("lora") if isinstance(saved, dict) else None
@@ -89,20 +88,25 @@ class MergeJob(Job):
         return []
 
     def __call__(self) -> dict[str, Any]:
-        from theseus.core.inspect.timetravel import read_config
         from theseus.core.runner import config_for, job_spec
         from theseus.core.train.configs import TrainJobConfig
+        from theseus.core.train.opening import open_run
+        from theseus.core.train.step_zero import write_step_zero
         from theseus.core.train.weights import placed_like
-        from theseus.models.hf_jobs import save_step_zero
-        from theseus.models.runs import open_run
 
         regs, run = self.context.registries, self.run
-        opened = open_run(self.context.root, self.config.merge.run, regs, "merge.run")
+        opened = open_run(
+            self.context.root,
+            self.config.merge.run,
+            registries=regs,
+            what="merge.run",
+            error=ModelError,
+        )
         if opened.config.lora.rank <= 0:
             raise ModelError(f"merge.run: run {opened.run.name!r} trained no adapters")
         source = f"{opened.run.name}@{opened.step}"
         weights = plain_params(merged_model(opened.model))
-        tree = config_for(job_spec(opened.key, regs), regs, [], read_config(opened.run))
+        tree = config_for(job_spec(opened.key, regs), regs, [], opened.run.read_config())
         tree.apply([("lora.rank", 0), ("init.hf", ""), ("init.checkpoint", "")])
         config = tree.to_object(TrainJobConfig)
         if not config.model.vocab_size:  # taken from the data by RUN: keep it with the run
@@ -112,7 +116,7 @@ class MergeJob(Job):
             import shutil
 
             shutil.rmtree(run.checkpoint_dir)
-        count = save_step_zero(
+        count = write_step_zero(
             config,
             regs,
             run,

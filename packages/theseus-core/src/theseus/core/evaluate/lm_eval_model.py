@@ -67,7 +67,9 @@ def load_target(
         from theseus.core.runner import default_root
 
         overrides = [f"sharding.strategy={sharding}"] if sharding else []
-        return checkpoint_target(root or default_root(), run, overrides=overrides, **common)
+        return checkpoint_target(
+            root or default_root(), run, overrides=overrides, what="run", **common
+        )
     target, source = hf_target(hf_dir, tokenizer, root=root or ".", **common)
     if sharding:
         target.model = place(target.model, sharding)

@@ -120,27 +120,28 @@ def run_target(
 
 
 def checkpoint_target(
-    root: str, reference: str, overrides: list[str] | None = None, **options: Any
+    root: str,
+    reference: str,
+    overrides: list[str] | None = None,
+    what: str = "evaluate.checkpoint",
+    **options: Any,
 ) -> tuple[EvalTarget, dict]:
     """The model of run ``RUN`` (latest checkpoint) or ``RUN@STEP``, and where it came from.
 
     ``overrides`` change the run's config as it is opened, e.g. ``sharding.strategy=fsdp``
     to lay the parameters out another way on the devices of this process."""
-    from theseus.core.inspect.timetravel import checkpointed_steps, open_step
-    from theseus.core.jobs import parse_reference
-    from theseus.core.rundir import RunDir
+    from theseus.core.train.opening import open_run
 
-    name, at_step = parse_reference(reference, "evaluate.checkpoint")
-    run = RunDir(root, name)
-    run.read_record()  # a one-line error when the run does not exist
-    steps = checkpointed_steps(run.path)
-    if not steps:
-        raise EvaluationError(f"run {name!r} has no checkpoints under {run.checkpoint_dir}")
-    step = steps[-1] if at_step is None else at_step
-    moment = open_step(root, name, step, overrides)
-    params = moment.setup.full_params(moment.state)
-    target = run_target(moment.setup, moment.data, params, str(root), **options)
-    return target, {"run": name, "step": step}
+    opened = open_run(
+        root,
+        reference,
+        what=what,
+        error=EvaluationError,
+        overrides=overrides or (),
+    )
+    params = opened.setup.full_params(opened.state)
+    target = run_target(opened.setup, opened.data(), params, str(root), **options)
+    return target, {"run": opened.run.name, "step": opened.step}
 
 
 def hf_target(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from theseus.core.errors import JobError, one_line
+from theseus.core.errors import JobError, yaml_problem
 from theseus.core.rundir import read_record
 
 log = logging.getLogger(__name__)
@@ -189,15 +189,7 @@ def _config_text(config_path: Path) -> str:
     return text
 
 
-def yaml_problem(error: Exception) -> str:
-    """A YAML parse error as ``<problem> at line N``."""
-    mark = getattr(error, "problem_mark", None)
-    where = f" at line {mark.line + 1}" if mark is not None else ""
-    return f"{getattr(error, 'problem', None) or one_line(error)}{where}"
-
-
 def run_details(root: str | Path, name: str) -> dict[str, Any]:
-    from theseus.core.resume import committed_steps
     from theseus.core.rundir import RunDir
 
     run = RunDir(root, name)
@@ -213,6 +205,6 @@ def run_details(root: str | Path, name: str) -> dict[str, Any]:
         "record": record,
         "config": _config_text(run.config_path),
         "lineage": lineage(root, record),
-        "checkpoints": committed_steps(run),
+        "checkpoints": run.checkpointed_steps(),
         "final_metrics": finals,
     }

@@ -6,20 +6,17 @@ together produce the loss logged as step k.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from difflib import get_close_matches
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-from theseus.core.errors import ConfigError, TheseusError, one_line
-from theseus.core.inspect.runs import yaml_problem
+from theseus.core.errors import TheseusError
+from theseus.core.train.opening import open_run
+from theseus.core.train.state import TrainState
 
 if TYPE_CHECKING:
-    from theseus.core.config import ConfigTree
     from theseus.core.data.loader import TrainingData
-    from theseus.core.rundir import RunDir
     from theseus.core.train.setup import TrainSetup
 
 log = logging.getLogger(__name__)
@@ -33,7 +30,7 @@ class Moment:
     """One run at one checkpointed step: its setup, state, batch and model."""
 
     def __init__(
-        self, setup: TrainSetup, data: TrainingData, run: str, step: int, state: dict
+        self, setup: TrainSetup, data: TrainingData, run: str, step: int, state: TrainState
     ) -> None:
         self.setup = setup
         self.data = data
@@ -92,7 +89,7 @@ class Moment:
             )
             return total / jnp.maximum(count, 1.0)
 
-        return jax.jit(jax.grad(mean_loss))(self.state["params"], self.state["frozen"])
+        return jax.jit(jax.grad(mean_loss))(self.state.params, self.state.frozen)
 
     # ------------------------------------------------------------------ modules
     def modules(self) -> dict[str, Any]:
@@ -132,129 +129,9 @@ class Moment:
         return captures
 
 
-def checkpointed_steps(run_path: Path) -> list[int]:
-    from theseus.core.resume import committed_steps
-    from theseus.core.rundir import RunDir
-
-    return committed_steps(RunDir(run_path.parent.parent, run_path.name))
-
-
-def read_config(run_dir: RunDir) -> dict[str, Any]:
-    """A run's saved ``config.yaml`` as a mapping; ``InspectError`` naming the file if not."""
-    path = run_dir.config_path
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError as error:
-        raise InspectError(f"run {run_dir.name!r} has no config.yaml ({path})") from error
-    except OSError as error:
-        raise InspectError(f"{path} cannot be read: {error.strerror or error}") from error
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise InspectError(f"{path} is not UTF-8 text (line {line})") from error
-    try:
-        base = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise InspectError(f"{path} is not valid YAML: {yaml_problem(error)}") from error
-    if not isinstance(base, dict) or not base:
-        what = "empty" if not base else f"a YAML {type(base).__name__}, not a mapping"
-        raise InspectError(f"{path} is {what}")
-    return base
-
-
-def _lacking(tree: ConfigTree, base: dict[str, Any]) -> str:
-    """The keys of the job's schema that the saved config lacks, as a short phrase ("" if
-    none): a truncated file, or one written before those keys existed."""
-    from theseus.core.config import flatten
-
-    saved = {key for key, _ in flatten(base, tree=tree)}
-    missing = [key for key in tree.keys() if key not in saved]
-    if not missing:
-        return ""
-    listing = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
-    return f"{len(missing)} key(s) ({listing})"
-
-
 def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None = None) -> Moment:
-    """Restore run ``run`` at checkpoint ``step`` (with config overrides, e.g. a new mesh).
-
-    Reads only: a damaged ``job.json``, ``config.yaml`` or checkpoint is an error naming the
-    file, and nothing in the run directory is written.
-    """
-    from theseus.core.config import parse_overrides
-    from theseus.core.plugins import registries
-    from theseus.core.rundir import RunDir, read_record
-    from theseus.core.runner import config_for, job_spec
-    from theseus.core.train.checkpoints import abstract_of
-    from theseus.core.train.setup import TrainSetup, open_data
-
-    run_dir = RunDir(root, run)
-    if not run_dir.exists():
-        raise InspectError(f"no run named {run!r} under {root}")
-    record = read_record(run_dir.record_path)
-    steps = checkpointed_steps(run_dir.path)
-    if step not in steps:
-        nearest = sorted(steps, key=lambda s: (abs(s - step), s))[:2]
-        listing = ", ".join(str(s) for s in sorted(nearest)) or "none"
-        where = "" if steps else f" (nothing in {run_dir.checkpoint_dir})"
-        raise InspectError(
-            f"run {run!r} has no checkpoint at step {step}; nearest checkpointed steps: "
-            f"{listing}{where}"
-        )
-    if not isinstance(record.get("key"), str):
-        raise InspectError(f"{run_dir.record_path} names no job (no 'key')")
-    regs = registries()
-    spec = job_spec(record["key"], regs)
-    job_class = spec.load()
-    base = read_config(run_dir)
-    try:
-        tree = config_for(spec, regs, [], base)
-        tree.validate()
-    except TheseusError as error:
-        raise InspectError(f"{run_dir.config_path} does not fit {spec.key}: {error}") from error
-    tree.apply(parse_overrides(overrides or []))
-    lacking = _lacking(tree, base)
-    hint = f"; {run_dir.config_path} lacks {lacking}: is it truncated?" if lacking else ""
-    config = tree.to_object(job_class.config_type)
-    sized = dataclasses.replace(config.data, verify="size")  # read-only: no hashing record
-    data = open_data(dataclasses.replace(config, data=sized), str(root), job_class.layout)
-    try:
-        setup = TrainSetup.build(config, regs, data.vocab_size)
-    except ConfigError as error:  # e.g. a value cut short: max_seq_len: 6 (was 64)
-        lacks = f"; it lacks {lacking}: is it truncated?" if lacking else ""
-        raise InspectError(f"{run_dir.config_path}: {error}{lacks}") from error
-    state = _restore(run_dir, step, setup, abstract_of(setup.data_rng()), hint)
-    if lacking:  # the checkpoint fits, so the defaults may be right (an older run)
-        log.warning("%s lacks %s: their defaults are used", run_dir.config_path, lacking)
-    return Moment(setup, data, run, step, state)
-
-
-def _restore(run_dir: RunDir, step: int, setup: TrainSetup, abstract_rng: Any, hint: str) -> Any:
-    from theseus.core.train.checkpoints import Checkpoints
-
-    directory = run_dir.checkpoint_dir / str(step)
-    failure = None
-    try:
-        checkpoints = Checkpoints(run_dir.checkpoint_dir, 1000, 0, False)
-        try:
-            state, _, _ = checkpoints.restore(step, setup.checkpointed_abstract, abstract_rng)
-        finally:
-            checkpoints.close()
-    except Exception as error:  # Orbax raises ValueError, KeyError, OSError, ...
-        failure = error
-    if failure is None:
-        from theseus.core.train.base import frozen_base
-
-        return {**state, "frozen": frozen_base(setup, str(run_dir.root))}
-    # a failed read leaves Orbax coroutines behind that print tracebacks when collected:
-    # Checkpoints.close() collects them with stderr held, and the CLI exits without output
-    # after its one line
-    reason = one_line(failure)
-    if len(reason) > 300:  # TensorStore errors carry a whole spec; -v shows everything
-        reason = reason[:300] + " ..."
-    if str(run_dir.checkpoint_dir) in reason:  # says which checkpoint already
-        raise InspectError(f"{reason}{hint}") from failure
-    if not isinstance(failure, TheseusError):
-        reason = f"{type(failure).__name__}: {reason}"
-    raise InspectError(f"checkpoint {directory} cannot be restored: {reason}{hint}") from failure
+    """Restore run ``run`` at checkpoint ``step`` (with config overrides, e.g. a new mesh),
+    and open its batches. Reads only: a damaged ``job.json``, ``config.yaml`` or checkpoint
+    is an error naming the file, and nothing in the run directory is written."""
+    opened = open_run(root, f"{run}@{step}", error=InspectError, overrides=overrides or ())
+    return Moment(opened.setup, opened.data(), run, step, opened.state)

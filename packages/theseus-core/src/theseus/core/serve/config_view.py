@@ -73,7 +73,7 @@ def parse(text: str) -> tuple[dict[str, Any], str | None]:
     try:
         data = yaml.safe_load(text) if text else {}
     except yaml.YAMLError as error:
-        from theseus.core.inspect.runs import yaml_problem
+        from theseus.core.errors import yaml_problem
 
         return {}, f"not valid YAML: {yaml_problem(error)}"
     if data is None:

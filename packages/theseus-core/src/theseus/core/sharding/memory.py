@@ -71,9 +71,9 @@ def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
         "devices": len(layout.mesh.devices.flat),
         "device_kind": layout.mesh.devices.flat[0].device_kind,
         "parameters": sum(
-            math.prod(a.shape) for a in jax.tree.leaves((state["params"], state["frozen"]))
+            math.prod(a.shape) for a in jax.tree.leaves((state.params, state.frozen))
         ),
-        "trained_parameters": sum(math.prod(a.shape) for a in jax.tree.leaves(state["params"])),
+        "trained_parameters": sum(math.prod(a.shape) for a in jax.tree.leaves(state.params)),
         "vocab": f"{setup.model_config.vocab_size} from {vocab_source or 'the data'}",
         "batch": f"{training.global_batch_size} x {training.seq_len} tokens, "
         f"{setup.per_device} per device x {setup.micro_steps} micro-steps"
@@ -84,11 +84,11 @@ def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
             if layout.context > 1
             else ""
         ),
-        "params_bytes": per_device_bytes((state["params"], state["frozen"])),
-        "expert_params_bytes": expert_parameter_bytes((state["params"], state["frozen"])),
+        "params_bytes": per_device_bytes((state.params, state.frozen)),
+        "expert_params_bytes": expert_parameter_bytes((state.params, state.frozen)),
         "context": layout.context,
         "context_attention": config.sharding.context_attention if layout.context > 1 else "",
-        "opt_bytes": per_device_bytes(state["opt_state"]),
+        "opt_bytes": per_device_bytes(state.opt_state),
         "batch_bytes": per_device_bytes(batch_arrays),
         "attention": setup.attention,
         "compile_seconds": compile_seconds,

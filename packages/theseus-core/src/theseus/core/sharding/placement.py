@@ -139,27 +139,20 @@ class Layout:
     def param_specs(self, params: Any) -> Any:
         return self.specs(params, self.rules.params)
 
-    def state_specs(self, state: dict) -> dict:
-        """Specs of ``{"params", "opt_state", ...}``: params by the parameter rules,
-        optimizer state by the optimizer rules, scalars and the rest replicated."""
-        out = {key: jax.tree.map(lambda _: PartitionSpec(), value) for key, value in state.items()}
-        out["params"] = self.param_specs(state["params"])
-        if "frozen" in state:  # a LoRA run's base: laid out like parameters
-            out["frozen"] = self.param_specs(state["frozen"])
-        if "opt_state" in state:
-            out["opt_state"] = self.specs(state["opt_state"], self.rules.optimizer)
-        return out
-
     def shardings(self, specs: Any) -> Any:
         return jax.tree.map(self.sharding, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
 
-    def state_shardings(self, state: dict) -> dict:
-        return self.shardings(self.state_specs(state))
+    def param_shardings(self, params: Any) -> Any:
+        return self.shardings(self.param_specs(params))
 
-    def grad_shardings(self, state: dict) -> Any:
+    def optimizer_shardings(self, tree: Any) -> Any:
+        """Shardings of optimizer-state-like trees (the optimizer's own rules)."""
+        return self.shardings(self.specs(tree, self.rules.optimizer))
+
+    def grad_shardings(self, params: Any) -> Any:
         """Gradients laid out like the optimizer state (ZeRO-1: a reduce-scatter, not an
         all-reduce; FSDP and TP: like the parameters)."""
-        return self.shardings(self.specs(state["params"], self.rules.optimizer))
+        return self.optimizer_shardings(params)
 
     # ------------------------------------------------------------------ placement
     def place(self, tree: Any, shardings: Any) -> Any:
@@ -169,11 +162,6 @@ class Layout:
         """A host value (the same on every process) as an array replicated on the mesh."""
         host = np.asarray(value)
         return jax.make_array_from_callback(host.shape, self.replicated, lambda index: host[index])
-
-    def init_state(self, make: Any) -> Any:
-        """``make()`` (a fresh train state) run jitted straight into the state shardings."""
-        shardings = self.state_shardings(jax.eval_shape(make))
-        return jax.jit(make, out_shardings=shardings)()
 
     def on_mesh(self, fn: Any) -> Any:
         """``fn`` traced under this mesh: layers read it with ``get_abstract_mesh()``."""

@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 from theseus.core.errors import TheseusError, one_line
+from theseus.core.rundir import committed_steps
 from theseus.core.train.digest import array_digests, path_name
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ class CheckpointDigestError(CheckpointError):
 
 
 class Checkpoints:
+    """A run's checkpoint folder: :meth:`writer` for the run that trains, :meth:`reader` for
+    everything that only reads it (opening a run, branching, time travel)."""
+
     def __init__(
         self, directory: Path, keep_last: int, keep_every: int, asynchronous: bool
     ) -> None:
@@ -60,14 +64,23 @@ class Checkpoints:
         self.manager = ocp.CheckpointManager(self.directory, options=options)
         self.failed_read = False  # a read failed: closing may print Orbax's leftovers
 
+    @classmethod
+    def writer(cls, directory: Path, config: Any, asynchronous: bool | None = None) -> Checkpoints:
+        """Saves with the cadence and retention of ``config`` (a ``CheckpointConfig``)."""
+        background = config.asynchronous if asynchronous is None else asynchronous
+        return cls(directory, config.keep_last, config.keep_every, background)
+
+    @classmethod
+    def reader(cls, directory: Path) -> Checkpoints:
+        """Reads only: keeps everything it finds, writes nothing."""
+        return cls(directory, keep_last=1_000_000, keep_every=0, asynchronous=False)
+
     def steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
     def committed(self) -> list[int]:
-        """Steps whose save has finished on disk (a save is renamed into place when done)."""
-        if not self.directory.is_dir():
-            return []
-        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+        """Steps whose save has finished on disk."""
+        return committed_steps(self.directory)
 
     def save(self, step: int, state: Any, rng_data: Any, meta: dict) -> None:
         rng = {"key_data": rng_data}
@@ -130,10 +143,12 @@ class Checkpoints:
                 )
 
     def restore_latest(
-        self, abstract_state: Any, abstract_rng: Any, at_most: int | None = None
+        self, abstract_state: Any, abstract_rng: Any
     ) -> tuple[int, Any, Any, dict] | None:
-        """Newest readable checkpoint (at or below ``at_most``); older ones on failure."""
-        steps = [s for s in self.steps() if at_most is None or s <= at_most]
+        """The run's own newest readable checkpoint; older ones on failure (the unreadable
+        ones are set aside, so their steps are trained again). Only for the run that owns
+        the folder: a reader opens an exact step (``open_run``) and never moves anything."""
+        steps = self.steps()
         if not steps:
             return None
         failures = []

@@ -135,6 +135,13 @@ class InitConfig:
     checkpoint: str = option("", "start from RUN[@STEP] of another run (weights only)")
     hf: str = option("", "start from Hugging Face weights in this directory")
 
+    def __post_init__(self) -> None:
+        if self.hf and self.checkpoint:
+            raise ConfigError(
+                f"init.hf={self.hf!r} and init.checkpoint={self.checkpoint!r}: a run starts "
+                "from one source; drop one of them"
+            )
+
 
 @dataclass
 class LoRAConfig:

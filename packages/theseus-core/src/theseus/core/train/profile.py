@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.core.errors import ConfigError
+from theseus.core.train.callbacks import Callback
 
 
 def parse_steps(text: str) -> tuple[int, int] | None:
@@ -27,7 +28,7 @@ def parse_steps(text: str) -> tuple[int, int] | None:
     return start, end
 
 
-class StepProfiler:
+class StepProfiler(Callback):
     """Starts the trace before step START, stops it once step END-1 has finished."""
 
     def __init__(self, spec: str, directory: Path) -> None:
@@ -35,7 +36,7 @@ class StepProfiler:
         self.directory = directory
         self.active = False
 
-    def before(self, step: int) -> None:
+    def before_step(self, step: int) -> None:
         if self.steps and not self.active and self.steps[0] <= step < self.steps[1]:
             import jax
 
@@ -43,9 +44,12 @@ class StepProfiler:
             jax.profiler.start_trace(str(self.directory))
             self.active = True
 
-    def after(self, step: int, outputs: Any) -> None:
+    def on_step(self, step: int, state: Any, metrics: dict) -> None:
         if self.active and step + 1 >= self.steps[1]:
-            self.stop(outputs)
+            self.stop(metrics)
+
+    def close(self) -> None:
+        self.stop()
 
     def stop(self, outputs: Any = None) -> None:
         if self.active:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,12 @@ from theseus.core.sharding.config import check_remat
 from theseus.core.sharding.parallel import prepare_model
 from theseus.core.sharding.placement import Layout
 from theseus.core.train.configs import TrainingConfig, TrainJobConfig
+from theseus.core.train.state import TrainState
 from theseus.core.train.step import make_eval_step, make_train_step
+from theseus.core.train.weights import FrozenRole, WeightSource, frozen_role
+
+if TYPE_CHECKING:
+    from theseus.core.plugins import Registries
 
 BATCH_FIELDS = {
     "inputs": np.int32,
@@ -117,7 +122,7 @@ class TrainSetup:
     """Mesh, model graph, optimizer, schedule, jitted steps and the abstract train state."""
 
     config: TrainJobConfig
-    registries: Any
+    registries: Registries
     layout: Layout
     model_config: Any
     model_class: type
@@ -130,18 +135,19 @@ class TrainSetup:
     rest: Any
     optimizer: optax.GradientTransformation
     schedule: optax.Schedule
-    abstract_state: dict  # ShapeDtypeStructs carrying the state's shardings
-    state_shardings: dict
+    weights: WeightSource  # where the initial (and a LoRA run's frozen) weights come from
+    frozen: FrozenRole  # what ``state.frozen`` holds: nothing, a LoRA base, a DPO reference
+    abstract_state: TrainState  # ShapeDtypeStructs carrying the state's shardings
+    state_shardings: TrainState
     train_step: Any  # jitted ``step(state, batch) -> (state, metrics)``, state donated
     eval_step: Any  # jitted ``eval_step(params, frozen, batch) -> (loss sum, count)``
-    make_state: Any  # ``make_state() -> state``: the fresh state (jit it into its shardings)
-    keeps_reference: bool = False  # frozen holds the initial weights (DPO, full fine-tuning)
+    make_state: Any  # ``make_state() -> TrainState``: the seeded state (jit it into place)
 
     @classmethod
     def build(
         cls,
         config: TrainJobConfig,
-        registries: Any,
+        registries: Registries,
         vocab_size: int,
         objective: Any = None,
         keeps_reference: bool = False,
@@ -165,6 +171,7 @@ class TrainSetup:
         adapted = config.lora.rank > 0
         if adapted:
             model_class = adapt(registries, model_class, config)
+        frozen = frozen_role(adapted, keeps_reference)
         setup_key = jax.random.key(training.seed)
 
         def build_model() -> Any:
@@ -184,27 +191,22 @@ class TrainSetup:
         prepare_model(
             abstract_model, config.sharding, layout.sizes, training.seq_len, config.model.name
         )
+        chip = layout.mesh.devices.flat[0]  # attention: chosen once, for the mesh's chips
+        attention = abstract_model.plan_attention(training.seq_len, chip.platform, chip.device_kind)
         graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
         if jax.tree.leaves(rest):  # non-parameter state (adapters' layer indices): jitted,
             rest = jax.jit(lambda: nnx.split(build_model(), nnx.Param, ...)[2])()  # no params
 
-        def fresh_state() -> dict:
+        def fresh_state() -> TrainState:
             _, params, _ = nnx.split(build_model(), nnx.Param, ...)
-            trainable, frozen = split_trainable(params, adapted)
-            if keeps_reference and not adapted:
-                frozen = jax.tree.map(jnp.copy, params)
-            zero = jnp.zeros((), jnp.int32)
-            return {
-                "params": trainable,
-                "frozen": cast_frozen(frozen, config.lora.base_dtype),
-                "opt_state": optimizer.init(trainable),
-                "step": zero,
-                "skipped": zero,
-            }
+            trainable, base = split_trainable(params, adapted)
+            if frozen == "reference":
+                base = jax.tree.map(jnp.copy, params)
+            return TrainState.fresh(trainable, optimizer, cast_frozen(base, config.lora.base_dtype))
 
         remat = check_remat(config.sharding)
         abstract = jax.eval_shape(fresh_state)
-        state_shardings = layout.state_shardings(abstract)  # refuses shapes the mesh cannot divide
+        state_shardings = abstract.shardings(layout)  # refuses shapes the mesh cannot divide
         made = None if objective is None else objective(graphdef, rest, remat, adapted)
         step = make_train_step(
             graphdef,
@@ -214,7 +216,7 @@ class TrainSetup:
             micro_steps,
             training.skip_nonfinite,
             micro_sharding=layout.micro_sharding(),
-            grad_shardings=layout.grad_shardings(abstract),
+            grad_shardings=layout.grad_shardings(abstract.params),
             remat=remat,
             dropout_seed=training.seed if adapted and config.lora.dropout else None,
             objective=made,
@@ -229,35 +231,32 @@ class TrainSetup:
             per_device=per_device,
             micro_steps=micro_steps,
             flops_per_token=counted["flops"],
-            attention=abstract_model.attention_implementation(training.seq_len),
+            attention=attention,
             graphdef=graphdef,
             rest=rest,
             optimizer=optimizer,
             schedule=schedule,
-            abstract_state=jax.tree.map(
-                lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                abstract,
-                state_shardings,
-            ),
+            weights=WeightSource.of(config.init),
+            frozen=frozen,
+            abstract_state=abstract.abstract(state_shardings),
             state_shardings=state_shardings,
             train_step=layout.jit_step(step, state_shardings),
             eval_step=jax.jit(
                 layout.on_mesh(make_eval_step(graphdef, rest, made)),
                 in_shardings=(
-                    state_shardings["params"],
-                    state_shardings["frozen"],
+                    state_shardings.params,
+                    state_shardings.frozen,
                     layout.batch_sharding,
                 ),
                 out_shardings=layout.replicated,
             ),
             make_state=fresh_state,
-            keeps_reference=keeps_reference,
         )
 
     # ------------------------------------------------------------------ state and model
-    def init_state(self) -> dict:
-        """A fresh train state, created by a jitted init straight into its shardings."""
-        return self.layout.init_state(self.make_state)
+    def init_state(self) -> TrainState:
+        """The seeded state, created by a jitted init straight into its shardings."""
+        return jax.jit(self.make_state, out_shardings=self.state_shardings)()
 
     def data_rng(self) -> jax.Array:
         """The dropout stream's key data, replicated on the mesh (saved with checkpoints)."""
@@ -268,12 +267,12 @@ class TrainSetup:
         """The model with these parameters (every parameter: see :meth:`full_params`)."""
         return nnx.merge(self.graphdef, params, self.rest)
 
-    def full_params(self, state: dict) -> Any:
+    def full_params(self, state: TrainState) -> Any:
         """The model's parameters in ``state``: the trained ones and a LoRA run's frozen base
         (a DPO reference beside a fully trained model is not part of it)."""
-        if not self.adapted:
-            return state["params"]
-        return nnx.merge_state(state["params"], state["frozen"])
+        if self.frozen != "base":
+            return state.params
+        return nnx.merge_state(state.params, state.frozen)
 
     @property
     def vocab_size(self) -> int:
@@ -282,13 +281,13 @@ class TrainSetup:
     @property
     def adapted(self) -> bool:
         """Whether only adapters train (``lora.rank > 0``) on a frozen base."""
-        return self.config.lora.rank > 0
+        return self.frozen == "base"
 
     @property
     def checkpointed_abstract(self) -> dict:
-        """What a checkpoint holds: the state without the frozen base (read again from its
-        source on restore), so a LoRA run's checkpoints hold its adapters alone."""
-        return {k: v for k, v in self.abstract_state.items() if k != "frozen"}
+        """What a checkpoint holds (:meth:`TrainState.saved`): the state without its frozen
+        weights, which are read again from their source on restore."""
+        return self.abstract_state.saved()
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         """The global batch as abstract arrays, for lowering the step without data."""

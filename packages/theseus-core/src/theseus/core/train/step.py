@@ -1,7 +1,7 @@
 """The jitted training and evaluation steps.
 
-State is a plain pytree ``{"params", "frozen", "opt_state", "step", "skipped"}``; the graph
-definition is static. The step scans over micro-batches (gradient accumulation inside the
+The state is a :class:`~theseus.core.train.state.TrainState`; the graph definition is
+static. The step scans over micro-batches (gradient accumulation inside the
 step) and sums per-token losses, so the result is the mean over every unmasked token of the
 global batch whatever the number of micro-batches.
 """
@@ -17,6 +17,7 @@ import optax
 from flax import nnx
 from theseus.core.adapters import dropout_key
 from theseus.core.model import STAT_PREFIX
+from theseus.core.train.state import TrainState
 
 Batch = dict[str, jax.Array]
 
@@ -110,11 +111,11 @@ def make_train_step(
     remat: str = "none",
     dropout_seed: int | None = None,
     objective: Objective | None = None,
-) -> Callable[[dict, Batch], tuple[dict, dict]]:
+) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
     """``step(state, batch) -> (state, metrics)``, to be jitted with the state donated.
 
-    ``state["params"]`` are the trained parameters (every parameter, or only the adapters
-    of a LoRA run); ``state["frozen"]`` the others, passed through untouched. On a mesh,
+    ``state.params`` are the trained parameters (every parameter, or only the adapters of a
+    LoRA run); ``state.frozen`` the others, passed through untouched. On a mesh,
     ``micro_sharding`` keeps each micro-batch split over the batch axes and
     ``grad_shardings`` lays the summed gradients out like the optimizer state.
     ``dropout_seed`` (when the model has dropout): each micro-batch draws from a key that is
@@ -128,9 +129,9 @@ def make_train_step(
     def constrain(tree: Any, shardings: Any) -> Any:
         return tree if shardings is None else jax.lax.with_sharding_constraint(tree, shardings)
 
-    def step(state: dict, batch: Batch) -> tuple[dict, dict]:
-        params, frozen = state["params"], state.get("frozen")
-        step_key = None if root is None else jax.random.fold_in(root, state["step"])
+    def step(state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+        params, frozen = state.params, state.frozen
+        step_key = None if root is None else jax.random.fold_in(root, state.step)
 
         def accumulate(carry: Any, micro: tuple[Batch, jax.Array]) -> tuple[Any, None]:
             grads_sum, ce_sum, count = carry
@@ -154,30 +155,25 @@ def make_train_step(
         denominator = jnp.maximum(count, 1.0)
         grads = jax.tree.map(lambda g: g / denominator, grads_sum)
         loss = ce_sum / denominator
-        updates, opt_state = optimizer.update(grads, state["opt_state"], params)
+        updates, opt_state = optimizer.update(grads, state.opt_state, params)
         new_params = optax.apply_updates(params, updates)
-        skipped = state["skipped"]
+        skipped = state.skipped
         if skip_nonfinite:
             finite = jnp.isfinite(loss) & jnp.isfinite(optax.global_norm(updates))
             keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
             new_params = jax.tree.map(keep, new_params, params)
-            opt_state = jax.tree.map(keep, opt_state, state["opt_state"])
+            opt_state = jax.tree.map(keep, opt_state, state.opt_state)
             skipped = skipped + jnp.where(finite, 0, 1).astype(skipped.dtype)
         metrics = {
             "loss": loss,
             "grad_norm": optax.global_norm(grads),
-            "learning_rate": schedule(state["step"]),
+            "learning_rate": schedule(state.step),
             "skipped": skipped,
             "model": model_metrics,
         }
-        new_state = {
-            "params": new_params,
-            "opt_state": opt_state,
-            "step": state["step"] + 1,
-            "skipped": skipped,
-        }
-        if "frozen" in state:
-            new_state["frozen"] = frozen
+        new_state = state.replace(
+            params=new_params, opt_state=opt_state, step=state.step + 1, skipped=skipped
+        )
         return new_state, metrics
 
     return step

@@ -10,9 +10,11 @@ Projections and positions work on BxTxHxK; from ``scores`` to ``combine`` the he
 Without a cache, ``implementation`` (the model's ``attention`` option) says what computes the
 four score stages (see ``theseus.models.attention_choice``): ``reference`` runs the stages
 themselves; ``flash`` (``layers/flash.py``), ``cudnn`` and ``splash`` compute the same
-attention in one piece, with memory linear in T. A subclass that overrides a stage gets
-``reference`` under ``auto`` and an error under an explicit kernel. With a cache (generation)
-the stages always run.
+attention in one piece, with memory linear in T. The choice is made once, by :meth:`plan`,
+for the platform and length a run has (the training setup plans every layer before it
+traces a step; a layer nobody planned plans itself for this process's backend on first
+use). A subclass that overrides a stage gets ``reference`` under ``auto`` and an error under
+an explicit kernel. With a cache (generation) the stages always run.
 
 With ``sharding.context`` > 1 the trainer gives the layer a context-parallel method
 (:meth:`Attention.split_sequence`): inside a step traced under a mesh whose ``context`` axis
@@ -149,7 +151,8 @@ class Attention(nnx.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = H, G, K
         self.sliding_window = sliding_window
         self.dtype = dtype
-        self.implementation = implementation
+        self.implementation = implementation  # what model.attention asked for
+        self.kernel: str | None = None  # what runs, once planned (see plan)
         # refuse an unknown name, or a kernel that would skip an overridden stage, right away
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
 
@@ -263,30 +266,36 @@ class Attention(nnx.Module):
             )
         self.context_parallel = (method, order)
 
-    def implementation_for(self, seq_len: int) -> str:
-        """What computes self-attention over ``seq_len`` tokens on the current backend
-        (``ring/flash``: context-parallel ring attention, its blocks by the flash kernel)."""
-        if self.context_parallel is not None:
-            return f"{self.context_parallel[0]}/flash"
-        return self.kernel_for(seq_len)
-
-    def kernel_for(self, seq_len: int) -> str:
-        """The kernel of ``model.attention`` for ``seq_len`` tokens on the current backend."""
+    def implementation_for(
+        self, seq_len: int, platform: str | None = None, device_kind: str = ""
+    ) -> str:
+        """What would compute self-attention over ``seq_len`` tokens on ``platform``
+        (default: this process's backend); a question, nothing is stored."""
         return resolve_attention(
             self.implementation,
-            jax.default_backend(),
+            platform or jax.default_backend(),
             seq_len,
             self.overridden_stages(),
             dtype=jnp.dtype(self.dtype).name,
             head_dim=self.head_dim,
             interpret=self.kernel_interpret,
             layer=type(self).__name__,
+            device_kind=device_kind,
         )
+
+    def plan(self, seq_len: int, platform: str | None = None, device_kind: str = "") -> str:
+        """Choose, once, the kernel this layer runs over ``seq_len`` tokens on ``platform``
+        (a chip of ``device_kind``); kept on the layer (a static part of the model). The name
+        returned is what a training step runs: ``ring/flash`` when the sequence is split."""
+        self.kernel = self.implementation_for(seq_len, platform, device_kind)
+        if self.context_parallel is not None:  # in a split step: ring (or all_gather) of flash
+            return f"{self.context_parallel[0]}/flash"
+        return self.kernel
 
     def attend_self(
         self, q_BxHxTxK: jax.Array, k_BxGxTxK: jax.Array, v_BxGxTxK: jax.Array, info: MaskInfo
     ) -> jax.Array:
-        """Self-attention without a cache, by ``implementation_for(T)``; BxHxTxK.
+        """Self-attention without a cache, by the planned kernel; BxHxTxK.
 
         The kernels implement this class's ``mask`` (causal, per document, sliding window)
         with query and key positions 0..T-1, which is what ``info`` holds without a cache.
@@ -305,7 +314,7 @@ class Attention(nnx.Module):
                 window=self.sliding_window,
                 block=self.flash_block,
             )
-        name = self.kernel_for(q_BxHxTxK.shape[2])
+        name = self.kernel or self.plan(q_BxHxTxK.shape[2])
         if name == "reference":
             return self.attend_in_blocks(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info)
         args = (q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info.q_segment, info.k_segment)

@@ -161,11 +161,13 @@ class DecoderLM(nnx.Module):
     def embed_tokens(self, tokens_BxT: jax.Array, positions_BxT: jax.Array) -> jax.Array:
         return self.embed(tokens_BxT)
 
-    def attention_implementation(self, seq_len: int) -> str:
-        """The attention kernel the layers run at ``seq_len`` on this backend (``flash``,
-        ...): ``Attention.implementation_for``; distinct ones joined by ``+``."""
+    def plan_attention(
+        self, seq_len: int, platform: str | None = None, device_kind: str = ""
+    ) -> str:
+        """Choose once, for every attention layer, the kernel it runs at ``seq_len`` on
+        ``platform`` (``Attention.plan``); the distinct choices joined by ``+``."""
         blocks = self.per_layer()[:1] if self.stacked else self.per_layer()
-        names = dict.fromkeys(b.attention.implementation_for(seq_len) for b in blocks)
+        names = dict.fromkeys(b.attention.plan(seq_len, platform, device_kind) for b in blocks)
         return "+".join(names)
 
     @property

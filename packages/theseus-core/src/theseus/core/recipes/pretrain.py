@@ -10,7 +10,7 @@ from typing import Any
 
 from theseus.core.errors import JobError
 from theseus.core.jobs import Job, Prerequisite, parse_reference
-from theseus.core.rundir import RunDir
+from theseus.core.rundir import RunDir, checkpoint_step
 from theseus.core.train.configs import TrainJobConfig
 
 log = logging.getLogger(__name__)
@@ -18,13 +18,12 @@ log = logging.getLogger(__name__)
 
 def check_init(config: TrainJobConfig, root: str) -> None:
     """``init.checkpoint`` must name a run with checkpoints; ``init.hf`` a folder with a
-    config.json that the model config agrees with (the config filled it, see ``hf_init``)."""
+    config.json that the model config agrees with (the config filled it, see ``hf_model_config``)."""
     if config.init.checkpoint:
-        name, _ = parse_reference(config.init.checkpoint, "init.checkpoint")
-        if not RunDir(root, name).checkpoint_dir.is_dir():
-            raise JobError(f"init.checkpoint: run {name!r} has no checkpoints under {root}/runs")
+        name, at = parse_reference(config.init.checkpoint, "init.checkpoint")
+        checkpoint_step(RunDir(root, name), at, "init.checkpoint: ")
     if config.init.hf:
-        from theseus.core.train.hf_init import check_model_against_hf
+        from theseus.core.hf_model_config import check_model_against_hf
 
         if not Path(config.init.hf).is_dir():
             raise JobError(f"init.hf: {config.init.hf} is not a directory of Hugging Face weights")
@@ -70,12 +69,14 @@ class PretrainJob(Job):
         from theseus.core.sharding.distributed import initialize_from_env
 
         initialize_from_env()
+        from theseus.core.evaluate.training import training_tasks
         from theseus.core.train.setup import TrainSetup, open_data
         from theseus.core.train.trainer import Trainer
 
         data = open_data(self.config, self.context.root, self.layout, run=self.run)
         setup = self.setup(TrainSetup, data.vocab_size)
-        summary = Trainer(setup, data, self.context).fit()
+        tasks = training_tasks(setup, data, self.context.root, self.run)
+        summary = Trainer(setup, data, self.context, tasks).fit()
         finite = {
             k: v if not isinstance(v, float) or math.isfinite(v) else None
             for k, v in summary.items()

@@ -2,7 +2,7 @@
 
 The data comes in the ``pairs`` layout: row 2p of a batch is pair p's chosen answer, row
 2p + 1 its rejected one, each masked to its answer tokens. The objective compares the policy's
-log-probability of each answer with a frozen reference's (``theseus.core.train.preference``):
+log-probability of each answer with a frozen reference's (``theseus.core.recipes.preference``):
 
 * with LoRA (``lora.rank > 0``) the reference is the base itself, the adapters switched off
   (their outputs zeroed): no second copy of the weights;
@@ -22,10 +22,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from theseus.core.errors import ConfigError
+from theseus.core.recipes.preference import preference_loss, sequence_logps
+from theseus.core.recipes.preference_config import PreferenceConfig
+from theseus.core.recipes.pretrain import PretrainJob
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.preference import preference_loss, sequence_logps
-from theseus.core.train.preference_config import PreferenceConfig
-from theseus.core.train.pretrain import PretrainJob
 from theseus.core.train.step import forward
 
 

@@ -1,6 +1,6 @@
 """The ``dpo`` config group: which preference loss, and its constants (cheap to import: no JAX).
 
-The formulas live in :mod:`theseus.core.train.preference`.
+The formulas live in :mod:`theseus.core.recipes.preference`.
 """
 
 from __future__ import annotations

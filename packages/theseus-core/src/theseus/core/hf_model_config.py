@@ -1,7 +1,7 @@
-"""Start training from Hugging Face weights (imported by the plugin that answers
-``theseus_load_hf_model``, e.g. theseus-models).
+"""``init.hf=DIR`` decides the model config; its weights are read when the run starts
+(:mod:`theseus.core.train.opening`, through the plugin that answers ``theseus_load_hf_model``).
 
-``init.hf=DIR`` also decides the model config: the values its ``config.json`` implies are
+The values the folder's ``config.json`` implies are
 the defaults of ``model.*`` (:func:`fill_model_from_hf`, called when the config is resolved),
 and a value given explicitly that contradicts them is an error naming both, raised before
 any job starts. A model component takes part by naming, in ``extra["hf_config"]``, a
@@ -107,22 +107,3 @@ def check_model_against_hf(model_config: Any, directory: str, registries: Any = 
         current = getattr(model_config, key, value)
         if current != value:
             raise _contradiction(key, current, value, directory)
-
-
-# -------------------------------------------------------------------------- the weights
-
-
-def params_from_hf(registries: Any, directory: str, like: Any) -> Any:
-    """The HF checkpoint's parameters, checked against and placed like ``like``."""
-    from flax import nnx
-
-    model = registries.hook.theseus_load_hf_model(directory=directory, dtype="")
-    if model is None:
-        raise ConfigError(
-            f"init.hf: no installed plugin imports Hugging Face weights from {directory} "
-            "(pip install theseus-models)"
-        )
-    _, params, _ = nnx.split(model, nnx.Param, ...)
-    from theseus.core.train.weights import placed_like
-
-    return placed_like(params, like, f"init.hf: {directory}")

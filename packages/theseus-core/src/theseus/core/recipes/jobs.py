@@ -6,9 +6,9 @@ from typing import Any
 
 from theseus.core.components import Choice, JobSpec
 from theseus.core.data.config import DataConfig, PreferenceDataConfig, SFTDataConfig
+from theseus.core.recipes.preference_config import PreferenceConfig
 from theseus.core.sharding.config import ShardingConfig
 from theseus.core.train import configs as tc
-from theseus.core.train.preference_config import PreferenceConfig
 
 
 def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def register_training_jobs(register: Any, registries: Any) -> None:
         register(
             JobSpec(
                 key=f"{name}/train/pretrain",
-                target="theseus.core.train.pretrain:PretrainJob",
+                target="theseus.core.recipes.pretrain:PretrainJob",
                 description=f"pretrain {name} on packed tokens ({component.description})".strip(),
                 groups=training_groups(name),
             )
@@ -42,7 +42,7 @@ def register_training_jobs(register: Any, registries: Any) -> None:
         register(
             JobSpec(
                 key=f"{name}/train/sft",
-                target="theseus.core.train.pretrain:SFTJob",
+                target="theseus.core.recipes.pretrain:SFTJob",
                 description=f"fine-tune {name} on padded chat data with a loss mask",
                 groups=training_groups(name, SFTDataConfig),
             )
@@ -50,7 +50,7 @@ def register_training_jobs(register: Any, registries: Any) -> None:
         register(
             JobSpec(
                 key=f"{name}/train/dpo",
-                target="theseus.core.train.dpo:DPOJob",
+                target="theseus.core.recipes.dpo:DPOJob",
                 description=f"preference-tune {name} (DPO, IPO, SimPO) on chosen/rejected pairs",
                 groups={**training_groups(name, PreferenceDataConfig), "dpo": PreferenceConfig},
             )

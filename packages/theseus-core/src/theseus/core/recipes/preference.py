@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from theseus.core.train.preference_config import PreferenceConfig
+from theseus.core.recipes.preference_config import PreferenceConfig
 
 
 def sequence_logps(logits_BxTxV, targets_BxT, mask_BxT):

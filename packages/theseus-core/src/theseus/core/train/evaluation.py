@@ -1,0 +1,68 @@
+"""The evaluation callback: validation loss (and the job's evaluations) every ``eval.every``
+steps and at the end.
+
+The validation loss is the objective on a fixed stream of validation batches. A job adds its
+own evaluations (``eval.tasks``) as ``tasks(params, step, writer) -> results``; the results of one
+evaluation reach the plugins together, in one ``on_eval`` event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from theseus.core.data.loader import TrainingData
+from theseus.core.train.callbacks import Callback, due
+from theseus.core.train.metrics import MetricsWriter
+from theseus.core.train.setup import TrainSetup
+from theseus.core.train.state import TrainState
+
+#: ``tasks(params, step, writer) -> results``: evaluations beside the validation loss (they
+#: record their own metrics through ``writer``).
+Tasks = Callable[[Any, int, MetricsWriter], dict[str, Any]]
+
+
+class Evaluation(Callback):
+    def __init__(
+        self,
+        setup: TrainSetup,
+        data: TrainingData,
+        writer: MetricsWriter,
+        *,
+        flush: Callable[[], None],
+        tasks: Tasks | None = None,
+    ) -> None:
+        self.setup = setup
+        self.data = data
+        self.writer = writer
+        self.flush = flush  # records the pending metrics first (an evaluation blocks the loop)
+        self.tasks = tasks
+        self.every = setup.config.eval.every
+        self.batches = setup.config.eval.batches
+
+    def on_step(self, step: int, state: TrainState, metrics: dict) -> None:
+        done = step + 1
+        if due(done, self.every, self.setup.total_steps):
+            self.flush()
+            self.evaluate(state, done)
+
+    def on_train_end(self, state: TrainState, summary: dict[str, Any]) -> None:
+        summary["val/loss"] = self.evaluate(state, int(state.step))
+
+    def evaluate(self, state: TrainState, step: int) -> float:
+        """Validation loss and the job's tasks at ``step``, recorded; returns the loss."""
+        loss = self.validation_loss(state)
+        self.writer.write({"step": step, "val/loss": loss})
+        params = self.setup.full_params(state)
+        results = self.tasks(params, step, self.writer) if self.tasks else {}
+        self.events.emit("on_eval", step=step, results={"val/loss": loss, **results})
+        return loss
+
+    def validation_loss(self, state: TrainState) -> float:
+        total, count = 0.0, 0.0
+        for batch in self.data.validation_batches(self.batches):
+            placed = self.setup.layout.place_batch(batch)
+            loss_sum, n = self.setup.eval_step(state.params, state.frozen, placed)
+            total += float(loss_sum)
+            count += float(n)
+        return total / max(count, 1.0)
