@@ -3,6 +3,7 @@ layout, and the one-line refusals of what a model or a sequence cannot split."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import numpy as np
@@ -84,7 +85,7 @@ def test_a_sequence_the_context_axis_does_not_divide_is_refused(seq_len, devices
 def test_context_split_reaches_every_attention_layer():
     model = abstract()
     prepare_model(model, ShardingConfig(context=2), {"context": 2}, 32, "gpt")
-    assert model.attention_implementation(32) == "ring/flash"
+    assert model.plan_attention(32, "cpu") == "ring/flash"
     layers = [m for _, m in nnx.iter_graph(model) if isinstance(m, Attention)]
     assert layers and all(m.context_parallel == ("ring", "zigzag") for m in layers)
 
@@ -143,7 +144,8 @@ def test_refusals_are_one_line_errors_at_the_command_line(tmp_path):
         "--root",
         str(tmp_path),
     )
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: sharding.expert=2: model 'gpt' has no experts"), last
