@@ -67,12 +67,14 @@ def whole(tmp_path_factory) -> tuple[Path, dict[int, float]]:
 def test_a_killed_split_run_resumes_bit_for_bit(whole, monkeypatch):
     root, expected = whole
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
-    assert kill_after(root, "killed", [*ARGS, *SPLIT], steps=5) == -9
+    code = kill_after(root, "killed", [*ARGS, *SPLIT], steps=5)
+    assert code == -9, f"the run ended with {code} before it was killed"
     assert len(train_losses(root, "killed")) < STEPS
     resumed = cli(root, 4, *ARGS, *SPLIT, "--name", "killed")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed" in resumed.stderr
-    assert train_losses(root, "killed") == expected  # exact, step by step
+    assert "resumed" in resumed.stderr, resumed.stderr[-3000:]
+    got = train_losses(root, "killed")
+    assert got == expected, (got, expected, resumed.stderr[-2000:])  # exact, step by step
     a, b = final_params(root, "whole"), final_params(root, "killed")
     assert a.keys() == b.keys() and any("w_gate" in key for key in a)
     for key in a:
