@@ -16,7 +16,8 @@ Training (first order): one step's gradients agree with one device's to ``GRAD``
 sums). An update off by a relative GRAD moves the loss by at most GRAD times what that update
 moved it, and the deviations of successive updates add up; so at step s the losses may differ
 by ``GRAD * (sum over earlier steps of |loss_i - loss_i+1| + loss_s)``, computed from the
-reference curve. Measured: under 0.1 of that.
+reference curve. Measured: at most 0.12 of that (the chunk-boundary leak of the mutants, in
+training, exceeds it 2750 times).
 """
 
 from __future__ import annotations
