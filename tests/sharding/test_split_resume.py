@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.sharding.test_context_parallel import loss_bounds
-from tests.train.conftest import final_params, kill_after, theseus_cmd, train_losses
+from tests.train.conftest import kill_after, theseus_cmd, train_losses
 
 STEPS, EVERY = 8, 3
 SPLIT = ["sharding.data=1", "sharding.expert=2", "sharding.context=2"]
@@ -54,6 +54,22 @@ def cli(root: Path, devices: int, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def saved_params(root: Path, name: str) -> dict[str, np.ndarray]:
+    """The parameters of a run's newest checkpoint as host arrays, whatever devices wrote
+    them (this process may have started JAX with another device count)."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    directory = root / "runs" / name / "checkpoints"
+    step = max(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    checkpointer = ocp.PyTreeCheckpointer()
+    tree = checkpointer.metadata(directory / str(step) / "state").item_metadata.tree
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    restored = checkpointer.restore(directory / str(step) / "state", restore_args=as_numpy)
+    flat = jax.tree_util.tree_flatten_with_path(restored["params"])[0]
+    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in flat}
+
+
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory) -> tuple[Path, dict[int, float]]:
     root = tmp_path_factory.mktemp("split-resume")
@@ -75,7 +91,7 @@ def test_a_killed_split_run_resumes_bit_for_bit(whole, monkeypatch):
     assert "resumed" in resumed.stderr, resumed.stderr[-3000:]
     got = train_losses(root, "killed")
     assert got == expected, (got, expected, resumed.stderr[-2000:])  # exact, step by step
-    a, b = final_params(root, "whole"), final_params(root, "killed")
+    a, b = saved_params(root, "whole"), saved_params(root, "killed")
     assert a.keys() == b.keys() and any("w_gate" in key for key in a)
     for key in a:
         assert np.array_equal(a[key], b[key]), key
