@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -31,3 +33,34 @@ def run_module(
 
 def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+# Scenarios of tests/sharding/split_parity.py, run once for test_context_parallel.py and
+# test_expert_parallel.py (one process: JAX starts once, compiled steps are shared).
+ATTENTION = [  # method:order:data,fsdp,context (2 context devices: the 2 x 2 with fsdp)
+    "attn:ring:zigzag:1,1,4",
+    "attn:ring:zigzag:1,2,2",
+    "attn:all_gather:zigzag:1,1,4",
+    "attn:all_gather:zigzag:1,2,2",
+    "attn:ring:contiguous:2,1,4",
+]
+MUTANTS = ["mutant:boundary", "mutant:order"]
+MOE = [  # data,fsdp,expert,tensor[:option]
+    "moe:1,1,2,1",
+    "moe:1,1,4,1:unbalanced",
+    "moe:2,2,2,1",
+    "moe:2,1,2,2:ragged_dot",
+    "moe:2,1,2,1:capacity=1.0",
+]
+TRAIN = [  # model:data,fsdp,expert,context[:method]
+    "train:llama:2,1,1,4:ring",
+    "train:llama:2,2,1,2:all_gather",
+    "train:qwen3_moe:1,2,2,2:ring",
+]
+
+
+@pytest.fixture(scope="session")
+def split_results() -> dict[str, dict]:
+    done = run_module("tests.sharding.split_parity", *ATTENTION, *MUTANTS, *MOE, *TRAIN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {r["scenario"]: r for r in json_lines(done.stdout)}

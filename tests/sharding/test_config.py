@@ -25,6 +25,7 @@ def test_strategies_parse_and_combine():
     rules = rules_for("zero1+tp")
     assert rules.params == {
         "layers": (),
+        "experts": ("expert",),
         "heads": ("tensor",),
         "kv_heads": ("tensor",),
         "mlp": ("tensor",),
@@ -35,16 +36,32 @@ def test_strategies_parse_and_combine():
 @pytest.mark.parametrize(
     "config, devices, sizes",
     [
-        (ShardingConfig(), 8, {"data": 8, "fsdp": 1, "tensor": 1}),
-        (ShardingConfig(strategy="fsdp"), 8, {"data": 1, "fsdp": 8, "tensor": 1}),
-        (ShardingConfig(strategy="fsdp+tp", tensor=2), 8, {"data": 1, "fsdp": 4, "tensor": 2}),
+        (ShardingConfig(), 8, {"data": 8, "fsdp": 1, "expert": 1, "context": 1, "tensor": 1}),
+        (
+            ShardingConfig(strategy="fsdp"),
+            8,
+            {"data": 1, "fsdp": 8, "expert": 1, "context": 1, "tensor": 1},
+        ),
+        (
+            ShardingConfig(strategy="fsdp+tp", tensor=2),
+            8,
+            {"data": 1, "fsdp": 4, "expert": 1, "context": 1, "tensor": 2},
+        ),
         (
             ShardingConfig(strategy="fsdp+tp", data=2, tensor=2),
             8,
-            {"data": 2, "fsdp": 2, "tensor": 2},
+            {"data": 2, "fsdp": 2, "expert": 1, "context": 1, "tensor": 2},
         ),
-        (ShardingConfig(strategy="tp", data=1, tensor=-1), 4, {"data": 1, "fsdp": 1, "tensor": 4}),
-        (ShardingConfig(data=2, fsdp=4), 8, {"data": 2, "fsdp": 4, "tensor": 1}),
+        (
+            ShardingConfig(strategy="tp", data=1, tensor=-1),
+            4,
+            {"data": 1, "fsdp": 1, "expert": 1, "context": 1, "tensor": 4},
+        ),
+        (
+            ShardingConfig(data=2, fsdp=4),
+            8,
+            {"data": 2, "fsdp": 4, "expert": 1, "context": 1, "tensor": 1},
+        ),
     ],
 )
 def test_mesh_sizes(config, devices, sizes):
@@ -67,7 +84,7 @@ def test_meshes_that_do_not_match_the_devices_are_refused():
 def test_a_dimension_that_does_not_divide_its_axis_names_parameter_shape_and_axis():
     from theseus.core.sharding.placement import spec_for
 
-    sizes = {"data": 1, "fsdp": 1, "tensor": 4}
+    sizes = {"data": 1, "fsdp": 1, "expert": 1, "context": 1, "tensor": 4}
     rules = rules_for("tp").params
     assert tuple(spec_for("w", (64, 8, 16), ("embed", "heads", "head_dim"), rules, sizes)) == (
         None,
@@ -91,7 +108,7 @@ def test_a_dimension_that_does_not_divide_its_axis_names_parameter_shape_and_axi
 def test_the_stacked_layers_axis_is_never_split(strategy):
     from theseus.core.sharding.placement import spec_for
 
-    sizes = {"data": 2, "fsdp": 2, "tensor": 2}
+    sizes = {"data": 2, "fsdp": 2, "expert": 1, "context": 1, "tensor": 2}
     rules = rules_for(strategy)
     axes = ("layers", "embed", "heads", "head_dim")
     for table in (rules.params, rules.optimizer):

@@ -8,9 +8,14 @@ from dataclasses import dataclass
 from theseus.core.components import option
 from theseus.core.errors import ConfigError
 
-MESH_AXES = ("data", "fsdp", "tensor")
+# Outermost first: neighbouring devices (the fastest links) share the tensor axis, then the
+# context axis (a ring of neighbours), then the expert axis (all-to-all).
+MESH_AXES = ("data", "fsdp", "expert", "context", "tensor")
+SHOWN_WHEN_ONE = ("data", "fsdp", "tensor")  # the others are named only when they split
 BASES = ("dp", "zero1", "fsdp")
 REMAT = ("none", "block", "full")
+CONTEXT_ATTENTION = ("ring", "all_gather")
+CONTEXT_ORDERS = ("zigzag", "contiguous")  # theseus.core.sharding.sequence lays them out
 
 
 class ShardingError(ConfigError):
@@ -33,9 +38,46 @@ class ShardingConfig:
     tensor: int = option(
         1, "tensor mesh axis size (heads and MLP width); -1: the rest", resume_safe=True
     )
+    expert: int = option(
+        1,
+        "expert mesh axis size: MoE experts split over it, tokens sent to them by all-to-all "
+        "(it splits the batch too); -1: the rest",
+        resume_safe=True,
+    )
+    context: int = option(
+        1,
+        "context mesh axis size: every sequence split over this many devices (long "
+        "sequences); -1: the rest",
+        resume_safe=True,
+    )
+    context_attention: str = option(
+        "ring",
+        "attention over the context axis: ring (K/V blocks passed around the devices, one "
+        "block in memory) | all_gather (every device gathers all K/V: simpler, more memory)",
+        resume_safe=True,
+    )
+    context_order: str = option(
+        "zigzag",
+        "how a sequence is cut over the context devices: zigzag (device d holds chunks d and "
+        "2N-1-d of 2N: equal causal work everywhere) | contiguous (device d holds chunk d)",
+        resume_safe=True,
+    )
     remat: str = option(
         "none", "activation checkpointing: none | block (save matmuls) | full", resume_safe=True
     )
+
+    def __post_init__(self) -> None:
+        """Names that select code are checked when the config is built, naming the key."""
+        if self.context_attention not in CONTEXT_ATTENTION:
+            raise ShardingError(
+                f"sharding.context_attention={self.context_attention!r}: expected one of "
+                f"{', '.join(CONTEXT_ATTENTION)}"
+            )
+        if self.context_order not in CONTEXT_ORDERS:
+            raise ShardingError(
+                f"sharding.context_order={self.context_order!r}: expected one of "
+                f"{', '.join(CONTEXT_ORDERS)}"
+            )
 
 
 def parse_strategy(strategy: str) -> tuple[str, bool]:
@@ -53,7 +95,7 @@ def parse_strategy(strategy: str) -> tuple[str, bool]:
 
 
 def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
-    """Axis sizes (data, fsdp, tensor) whose product is ``device_count``.
+    """Axis sizes (data, fsdp, expert, context, tensor) whose product is ``device_count``.
 
     Positive sizes are taken as given, ``-1`` takes the devices left (at most one axis),
     ``0`` (auto) takes them when no axis says ``-1`` -- ``fsdp`` under the fsdp strategy,
@@ -105,4 +147,5 @@ def check_remat(config: ShardingConfig) -> str:
 
 
 def _describe(sizes: dict[str, int], rest: list[str]) -> str:
-    return "(" + ", ".join(f"{a}={'-1' if a in rest else s}" for a, s in sizes.items()) + ")"
+    shown = [a for a, s in sizes.items() if a in SHOWN_WHEN_ONE or a in rest or s != 1]
+    return "(" + ", ".join(f"{a}={'-1' if a in rest else sizes[a]}" for a in shown) + ")"

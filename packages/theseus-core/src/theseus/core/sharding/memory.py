@@ -52,6 +52,7 @@ def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
     """Per-device bytes of parameters, optimizer state, batch and step temporaries."""
     import jax
     from theseus.core.sharding.mesh import describe
+    from theseus.core.sharding.parallel import expert_parameter_bytes
     from theseus.core.sharding.placement import per_device_bytes
     from theseus.core.train.flops import program_flops
 
@@ -75,8 +76,18 @@ def report(setup: TrainSetup, vocab_source: str = "") -> dict[str, Any]:
         "trained_parameters": sum(math.prod(a.shape) for a in jax.tree.leaves(state.params)),
         "vocab": f"{setup.model_config.vocab_size} from {vocab_source or 'the data'}",
         "batch": f"{training.global_batch_size} x {training.seq_len} tokens, "
-        f"{setup.per_device} per device x {setup.micro_steps} micro-steps",
+        f"{setup.per_device} per device x {setup.micro_steps} micro-steps"
+        + (
+            f", each sequence over context={layout.context} ({training.seq_len // layout.context} "
+            f"positions per device, {config.sharding.context_order}, "
+            f"{config.sharding.context_attention})"
+            if layout.context > 1
+            else ""
+        ),
         "params_bytes": per_device_bytes((state.params, state.frozen)),
+        "expert_params_bytes": expert_parameter_bytes((state.params, state.frozen)),
+        "context": layout.context,
+        "context_attention": config.sharding.context_attention if layout.context > 1 else "",
         "opt_bytes": per_device_bytes(state.opt_state),
         "batch_bytes": per_device_bytes(batch_arrays),
         "attention": setup.attention,
@@ -124,6 +135,11 @@ def format_report(r: dict[str, Any]) -> str:
         f"batch       {r['batch']}",
         "per device:",
         f"  parameters             {size(r['params_bytes'])}",
+        *(
+            [f"    of which experts     {size(r['expert_params_bytes'])}"]
+            if r.get("expert_params_bytes")
+            else []
+        ),
         f"  optimizer state        {size(r['opt_bytes'])}",
         f"  batch                  {size(r['batch_bytes'])}",
     ]

@@ -1,4 +1,4 @@
-"""The device mesh: axes (data, fsdp, tensor), sized from the config and the devices."""
+"""The device mesh: axes (data, fsdp, expert, context, tensor), sized from the config."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 from jax.sharding import AxisType, Mesh
-from theseus.core.sharding.config import MESH_AXES, ShardingConfig, mesh_shape
+from theseus.core.sharding.config import MESH_AXES, SHOWN_WHEN_ONE, ShardingConfig, mesh_shape
 
 
 def make_mesh(config: ShardingConfig, devices: Sequence[Any] | None = None) -> Mesh:
@@ -23,4 +23,6 @@ def make_mesh(config: ShardingConfig, devices: Sequence[Any] | None = None) -> M
 
 
 def describe(mesh: Mesh) -> str:
-    return " x ".join(f"{name}={size}" for name, size in mesh.shape.items())
+    """``data=2 x fsdp=4 x tensor=1``; ``expert`` and ``context`` only when they split."""
+    shown = [(n, s) for n, s in mesh.shape.items() if n in SHOWN_WHEN_ONE or s > 1]
+    return " x ".join(f"{name}={size}" for name, size in shown)

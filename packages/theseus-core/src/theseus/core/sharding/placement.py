@@ -1,4 +1,12 @@
-"""Shardings of the train state and the batch, from a strategy's rules and a mesh."""
+"""Shardings of the train state and the batch, from a strategy's rules and a mesh.
+
+Steps are traced under the mesh (``jax.sharding.use_abstract_mesh`` inside the jitted
+function: ``jax.set_mesh`` cannot be entered during a trace), so layers that need collectives
+(ring attention over ``context``, the experts' all-to-all over ``expert``) read the axis names
+and sizes with ``jax.sharding.get_abstract_mesh()``. With ``sharding.context`` > 1 the batch's
+sequence dimension is split over ``context`` and every row is put into the sequence layout
+(``theseus.core.sharding.sequence``) on the host, as it becomes a global array.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +20,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from theseus.core.sharding.config import ShardingConfig, ShardingError
 from theseus.core.sharding.mesh import make_mesh
-from theseus.core.sharding.rules import Rules, rules_for
+from theseus.core.sharding.rules import CONTEXT_AXIS, Rules, rules_for
+from theseus.core.sharding.sequence import layout_order
 
 
 def _is_variable(x: Any) -> bool:
@@ -86,6 +95,8 @@ class Layout:
         self.mesh: Mesh = make_mesh(config, devices)
         self.sizes: dict[str, int] = dict(self.mesh.shape)
         self.batch_axes = tuple(a for a in self.rules.batch if self.sizes[a] > 1)
+        self.context = self.sizes[CONTEXT_AXIS]  # devices each sequence is split over
+        self._orders: dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------ specs
     @property
@@ -95,9 +106,13 @@ class Layout:
 
     @property
     def batch_spec(self) -> PartitionSpec:
-        if not self.batch_axes:
-            return PartitionSpec()
-        return PartitionSpec(self.batch_axes if len(self.batch_axes) > 1 else self.batch_axes[0])
+        """Rows over the batch axes; with ``context`` > 1, positions over ``context``."""
+        rows = None
+        if self.batch_axes:
+            rows = self.batch_axes if len(self.batch_axes) > 1 else self.batch_axes[0]
+        if self.context > 1:
+            return PartitionSpec(rows, CONTEXT_AXIS)
+        return PartitionSpec(rows) if rows else PartitionSpec()
 
     def sharding(self, spec: PartitionSpec) -> NamedSharding:
         return NamedSharding(self.mesh, spec)
@@ -148,23 +163,59 @@ class Layout:
         host = np.asarray(value)
         return jax.make_array_from_callback(host.shape, self.replicated, lambda index: host[index])
 
+    def on_mesh(self, fn: Any) -> Any:
+        """``fn`` traced under this mesh: layers read it with ``get_abstract_mesh()``."""
+        abstract = self.mesh.abstract_mesh
+
+        def traced(*args: Any) -> Any:
+            with jax.sharding.use_abstract_mesh(abstract):
+                return fn(*args)
+
+        return traced
+
     def jit_step(self, step: Any, state_shardings: Any) -> Any:
-        """``step(state, batch) -> (state, metrics)`` jitted with these shardings, the state
-        donated, metrics replicated."""
+        """``step(state, batch) -> (state, metrics)`` jitted with these shardings and traced
+        under the mesh, the state donated, metrics replicated."""
         return jax.jit(
-            step,
+            self.on_mesh(step),
             in_shardings=(state_shardings, self.batch_sharding),
             out_shardings=(state_shardings, self.replicated),
             donate_argnums=0,
         )
 
+    def sequence_order(self, seq_len: int) -> np.ndarray | None:
+        """The permutation that puts a row into the context layout (None: no context split)."""
+        if self.context == 1:
+            return None
+        if seq_len not in self._orders:
+            self._orders[seq_len] = layout_order(seq_len, self.context, self.config.context_order)
+        return self._orders[seq_len]
+
     def place_batch(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-        """Global batch arrays from this process's contiguous slice of the global batch."""
+        """Global batch arrays from this process's contiguous slice of the global batch, each
+        row in the context layout when the sequence is split (a host-side permutation of the
+        loader's rows: positions, segment ids, targets and loss masks move with their tokens,
+        so the summed loss is unchanged; readers outside the step keep the loader's order)."""
         sharding = self.batch_sharding
-        return {
-            key: jax.make_array_from_process_local_data(sharding, np.asarray(value))
-            for key, value in local_batch.items()
-        }
+        placed = {}
+        for key, value in local_batch.items():
+            value = np.asarray(value)
+            order = self.sequence_order(value.shape[1]) if value.ndim == 2 else None
+            if order is None:
+                placed[key] = jax.make_array_from_process_local_data(sharding, value)
+                continue
+            global_shape = (value.shape[0] * jax.process_count(), value.shape[1])
+            slab = self._process_columns(value[:, order], global_shape)
+            placed[key] = jax.make_array_from_process_local_data(sharding, slab, global_shape)
+        return placed
+
+    def _process_columns(self, value: np.ndarray, global_shape: tuple[int, ...]) -> np.ndarray:
+        """The columns this process's devices hold (all of them unless ``context`` spans
+        processes, when each process passes its own slice of every row)."""
+        indices = self.batch_sharding.addressable_devices_indices_map(global_shape).values()
+        spans = [index[1].indices(global_shape[1])[:2] for index in indices]
+        start, stop = min(a for a, _ in spans), max(b for _, b in spans)
+        return value[:, start:stop]
 
     def micro_sharding(self) -> NamedSharding:
         """Micro-batches stacked on a leading axis: that axis replicated, rows split."""

@@ -20,7 +20,12 @@ tp         heads, kv_heads, mlp -> tensor    heads, kv_heads, mlp -> tensor
 x + tp     the base's rules and tp's         the base's rules and tp's
 =========  ================================  =========================================
 
-The batch is split over (data, fsdp) and replicated over tensor.
+Every table also sends ``experts`` (the leading axis of a mixture's stacked expert weights)
+to the ``expert`` mesh axis: a no-op unless ``sharding.expert`` > 1.
+
+The batch is split over (data, fsdp, expert), its sequence over context, and replicated over
+tensor: the expert axis carries data parallelism everywhere but inside the expert layers,
+where tokens travel to the devices that hold their experts.
 """
 
 from __future__ import annotations
@@ -31,9 +36,13 @@ from theseus.core.sharding.config import parse_strategy
 
 Rules = dict[str, tuple[str, ...]]
 
-BATCH_AXES = ("data", "fsdp")
+BATCH_AXES = ("data", "fsdp", "expert")  # the rows of a batch
+CONTEXT_AXIS = "context"  # the positions of a sequence
+EXPERT_AXIS = "expert"  # the experts of a mixture
+TENSOR_AXIS = "tensor"  # heads and hidden widths
 
-REPLICATED: Rules = {"layers": ()}  # named by every table: never split over the mesh
+# named by every table: layers never split over the mesh, experts over the expert axis
+REPLICATED: Rules = {"layers": (), "experts": (EXPERT_AXIS,)}
 
 PARAM_RULES: dict[str, Rules] = {
     "dp": {**REPLICATED},

@@ -25,6 +25,7 @@ from theseus.core.errors import ConfigError
 from theseus.core.model import check_model
 from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.config import check_remat
+from theseus.core.sharding.parallel import prepare_model
 from theseus.core.sharding.placement import Layout
 from theseus.core.train.configs import TrainingConfig, TrainJobConfig
 from theseus.core.train.state import TrainState
@@ -150,13 +151,15 @@ class TrainSetup:
         vocab_size: int,
         objective: Any = None,
         keeps_reference: bool = False,
+        devices: Any = None,
     ) -> TrainSetup:
         """Everything a run needs, built once. ``objective(graphdef, rest, remat, adapted)``
         makes the step's objective (default: next-token cross entropy); ``keeps_reference``
         keeps a frozen copy of the initial weights beside a fully trained model (DPO's
-        reference; a LoRA run's frozen base already is one)."""
+        reference; a LoRA run's frozen base already is one). ``devices``: the mesh's devices
+        (default: every device of every process)."""
         training = config.training
-        layout = Layout(config.sharding)
+        layout = Layout(config.sharding, devices)
         per_device, micro_steps = plan_batches(training, layout.batch_shards)
         steps = total_steps(training)
         schedule = build_schedule(
@@ -183,6 +186,11 @@ class TrainSetup:
 
         abstract_model = nnx.eval_shape(build_and_count)
         check_model(abstract_model, config.model.name)
+        # context and expert parallelism: refused where the model cannot split; the attention
+        # layers learn the context split here (part of the graph definition)
+        prepare_model(
+            abstract_model, config.sharding, layout.sizes, training.seq_len, config.model.name
+        )
         chip = layout.mesh.devices.flat[0]  # attention: chosen once, for the mesh's chips
         attention = abstract_model.plan_attention(training.seq_len, chip.platform, chip.device_kind)
         graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
@@ -234,7 +242,7 @@ class TrainSetup:
             state_shardings=state_shardings,
             train_step=layout.jit_step(step, state_shardings),
             eval_step=jax.jit(
-                make_eval_step(graphdef, rest, made),
+                layout.on_mesh(make_eval_step(graphdef, rest, made)),
                 in_shardings=(
                     state_shardings.params,
                     state_shardings.frozen,

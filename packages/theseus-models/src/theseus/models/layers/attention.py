@@ -16,6 +16,12 @@ traces a step; a layer nobody planned plans itself for this process's backend on
 use). A subclass that overrides a stage gets ``reference`` under ``auto`` and an error under
 an explicit kernel. With a cache (generation) the stages always run.
 
+With ``sharding.context`` > 1 the trainer gives the layer a context-parallel method
+(:meth:`Attention.split_sequence`): inside a step traced under a mesh whose ``context`` axis
+splits the sequence, self-attention then runs ``layers/context_attention.py`` (ring or
+all-gather, its blocks computed by the flash kernel); anywhere else (evaluations, generation)
+the layer runs as above on whole sequences.
+
 The reference goes through the stages in blocks of ``query_block`` query rows, each against
 only the keys it can see (up to its last query, and from the first key its sliding window
 reaches). On CPU that keeps the score blocks in cache and skips the fully masked half of the
@@ -32,11 +38,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.sharding.rules import CONTEXT_AXIS
 from theseus.models.attention_choice import STAGES, check_attention, resolve_attention
 from theseus.models.errors import ModelError
+from theseus.models.layers.context_attention import METHODS, context_attention
 from theseus.models.layers.cudnn_attention import cudnn_attention
 from theseus.models.layers.flash import flash_attention
 from theseus.models.layers.linear import Linear
+from theseus.models.layers.mesh_axes import axis_size
 from theseus.models.layers.norms import RMSNorm
 from theseus.models.layers.splash_attention import splash_attention
 
@@ -100,6 +109,7 @@ class Attention(nnx.Module):
     query_block = 64  # reference: rows of queries per block without a cache; 0: one block
     flash_block = 128  # flash: queries and keys per block
     kernel_interpret = False  # splash: run the Pallas kernel in its interpreter (tests off TPU)
+    context_parallel: tuple[str, str] | None = None  # (method, order): ``split_sequence``
 
     def __init__(
         self,
@@ -233,6 +243,29 @@ class Attention(nnx.Module):
         """The score stages (and ``attend``) this layer's class overrides."""
         return overridden_stages(type(self))
 
+    def split_sequence(self, method: str, order: str) -> None:
+        """Attend over sequences split along the ``context`` mesh axis with ``method`` (ring or
+        all_gather) in ``order``'s layout (``theseus.core.sharding.sequence``). Refused, in
+        one line, for a layer whose blocks the flash kernel cannot compute."""
+        if method not in METHODS:
+            raise ModelError(
+                f"sharding.context_attention={method!r}: expected one of {', '.join(METHODS)}"
+            )
+        if self.implementation not in ("auto", "flash"):
+            raise ModelError(
+                f"model.attention={self.implementation} cannot compute the blocks of "
+                "context-parallel attention (sharding.context > 1 merges blocks by their "
+                "logsumexp, which the flash kernel returns): use model.attention=flash or auto"
+            )
+        stages = self.overridden_stages()
+        if stages:
+            raise ModelError(
+                f"sharding.context > 1 runs the flash kernel's causal, document and window "
+                f"mask, but {type(self).__name__} overrides Attention.{stages[0]}: use "
+                "sharding.context=1 for this layer"
+            )
+        self.context_parallel = (method, order)
+
     def implementation_for(
         self, seq_len: int, platform: str | None = None, device_kind: str = ""
     ) -> str:
@@ -252,8 +285,11 @@ class Attention(nnx.Module):
 
     def plan(self, seq_len: int, platform: str | None = None, device_kind: str = "") -> str:
         """Choose, once, the kernel this layer runs over ``seq_len`` tokens on ``platform``
-        (a chip of ``device_kind``); kept on the layer (a static part of the model)."""
+        (a chip of ``device_kind``); kept on the layer (a static part of the model). The name
+        returned is what a training step runs: ``ring/flash`` when the sequence is split."""
         self.kernel = self.implementation_for(seq_len, platform, device_kind)
+        if self.context_parallel is not None:  # in a split step: ring (or all_gather) of flash
+            return f"{self.context_parallel[0]}/flash"
         return self.kernel
 
     def attend_self(
@@ -263,7 +299,21 @@ class Attention(nnx.Module):
 
         The kernels implement this class's ``mask`` (causal, per document, sliding window)
         with query and key positions 0..T-1, which is what ``info`` holds without a cache.
+        Split over ``context``, positions come from the sequence layout instead.
         """
+        if self.context_parallel is not None and axis_size(CONTEXT_AXIS) > 1:
+            method, order = self.context_parallel
+            return context_attention(
+                q_BxHxTxK,
+                k_BxGxTxK,
+                v_BxGxTxK,
+                info.q_segment,
+                info.k_segment,
+                method=method,
+                order=order,
+                window=self.sliding_window,
+                block=self.flash_block,
+            )
         name = self.kernel or self.plan(q_BxHxTxK.shape[2])
         if name == "reference":
             return self.attend_in_blocks(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info)

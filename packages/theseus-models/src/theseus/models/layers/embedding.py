@@ -5,7 +5,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.sharding.rules import CONTEXT_AXIS
 from theseus.models.layers.linear import param
+from theseus.models.layers.mesh_axes import axis_size
 
 
 class Embedding(nnx.Module):
@@ -28,6 +30,9 @@ class Embedding(nnx.Module):
     def attend(self, x_BxTxD: jax.Array) -> jax.Array:
         """Logits against every row, accumulated and returned in float32."""
         table = self.embedding[...].astype(self.dtype)
+        if axis_size(CONTEXT_AXIS) > 1:  # the sequence is split: keep (batch, sequence) apart
+            dims = (((2,), (1,)), ((), ()))
+            return jax.lax.dot_general(x_BxTxD, table, dims, preferred_element_type=jnp.float32)
         x_NxD = x_BxTxD.reshape(-1, x_BxTxD.shape[-1])
         dims = (((1,), (1,)), ((), ()))
         logits = jax.lax.dot_general(x_NxD, table, dims, preferred_element_type=jnp.float32)

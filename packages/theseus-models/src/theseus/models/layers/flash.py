@@ -16,6 +16,13 @@ gradients), never NaN. Lengths that are not a multiple of the block size are pad
 
 Shapes: B batch, H query heads, G kv heads (H = G * R; query head h uses kv head h // R),
 T queries, S keys, K head_dim; Q = block_q, C = block_k; nq, nk the numbers of blocks.
+
+The pieces are public for kernels that walk key blocks held elsewhere (context-parallel ring
+attention, ``layers/context_attention.py``): ``accumulate`` continues the online softmax of
+every query row (a :class:`Partial`) over one more run of keys, ``finish`` turns it into the
+output and the logsumexp, and ``pair_gradients`` is the backward of one (queries, keys) pair
+given the final logsumexp. ``shift`` places the queries against the keys: query row r sits at
+position ``shift + r`` when key column c sits at ``c`` (0 for self-attention).
 """
 
 from __future__ import annotations
@@ -76,23 +83,31 @@ def pad_axis(x: jax.Array, axis: int, length: int, value: int) -> jax.Array:
     return jnp.pad(x, widths, constant_values=value)
 
 
-def _key_range(blocks: Blocks, i: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The key blocks [first, end) query block ``i`` can see through causality and window."""
+def _key_range(blocks: Blocks, i: jax.Array, shift: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The key blocks [first, end) query block ``i`` can see through causality and window
+    (empty, first >= end, when every key is after its queries or out of their window)."""
     first, end = jnp.int32(0), jnp.int32(blocks.nk)
     if blocks.causal:
-        end = jnp.minimum(end, ((i + 1) * blocks.q + blocks.k - 1) // blocks.k)
+        last_query = shift + (i + 1) * blocks.q - 1  # floor divisions: shift may be negative
+        end = jnp.clip(last_query // blocks.k + 1, 0, blocks.nk)
         if blocks.window:
-            first = jnp.maximum(first, (i * blocks.q - blocks.window + 1) // blocks.k)
+            first_seen = shift + i * blocks.q - blocks.window + 1
+            first = jnp.clip(first_seen // blocks.k, 0, blocks.nk)
     return first, end
 
 
 def _allowed(
-    blocks: Blocks, i: jax.Array, j: jax.Array, q_seg_BxQ: jax.Array, k_seg_BxC: jax.Array
+    blocks: Blocks,
+    i: jax.Array,
+    j: jax.Array,
+    q_seg_BxQ: jax.Array,
+    k_seg_BxC: jax.Array,
+    shift: jax.Array,
 ) -> jax.Array:
     """Which (query, key) pairs of blocks (i, j) the mask keeps, Bx1x1xQxC."""
     allowed_BxQxC = q_seg_BxQ[:, :, None] == k_seg_BxC[:, None, :]
     if blocks.causal:
-        q_pos = i * blocks.q + jnp.arange(blocks.q, dtype=jnp.int32)[:, None]
+        q_pos = shift + i * blocks.q + jnp.arange(blocks.q, dtype=jnp.int32)[:, None]
         k_pos = j * blocks.k + jnp.arange(blocks.k, dtype=jnp.int32)[None, :]
         allowed_BxQxC &= (k_pos <= q_pos)[None]
         if blocks.window:
@@ -122,25 +137,48 @@ def _scores(q_BxGxRxQxK: jax.Array, k_BxGxCxK: jax.Array) -> jax.Array:
     )
 
 
-def _forward(
+class Partial(NamedTuple):
+    """The online softmax of every query row so far: running maximum ``row_max`` and sum of
+    exponentials ``row_sum`` (BxGxRxT), and the unnormalised output ``acc`` (BxGxRxTxK),
+    float32."""
+
+    row_max: jax.Array
+    row_sum: jax.Array
+    acc: jax.Array
+
+    @classmethod
+    def empty(cls, B: int, G: int, R: int, T: int, K: int) -> Partial:
+        rows = (B, G, R, T)
+        return cls(
+            jnp.full(rows, NEG_INF, jnp.float32),
+            jnp.zeros(rows, jnp.float32),
+            jnp.zeros((*rows, K), jnp.float32),
+        )
+
+
+def accumulate(
     blocks: Blocks,
+    running: Partial,
     q_BxGxRxTxK: jax.Array,
     k_BxGxSxK: jax.Array,
     v_BxGxSxK: jax.Array,
     q_seg_BxT: jax.Array,
     k_seg_BxS: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-    """Output BxGxRxTxK and the per-row logsumexp BxGxRxT (+inf for rows that see nothing)."""
-    B, G, R, _, K = q_BxGxRxTxK.shape
+    shift: jax.Array | int = 0,
+) -> Partial:
+    """``running`` continued over these keys. T and S are whole blocks (``pad_axis`` with the
+    ``PAD_Q``/``PAD_K`` segment ids), q is already scaled by 1 / sqrt(K)."""
+    shift = jnp.asarray(shift, jnp.int32)
 
     def query_block(_, xs):
-        i, q_BxGxRxQxK, q_seg_BxQ = xs
+        i, q_BxGxRxQxK, q_seg_BxQ, m_BxGxRxQ, l_BxGxRxQ, acc_BxGxRxQxK = xs
 
         def key_block(j, carry):
             m_BxGxRxQ, l_BxGxRxQ, acc_BxGxRxQxK = carry
             k_BxGxCxK = _key_block(k_BxGxSxK, j, blocks.k, 2)
             v_BxGxCxK = _key_block(v_BxGxSxK, j, blocks.k, 2)
-            allowed = _allowed(blocks, i, j, q_seg_BxQ, _key_block(k_seg_BxS, j, blocks.k, 1))
+            k_seg_BxC = _key_block(k_seg_BxS, j, blocks.k, 1)
+            allowed = _allowed(blocks, i, j, q_seg_BxQ, k_seg_BxC, shift)
             s_BxGxRxQxC = jnp.where(allowed, _scores(q_BxGxRxQxK, k_BxGxCxK), NEG_INF)
             m_new = jnp.maximum(m_BxGxRxQ, s_BxGxRxQxC.max(-1))
             p_BxGxRxQxC = jnp.where(allowed, jnp.exp(s_BxGxRxQxC - m_new[..., None]), 0.0)
@@ -154,26 +192,43 @@ def _forward(
             )
             return m_new, l_new, acc_BxGxRxQxK * rescale[..., None] + pv
 
-        init = (
-            jnp.full((B, G, R, blocks.q), NEG_INF, jnp.float32),
-            jnp.zeros((B, G, R, blocks.q), jnp.float32),
-            jnp.zeros((B, G, R, blocks.q, K), jnp.float32),
-        )
-        first, end = _key_range(blocks, i)
-        m_BxGxRxQ, l_BxGxRxQ, acc_BxGxRxQxK = jax.lax.fori_loop(first, end, key_block, init)
-        seen = l_BxGxRxQ > 0
-        l_safe = jnp.where(seen, l_BxGxRxQ, 1.0)
-        out = acc_BxGxRxQxK / l_safe[..., None]
-        lse = jnp.where(seen, m_BxGxRxQ + jnp.log(l_safe), jnp.inf)
-        return None, (out.astype(q_BxGxRxQxK.dtype), lse)
+        first, end = _key_range(blocks, i, shift)
+        init = (m_BxGxRxQ, l_BxGxRxQ, acc_BxGxRxQxK)
+        return None, jax.lax.fori_loop(first, end, key_block, init)
 
     xs = (
         jnp.arange(blocks.nq, dtype=jnp.int32),
         _query_blocks(q_BxGxRxTxK, blocks, 3),
         _query_blocks(q_seg_BxT, blocks, 1),
+        *(_query_blocks(x, blocks, 3) for x in running),
     )
-    _, (out, lse) = jax.lax.scan(query_block, None, xs)
-    return _unblock(out, 3), _unblock(lse, 3)
+    _, blocked = jax.lax.scan(query_block, None, xs)
+    return Partial(*(_unblock(x, 3) for x in blocked))
+
+
+def finish(running: Partial, dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
+    """Output BxGxRxTxK (in ``dtype``) and the per-row logsumexp BxGxRxT (+inf for rows that
+    saw no key: their output is 0 and ``exp(s - lse)`` gives them no gradient)."""
+    seen = running.row_sum > 0
+    sum_safe = jnp.where(seen, running.row_sum, 1.0)
+    out = running.acc / sum_safe[..., None]
+    lse = jnp.where(seen, running.row_max + jnp.log(sum_safe), jnp.inf)
+    return out.astype(dtype), lse
+
+
+def _forward(
+    blocks: Blocks,
+    q_BxGxRxTxK: jax.Array,
+    k_BxGxSxK: jax.Array,
+    v_BxGxSxK: jax.Array,
+    q_seg_BxT: jax.Array,
+    k_seg_BxS: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """Output BxGxRxTxK and the per-row logsumexp BxGxRxT (+inf for rows that see nothing)."""
+    B, G, R, T, K = q_BxGxRxTxK.shape
+    running = Partial.empty(B, G, R, T, K)
+    running = accumulate(blocks, running, q_BxGxRxTxK, k_BxGxSxK, v_BxGxSxK, q_seg_BxT, k_seg_BxS)
+    return finish(running, q_BxGxRxTxK.dtype)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -201,16 +256,35 @@ def _flash_fwd(
     return out, (q, k, v, q_seg, k_seg, out, lse)
 
 
-def _flash_bwd(blocks: Blocks, residuals: tuple, dout_BxGxRxTxK: jax.Array) -> tuple:
-    """One pass over the query blocks; within each, over the key blocks it sees.
-
-    With p = exp(s - lse) the block's probabilities and D = rowsum(dout * out):
-    dv += p^T dout, dp = dout v^T, ds = p * (dp - D), dq += ds k, dk += ds^T q.
-    dq of a query block is finished in its own loop; dk and dv accumulate in the carry.
-    """
-    q_BxGxRxTxK, k_BxGxSxK, v_BxGxSxK, q_seg_BxT, k_seg_BxS, out_BxGxRxTxK, lse_BxGxRxT = residuals
+def row_dot(dout_BxGxRxTxK: jax.Array, out_BxGxRxTxK: jax.Array) -> jax.Array:
+    """D = rowsum(dout * out), BxGxRxT in float32: the softmax backward's correction."""
     f32 = jnp.float32
-    delta_BxGxRxT = jnp.sum(dout_BxGxRxTxK.astype(f32) * out_BxGxRxTxK.astype(f32), axis=-1)
+    return jnp.sum(dout_BxGxRxTxK.astype(f32) * out_BxGxRxTxK.astype(f32), axis=-1)
+
+
+def pair_gradients(
+    blocks: Blocks,
+    q_BxGxRxTxK: jax.Array,
+    k_BxGxSxK: jax.Array,
+    v_BxGxSxK: jax.Array,
+    q_seg_BxT: jax.Array,
+    k_seg_BxS: jax.Array,
+    dout_BxGxRxTxK: jax.Array,
+    lse_BxGxRxT: jax.Array,
+    delta_BxGxRxT: jax.Array,
+    shift: jax.Array | int = 0,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(dq, dk, dv) in float32 of these queries against these keys, given the rows' final
+    logsumexp ``lse`` and ``delta`` = ``row_dot(dout, out)`` over every key they saw.
+
+    One pass over the query blocks; within each, over the key blocks it sees. With
+    p = exp(s - lse) the block's probabilities: dv += p^T dout, dp = dout v^T,
+    ds = p * (dp - delta), dq += ds k, dk += ds^T q. dq of a query block is finished in its
+    own loop; dk and dv accumulate in the carry. Summed over every key set a row saw, these
+    are the gradients of the whole attention (the softmax normaliser is ``lse``'s).
+    """
+    f32 = jnp.float32
+    shift = jnp.asarray(shift, jnp.int32)
 
     def query_block(carry, xs):
         i, q_BxGxRxQxK, q_seg_BxQ, dout_BxGxRxQxK, lse_BxGxRxQ, delta_BxGxRxQ = xs
@@ -219,7 +293,8 @@ def _flash_bwd(blocks: Blocks, residuals: tuple, dout_BxGxRxTxK: jax.Array) -> t
             dq_BxGxRxQxK, dk_BxGxSxK, dv_BxGxSxK = inner
             k_BxGxCxK = _key_block(k_BxGxSxK, j, blocks.k, 2)
             v_BxGxCxK = _key_block(v_BxGxSxK, j, blocks.k, 2)
-            allowed = _allowed(blocks, i, j, q_seg_BxQ, _key_block(k_seg_BxS, j, blocks.k, 1))
+            k_seg_BxC = _key_block(k_seg_BxS, j, blocks.k, 1)
+            allowed = _allowed(blocks, i, j, q_seg_BxQ, k_seg_BxC, shift)
             s_BxGxRxQxC = _scores(q_BxGxRxQxK, k_BxGxCxK)
             p_BxGxRxQxC = jnp.where(allowed, jnp.exp(s_BxGxRxQxC - lse_BxGxRxQ[..., None]), 0.0)
             dp_BxGxRxQxC = jnp.einsum(
@@ -248,10 +323,10 @@ def _flash_bwd(blocks: Blocks, residuals: tuple, dout_BxGxRxTxK: jax.Array) -> t
             dv_BxGxSxK = _add_block(dv_BxGxSxK, dv_BxGxCxK, j, blocks.k)
             return dq_BxGxRxQxK, dk_BxGxSxK, dv_BxGxSxK
 
-        first, end = _key_range(blocks, i)
+        first, end = _key_range(blocks, i, shift)
         dq = jnp.zeros(q_BxGxRxQxK.shape, f32)
         dq, dk, dv = jax.lax.fori_loop(first, end, key_block, (dq, *carry))
-        return (dk, dv), dq.astype(q_BxGxRxQxK.dtype)
+        return (dk, dv), dq
 
     zeros = jnp.zeros(k_BxGxSxK.shape, f32)
     xs = (
@@ -263,8 +338,26 @@ def _flash_bwd(blocks: Blocks, residuals: tuple, dout_BxGxRxTxK: jax.Array) -> t
         _query_blocks(delta_BxGxRxT, blocks, 3),
     )
     (dk, dv), dq = jax.lax.scan(query_block, (zeros, zeros), xs)
+    return _unblock(dq, 3), dk, dv
+
+
+def _flash_bwd(blocks: Blocks, residuals: tuple, dout_BxGxRxTxK: jax.Array) -> tuple:
+    """The gradients of the one (queries, keys) pair: ``pair_gradients`` at shift 0."""
+    q_BxGxRxTxK, k_BxGxSxK, v_BxGxSxK, q_seg_BxT, k_seg_BxS, out_BxGxRxTxK, lse_BxGxRxT = residuals
+    delta_BxGxRxT = row_dot(dout_BxGxRxTxK, out_BxGxRxTxK)
+    dq, dk, dv = pair_gradients(
+        blocks,
+        q_BxGxRxTxK,
+        k_BxGxSxK,
+        v_BxGxSxK,
+        q_seg_BxT,
+        k_seg_BxS,
+        dout_BxGxRxTxK,
+        lse_BxGxRxT,
+        delta_BxGxRxT,
+    )
     return (
-        _unblock(dq, 3),
+        dq.astype(q_BxGxRxTxK.dtype),
         dk.astype(k_BxGxSxK.dtype),
         dv.astype(v_BxGxSxK.dtype),
         None,

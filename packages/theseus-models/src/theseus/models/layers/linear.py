@@ -7,6 +7,24 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.sharding.rules import CONTEXT_AXIS
+from theseus.models.layers.mesh_axes import axis_size
+
+
+def contract(x: jax.Array, kernel: jax.Array, n_in: int) -> jax.Array:
+    """``y[..., out] = sum_in x[..., in] * kernel[in, out]`` over the last ``n_in`` axes of x.
+
+    As one 2-D matmul (N x in) @ (in x out): the reshapes are free, and XLA then needs no
+    activation transposes for the kernel gradient (a 3-D dot_general gets several). Except
+    when the sequence is split over ``context``: merging the batch and sequence axes would
+    gather the sequence onto every device, so the leading axes stay apart.
+    """
+    if axis_size(CONTEXT_AXIS) > 1:
+        dims = ((tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in))), ((), ()))
+        return jax.lax.dot_general(x, kernel, dims)
+    lead, out_shape = x.shape[: x.ndim - n_in], kernel.shape[n_in:]
+    x2 = x.reshape(math.prod(lead), -1)
+    return (x2 @ kernel.reshape(x2.shape[1], -1)).reshape(*lead, *out_shape)
 
 
 def param(value: jax.Array, axes: tuple[str | None, ...]) -> nnx.Param:
@@ -41,13 +59,7 @@ class Linear(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        # As one 2-D matmul (N x in) @ (in x out): the reshapes are free, and XLA then needs no
-        # activation transposes for the kernel gradient (a 3-D dot_general gets several).
-        n = self.n_in
-        kernel = self.kernel[...].astype(self.dtype)
-        lead, out_shape = x.shape[: x.ndim - n], kernel.shape[n:]
-        x2 = x.astype(self.dtype).reshape(math.prod(lead), -1)
-        y = (x2 @ kernel.reshape(x2.shape[1], -1)).reshape(*lead, *out_shape)
+        y = contract(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.n_in)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y

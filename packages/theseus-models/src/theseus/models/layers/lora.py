@@ -23,8 +23,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from theseus.core.adapters import Adapter, LayerIndex, current_dropout_key
+from theseus.core.sharding.rules import CONTEXT_AXIS
 from theseus.models.errors import ModelError
-from theseus.models.layers.linear import Linear
+from theseus.models.layers.linear import Linear, contract
+from theseus.models.layers.mesh_axes import axis_size
 
 GROUPS = {"attention": "attention", "mlp": "mlp"}  # a group name: every linear layer under it
 NOT_IN_GROUPS = ("router",)  # a MoE router is adapted only when named: it is not a projection
@@ -69,6 +71,9 @@ class LoRALinear(Linear):
         y = super().__call__(x)
         n, dtype = self.n_in, self.dtype
         a, b = self.lora_a[...].astype(dtype), self.lora_b[...].astype(dtype)
+        if axis_size(CONTEXT_AXIS) > 1:  # the sequence is split: keep (batch, sequence) apart
+            delta = contract(contract(self.drop(x.astype(dtype)), a, n), b, 1)
+            return y + (self.scale * delta).astype(y.dtype)
         lead = x.shape[: x.ndim - n]
         x2 = self.drop(x.astype(dtype).reshape(math.prod(lead), -1))
         delta = (x2 @ a.reshape(x2.shape[1], -1)) @ b.reshape(a.shape[-1], -1)

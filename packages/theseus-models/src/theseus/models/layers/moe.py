@@ -19,26 +19,51 @@ each token gathers its k outputs back and sums them weighted by its router weigh
 * with a capacity (``capacity_factor > 0``): every expert owns ``capacity`` rows, claimed by
   first choices first, then in token order; assignments past it are dropped (their output
   is zero) and the fraction reported. Padding tokens claim no row.
+
+On a mesh (inside a training step) the tokens are routed where they are: with the experts
+split over ``expert``, or for the dropless layer whenever the mesh splits the tokens, each
+device routes its own through ``layers/expert_parallel.py`` (``routes_per_device``), which
+runs the same buffer layouts (``layers/expert_rows.py``) per device.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.sharding.rules import BATCH_AXES, CONTEXT_AXIS, EXPERT_AXIS
 from theseus.models.errors import ModelError
+from theseus.models.layers.expert_parallel import expert_parallel
+from theseus.models.layers.expert_rows import (
+    GROUPINGS,
+    MAX_TILE,
+    PAD_SHARE,
+    Matmul,
+    assign_rows,
+    combine,
+    dropless_tile,
+    expert_capacity,
+    grouped_tiles,
+    routed_rows,
+    routing_stats,
+    swiglu_experts,
+    tile_matmul,
+)
 from theseus.models.layers.linear import Linear, param
+from theseus.models.layers.mesh_axes import axis_size
 from theseus.models.layers.mlp import SwiGLU
 
-MAX_TILE = 512  # rows per tile in the dropless layout, at most
-PAD_SHARE = 8  # the tiles' padding adds at most 1 / PAD_SHARE of the routed rows
-GROUPINGS = ("tiles", "ragged_dot")  # how the dropless layout multiplies with its experts
-
-Matmul = Callable[[jax.Array, jax.Array], jax.Array]  # (rows, w_ExIxO) -> rows x O
+__all__ = [  # the buffer layouts live in expert_rows; these names stay importable from here
+    "GROUPINGS",
+    "MAX_TILE",
+    "PAD_SHARE",
+    "MoE",
+    "assign_rows",
+    "dropless_tile",
+    "grouped_tiles",
+    "load_balancing_loss",
+    "tile_matmul",
+]
 
 
 def load_balancing_loss(
@@ -52,75 +77,6 @@ def load_balancing_loss(
     E = counts_E.shape[-1]
     n = jnp.maximum(n_tokens, 1.0)
     return E * jnp.sum((counts_E / n) * (prob_sums_E / n))
-
-
-def dropless_tile(assignments: int, n_experts: int) -> int:
-    """Rows per tile: the largest power of two <= assignments / (PAD_SHARE E), in [1, MAX_TILE].
-
-    Padding each of the E groups to whole tiles adds fewer than E x tile rows, at most
-    1 / PAD_SHARE of the assignments; smaller tiles pad less but gather more weight copies
-    (one per tile).
-    """
-    tile = max(1, assignments // (PAD_SHARE * n_experts))
-    return min(1 << (tile.bit_length() - 1), MAX_TILE)
-
-
-def grouped_tiles(assignments: int, n_experts: int, tile: int) -> int:
-    """Tiles enough for any split of ``assignments`` rows into ``n_experts`` padded groups."""
-    return (assignments + n_experts * (tile - 1)) // tile
-
-
-def assign_rows(
-    expert_M: jax.Array, keep_M: jax.Array, n_experts: int, tile: int, capacity: int | None
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Buffer rows of the M assignments, grouped by expert, in assignment order within one.
-
-    ``expert_M``: each assignment's expert; ``keep_M``: whether it asks for a row at all.
-    Returns ``row_M`` (the assignment's row; the buffer size where it has none), ``kept_M``,
-    ``tile_expert_G`` (the expert of each tile of ``tile`` rows) and ``sizes_E`` (rows asked
-    of each expert). Dropless (``capacity`` None): the groups follow each other, each padded
-    to whole tiles (``tile=1``: no padding). With a capacity: expert e owns the rows
-    ``[e C, (e + 1) C)`` (``tile`` = C) and the assignments ranked past C are dropped.
-    """
-    E = n_experts
-    M = expert_M.shape[0]
-    key_M = jnp.where(keep_M, expert_M, E).astype(jnp.int32)  # E: no row, sorted last
-    order_M = jnp.argsort(key_M, stable=True)  # sorted position -> assignment
-    position_M = jnp.zeros((M,), jnp.int32).at[order_M].set(jnp.arange(M, dtype=jnp.int32))
-    sizes_E = jnp.zeros((E + 1,), jnp.int32).at[key_M].add(1)[:E]
-    starts_E = jnp.cumsum(sizes_E) - sizes_E
-    rank_M = position_M - jnp.concatenate([starts_E, jnp.array([M], jnp.int32)])[key_M]
-    if capacity is None:
-        G = grouped_tiles(M, E, tile)
-        tiles_E = (sizes_E + tile - 1) // tile
-        tile_ends_E = jnp.cumsum(tiles_E)
-        first_tile_M = jnp.concatenate([tile_ends_E - tiles_E, jnp.array([G], jnp.int32)])[key_M]
-        kept_M = keep_M
-        row_M = tile * first_tile_M + rank_M
-        tiles_G = jnp.arange(G, dtype=jnp.int32)
-        tile_expert_G = jnp.minimum(jnp.searchsorted(tile_ends_E, tiles_G, side="right"), E - 1)
-    else:
-        G = E
-        kept_M = keep_M & (rank_M < capacity)
-        row_M = key_M * capacity + rank_M
-        tile_expert_G = jnp.arange(E, dtype=jnp.int32)
-    row_M = jnp.where(kept_M, row_M, G * tile).astype(jnp.int32)
-    return row_M, kept_M, tile_expert_G.astype(jnp.int32), sizes_E
-
-
-def tile_matmul(x_GxCxI: jax.Array, w_ExIxO: jax.Array, tile_expert_G: jax.Array) -> jax.Array:
-    """``x[g] @ w[tile_expert_G[g]]`` for every tile g: a batched matmul over gathered weights.
-
-    Checkpointed: the backward pass gathers the tiles' weights again rather than keeping the
-    G x I x O copy alive (a gather, no FLOPs; the matmul itself is not redone).
-    """
-
-    @jax.checkpoint
-    def gathered(x_GxCxI: jax.Array, w_ExIxO: jax.Array, tile_expert_G: jax.Array) -> jax.Array:
-        w_GxIxO = jnp.take(w_ExIxO, tile_expert_G, axis=0, mode="clip")
-        return jnp.einsum("gci,gio->gco", x_GxCxI, w_GxIxO)
-
-    return gathered(x_GxCxI, w_ExIxO, tile_expert_G)
 
 
 class MoE(nnx.Module):
@@ -164,63 +120,76 @@ class MoE(nnx.Module):
 
     # ------------------------------------------------------------------ the stages
 
-    def route(self, x_NxD: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Router probabilities (NxE, f32), chosen experts (Nxk) and their weights (Nxk)."""
-        probs_NxE = jax.nn.softmax(self.router(x_NxD.astype(jnp.float32)), axis=-1)
-        top_w_Nxk, top_e_Nxk = jax.lax.top_k(probs_NxE, self.k)
+    def route(self, x_xD: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Router probabilities (...xE, f32), chosen experts (...xk) and their weights (...xk)
+        of tokens with any leading axes (NxD, BxTxD)."""
+        probs_xE = jax.nn.softmax(self.router(x_xD.astype(jnp.float32)), axis=-1)
+        top_w_xk, top_e_xk = jax.lax.top_k(probs_xE, self.k)
         if self.norm_topk_prob:
-            top_w_Nxk = top_w_Nxk / jnp.sum(top_w_Nxk, axis=-1, keepdims=True)
-        return probs_NxE, top_e_Nxk, top_w_Nxk
+            top_w_xk = top_w_xk / jnp.sum(top_w_xk, axis=-1, keepdims=True)
+        return probs_xE, top_e_xk, top_w_xk
+
+    def expert_weights(self) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``(w_gate, w_up, w_down)`` (ExDxF, ExDxF, ExFxD) in the compute dtype."""
+        return tuple(w[...].astype(self.dtype) for w in (self.w_gate, self.w_up, self.w_down))
 
     def expert_ffn(self, x: jax.Array, matmul: Matmul) -> jax.Array:
         """The experts' SwiGLU on their rows; ``matmul(x, w_ExIxO)`` picks each row's expert."""
-        dt = self.dtype
-        gate = matmul(x, self.w_gate[...].astype(dt))
-        up = matmul(x, self.w_up[...].astype(dt))
-        return matmul(jax.nn.silu(gate) * up, self.w_down[...].astype(dt))
+        return swiglu_experts(x, self.expert_weights(), matmul)
+
+    def capacity(self, assignments: int) -> int | None:
+        """Rows each expert owns for ``assignments`` (token, expert) pairs; None: dropless."""
+        if self.capacity_factor <= 0:
+            return None
+        return expert_capacity(self.capacity_factor, assignments, self.n_experts)
 
     def experts(
         self, x_NxD: jax.Array, top_e_Nxk: jax.Array, top_w_Nxk: jax.Array, valid_N: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
         """The weighted sum of the chosen experts' outputs, and the fraction of assignments dropped."""
-        E, k = self.n_experts, self.k
-        N, D = x_NxD.shape
-        M = N * k
+        N, k = x_NxD.shape[0], self.k
+        capacity = self.capacity(N * k)
         # Assignments in k-major order (all first choices, then all second, ...): with a
         # capacity, the order in which they claim their expert's rows.
-        expert_M = top_e_Nxk.T.reshape(M)
+        expert_M = top_e_Nxk.T.reshape(N * k)
         token_M = jnp.tile(jnp.arange(N, dtype=jnp.int32), k)
-        if self.capacity_factor > 0:
-            capacity = max(1, math.ceil(self.capacity_factor * M / E))
-            tile = capacity
-            keep_M = jnp.tile(valid_N, k)  # padding tokens claim no row
-        else:  # dropless: every assignment gets a row, padding tokens' too
-            capacity = None
-            tile = 1 if self.grouping == "ragged_dot" else dropless_tile(M, E)
-            keep_M = jnp.ones((M,), bool)
-        row_M, kept_M, tile_expert_G, sizes_E = assign_rows(expert_M, keep_M, E, tile, capacity)
-        G = tile_expert_G.shape[0]
-        token_P = jnp.full((G * tile,), N, jnp.int32).at[row_M].set(token_M, mode="drop")
-        x_PxD = jnp.take(x_NxD.astype(self.dtype), token_P, axis=0, mode="fill", fill_value=0)
-        if capacity is not None:  # expert e's C rows are tile e
-            matmul: Matmul = partial(jnp.einsum, "eci,eio->eco")
-            y_PxD = self.expert_ffn(x_PxD.reshape(E, tile, D), matmul).reshape(-1, D)
-        elif self.grouping == "ragged_dot":  # rows sorted by expert, sizes_E of each
-            matmul = partial(jax.lax.ragged_dot, group_sizes=sizes_E)
-            y_PxD = self.expert_ffn(x_PxD, matmul)
-        else:
-            matmul = partial(tile_matmul, tile_expert_G=tile_expert_G)
-            y_PxD = self.expert_ffn(x_PxD.reshape(G, tile, D), matmul).reshape(-1, D)
-        y_MxD = jnp.take(y_PxD, row_M, axis=0, mode="fill", fill_value=0)
-        w_kxN = top_w_Nxk.T.astype(self.dtype)
-        y_NxD = jnp.einsum("knd,kn->nd", y_MxD.reshape(k, N, D), w_kxN)
+        # dropless: every assignment gets a row, padding tokens' too; with a capacity,
+        # padding tokens claim none
+        keep_M = jnp.ones((N * k,), bool) if capacity is None else jnp.tile(valid_N, k)
+        y_MxD, kept_M = routed_rows(
+            x_NxD.astype(self.dtype),
+            token_M,
+            expert_M,
+            keep_M,
+            self.expert_weights(),
+            capacity=capacity,
+            grouping=self.grouping,
+        )
+        y_NxD = combine(y_MxD, top_w_Nxk.astype(self.dtype))
         if capacity is None:
             return y_NxD, jnp.zeros((), jnp.float32)
         dropped = 1.0 - jnp.sum(kept_M) / jnp.maximum(jnp.sum(keep_M), 1)
         return y_NxD, dropped.astype(jnp.float32)
 
-    def shared(self, x_NxD: jax.Array) -> jax.Array | None:
-        return None if self.shared_expert is None else self.shared_expert(x_NxD)
+    def routes_per_device(self) -> bool:
+        """Whether each device routes its own tokens (``layers/expert_parallel.py``): when the
+        experts are split over ``expert``, and for the dropless layer whenever the mesh splits
+        the tokens (each token's output does not depend on the others', so routing them where
+        they are is the same layer without gathering the batch). A capacity counts over the
+        whole batch, so without ``expert`` that layer keeps one routing for all."""
+        if axis_size(EXPERT_AXIS) > 1:
+            if type(self).experts is not MoE.experts:
+                raise ModelError(
+                    f"sharding.expert={axis_size(EXPERT_AXIS)}: {type(self).__name__} overrides "
+                    "MoE.experts, and expert parallelism runs MoE's own routed computation"
+                )
+            return True
+        split = any(axis_size(a) > 1 for a in (*BATCH_AXES, CONTEXT_AXIS))
+        own = type(self).experts is MoE.experts
+        return split and own and self.capacity_factor <= 0
+
+    def shared(self, x_xD: jax.Array) -> jax.Array | None:
+        return None if self.shared_expert is None else self.shared_expert(x_xD)
 
     # ------------------------------------------------------------------ the forward
 
@@ -229,24 +198,27 @@ class MoE(nnx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """The layer's output and its routing statistics over the valid tokens (plain arrays:
         ``counts`` (E) assignments per expert, ``prob_sums`` (E) router probability sums,
-        ``tokens``, ``drop_fraction``)."""
+        ``tokens``, ``drop_fraction``). Batch and sequence axes stay apart until the experts
+        (merging them would gather a sequence split over ``context``)."""
         B, T, D = x_BxTxD.shape
-        x_NxD = x_BxTxD.reshape(B * T, D)
-        valid_N = jnp.ones((B * T,), bool) if valid_BxT is None else valid_BxT.reshape(-1)
-        probs_NxE, top_e_Nxk, top_w_Nxk = self.route(x_NxD)
-        y_NxD, dropped = self.experts(x_NxD, top_e_Nxk, top_w_Nxk, valid_N)
-        shared = self.shared(x_NxD)
+        valid_BxT = jnp.ones((B, T), bool) if valid_BxT is None else valid_BxT
+        if self.routes_per_device():  # tokens stay on their device or travel to their experts
+            y_BxTxD, stats = expert_parallel(self, x_BxTxD, valid_BxT)
+        else:
+            probs_BxTxE, top_e_BxTxk, top_w_BxTxk = self.route(x_BxTxD)
+            N, k = B * T, self.k
+            y_NxD, dropped = self.experts(
+                x_BxTxD.reshape(N, D),
+                top_e_BxTxk.reshape(N, k),
+                top_w_BxTxk.reshape(N, k),
+                valid_BxT.reshape(N),
+            )
+            y_BxTxD = y_NxD.reshape(B, T, D)
+            stats = routing_stats(probs_BxTxE, top_e_BxTxk, valid_BxT, self.n_experts, dropped)
+        shared = self.shared(x_BxTxD)
         if shared is not None:
-            y_NxD = y_NxD + shared
-        v_N = valid_N.astype(jnp.float32)
-        counts_E = jnp.zeros((self.n_experts,), jnp.float32)
-        stats = {
-            "counts": counts_E.at[top_e_Nxk.reshape(-1)].add(jnp.repeat(v_N, self.k)),
-            "prob_sums": jnp.sum(probs_NxE * v_N[:, None], axis=0),
-            "tokens": jnp.sum(v_N),
-            "drop_fraction": dropped,
-        }
-        return y_NxD.reshape(B, T, D).astype(self.dtype), stats
+            y_BxTxD = y_BxTxD + shared
+        return y_BxTxD.astype(self.dtype), stats
 
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         return self.forward_with_stats(x_BxTxD)[0]

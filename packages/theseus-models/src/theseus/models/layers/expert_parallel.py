@@ -1,0 +1,202 @@
+"""Expert parallelism: a mixture's experts split over the ``expert`` mesh axis, tokens sent to
+them and back with ``jax.lax.all_to_all`` inside ``jax.shard_map``.
+
+Each of the P devices of ``expert`` holds E / P experts (contiguous: device p has experts
+``[p E/P, (p + 1) E/P)``) and, since ``expert`` also splits the batch, its own tokens. The
+router runs on every device's tokens as usual; then, per device:
+
+1. its n x k assignments are packed into a send buffer, one slab per destination device;
+2. ``all_to_all`` delivers slab p to device p, which now holds the rows every device sent to
+   its experts;
+3. those rows go through :func:`theseus.models.layers.moe.routed_rows`, the layer's own routed
+   computation (dropless tiles, ``ragged_dot`` or capacity), unchanged, with the local experts;
+4. a second ``all_to_all`` returns every row's output to the device its token lives on, which
+   sums each token's k outputs with its router weights.
+
+Buffers have static shapes, so what one device may send to another is bounded:
+
+* dropless (``capacity_factor=0``): a slab holds every assignment of the sender (all of them
+  may choose experts of one device), so nothing is ever dropped and the result equals the
+  single-device layer; the price is buffers of P x (n k) rows on the receiving side, and on
+  backends where padding rows are computed (the ``tiles`` grouping everywhere, ``ragged_dot``
+  off TPU) up to P times the routed expert FLOPs. ``ragged_dot`` on TPU computes the rows
+  that arrived only.
+* with a capacity (``capacity_factor`` > 0): each device applies the layer's capacity rule to
+  its own tokens (each expert takes at most ``ceil(f n k / E)`` of them, first choices first,
+  then in token order) and sends exactly those rows: buffers and FLOPs are the capacity's,
+  as in GShard. Drops are decided per device, so they equal the single-device layer run on
+  each device's tokens separately (not on the whole batch at once); the reported drop
+  fraction is over every token.
+
+With ``expert`` of size 1 (a dropless layer whose tokens the mesh splits) there is nothing to
+exchange: each device runs the layer's own computation on its own tokens, which spares the
+whole-batch sort a single routing over a split batch would need.
+
+Expert weights sharded over ``fsdp`` too are gathered before the exchange (the compiler does
+it at the ``shard_map`` boundary, and reduce-scatters their gradients); an expert hidden
+width split over ``tensor`` stays split, each device computing a partial output summed over
+``tensor``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+from theseus.core.sharding.rules import BATCH_AXES, CONTEXT_AXIS, EXPERT_AXIS
+from theseus.models.errors import ModelError
+from theseus.models.layers.expert_rows import (
+    assign_rows,
+    combine,
+    dropless_tile,
+    expert_capacity,
+    routed_rows,
+    routing_stats,
+    swiglu_experts,
+)
+from theseus.models.layers.mesh_axes import (
+    axis_size,
+    current_mesh,
+    spec,
+    tensor_axis_for,
+)
+
+
+class Plan(NamedTuple):
+    """The static shape of one device's exchange."""
+
+    devices: int  # P
+    n_experts: int  # E
+    k: int
+    capacity_factor: float
+    grouping: str
+    tensor: str | None  # the mesh axis splitting the experts' hidden width, if any
+    token_axes: tuple[str, ...]  # the mesh axes splitting the tokens
+
+
+def expert_parallel(
+    moe: Any, x_BxTxD: jax.Array, valid_BxT: jax.Array
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """``moe``'s routed experts (BxTxD) over the ``expert`` axis of the current mesh, and the
+    routing statistics of every token (``routing_stats``).
+
+    Each device routes its own tokens (``moe.route``, inside the ``shard_map``: top-k over a
+    batch split across devices would otherwise be gathered) and sums its own statistics,
+    then one all-reduce adds them up.
+    """
+    devices = axis_size(EXPERT_AXIS)
+    E = moe.n_experts
+    if E % devices:
+        raise ModelError(
+            f"sharding.expert={devices} does not divide the layer's {E} experts: "
+            "use a divisor of the expert count"
+        )
+    w_gate, w_up, w_down = moe.expert_weights()
+    tensor = tensor_axis_for(w_gate.shape[-1])
+    # every batch axis, even of size 1 (the expert weights vary over ``expert`` whatever its
+    # size, and so do the outputs computed from them)
+    names = current_mesh().axis_names
+    rows = tuple(a for a in BATCH_AXES if a in names)
+    sequence = CONTEXT_AXIS if CONTEXT_AXIS in names else None
+    tokens = (*rows, sequence) if sequence else rows
+    plan = Plan(devices, E, moe.k, float(moe.capacity_factor), moe.grouping, tensor, tokens)
+    tokens3, tokens2 = spec(rows, sequence, None), spec(rows, sequence)
+    w_in, w_out = spec(EXPERT_AXIS, None, tensor), spec(EXPERT_AXIS, tensor, None)
+    return jax.shard_map(
+        partial(_local, plan, moe.route),
+        mesh=current_mesh(),
+        in_specs=(tokens3, tokens2, w_in, w_in, w_out),
+        out_specs=(tokens3, PartitionSpec()),
+    )(x_BxTxD, valid_BxT, w_gate, w_up, w_down)
+
+
+def _exchange(plan: Plan, x: jax.Array) -> jax.Array:
+    """Slab p of the leading axis goes to device p; slab p of the result came from device p
+    (one device: nothing to send, each device routes its own tokens to its own experts)."""
+    if plan.devices == 1:
+        return x
+    return jax.lax.all_to_all(x, EXPERT_AXIS, 0, 0, tiled=True)
+
+
+def _local(plan: Plan, route, x_bxtxD, valid_bxt, w_gate, w_up, w_down):
+    b, t, D = x_bxtxD.shape
+    probs_bxtxE, top_e_bxtxk, top_w_bxtxk = route(x_bxtxD)
+    n, k, P = b * t, plan.k, plan.devices
+    local_experts = plan.n_experts // P
+    x_nxD = x_bxtxD.reshape(n, D).astype(w_gate.dtype)  # the layer's compute dtype
+    expert_M = top_e_bxtxk.reshape(n, k).T.reshape(n * k)  # k-major, as the layer orders them
+    token_M = jnp.tile(jnp.arange(n, dtype=jnp.int32), k)
+    weights = (w_gate, w_up, w_down)
+    if plan.capacity_factor > 0:
+        y_MxD, kept, asked = _with_capacity(plan, x_nxD, expert_M, token_M, valid_bxt, weights)
+    else:
+        y_MxD = _dropless(plan, x_nxD, expert_M, token_M, local_experts, weights)
+        kept = asked = jnp.zeros((), jnp.float32)
+    y_nxD = combine(y_MxD, top_w_bxtxk.reshape(n, k).astype(y_MxD.dtype))
+    if plan.tensor is not None:  # each device multiplied with its slice of the hidden width
+        y_nxD = jax.lax.psum(y_nxD, plan.tensor)
+    dropped = jnp.zeros((), jnp.float32)
+    if plan.capacity_factor > 0:
+        kept, asked = (jax.lax.psum(c, plan.token_axes) for c in (kept, asked))
+        dropped = 1.0 - kept / jnp.maximum(asked, 1.0)
+    stats = routing_stats(probs_bxtxE, top_e_bxtxk, valid_bxt, plan.n_experts, dropped)
+    summed = ("counts", "prob_sums", "tokens")
+    stats |= {name: jax.lax.psum(stats[name], plan.token_axes) for name in summed}
+    return y_nxD.reshape(b, t, D), stats
+
+
+def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights):
+    """Slabs of n k rows (room for every assignment); the receiver groups what arrives by its
+    local expert and runs the dropless layout over it."""
+    M, P = expert_M.shape[0], plan.devices
+    every = jnp.ones((M,), bool)
+    if P == 1:  # the experts are all here: the layer's own computation on these tokens
+        options = {"capacity": None, "grouping": plan.grouping}
+        return routed_rows(x_nxD, token_M, expert_M, every, weights, **options)[0]
+    peer_M = expert_M // local_experts
+    # row of each assignment in the send buffer: slab of its peer, in assignment order
+    send_M, _, _, _ = assign_rows(peer_M, every, P, M, M)
+    token_S = jnp.full((P * M,), x_nxD.shape[0], jnp.int32).at[send_M].set(token_M)
+    x_SxD = jnp.take(x_nxD, token_S, axis=0, mode="fill", fill_value=0)
+    expert_S = jnp.full((P * M,), -1, jnp.int32).at[send_M].set(expert_M % local_experts)
+    x_RxD, expert_R = _exchange(plan, x_SxD), _exchange(plan, expert_S)  # R = P M rows arrived
+    arrived_R = expert_R >= 0
+    rows = jnp.arange(P * M, dtype=jnp.int32)
+    y_RxD, _ = routed_rows(
+        x_RxD,
+        rows,
+        jnp.maximum(expert_R, 0),
+        arrived_R,
+        weights,
+        capacity=None,
+        grouping=plan.grouping,
+        tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
+    )
+    y_SxD = _exchange(plan, y_RxD)
+    return jnp.take(y_SxD, send_M, axis=0)
+
+
+def _with_capacity(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
+    """The layer's capacity rule on this device's tokens: expert e's C rows are buffer rows
+    [e C, (e + 1) C), so slab p holds exactly device p's experts' rows."""
+    M, E, P = expert_M.shape[0], plan.n_experts, plan.devices
+    local_experts = E // P
+    capacity = expert_capacity(plan.capacity_factor, M, E)
+    keep_M = jnp.tile(valid_bxt.reshape(-1), plan.k)  # padding tokens claim no row
+    row_M, kept_M, _, _ = assign_rows(expert_M, keep_M, E, capacity, capacity)
+    token_S = (
+        jnp.full((E * capacity,), x_nxD.shape[0], jnp.int32).at[row_M].set(token_M, mode="drop")
+    )
+    x_SxD = jnp.take(x_nxD, token_S, axis=0, mode="fill", fill_value=0)
+    D = x_SxD.shape[-1]
+    x_R = _exchange(plan, x_SxD).reshape(P, local_experts, capacity, D)  # [source, expert, row]
+    x_ExRxD = x_R.transpose(1, 0, 2, 3).reshape(local_experts, P * capacity, D)
+    matmul = partial(jnp.einsum, "eci,eio->eco")
+    y_ExRxD = swiglu_experts(x_ExRxD, weights, matmul)
+    y_R = y_ExRxD.reshape(local_experts, P, capacity, D).transpose(1, 0, 2, 3)
+    y_SxD = _exchange(plan, y_R.reshape(P * local_experts * capacity, D))
+    y_MxD = jnp.take(y_SxD, row_M, axis=0, mode="fill", fill_value=0)
+    return y_MxD, jnp.sum(kept_M).astype(jnp.float32), jnp.sum(keep_M).astype(jnp.float32)

@@ -1,0 +1,169 @@
+"""How a mixture's (token, expert) assignments become rows of a buffer grouped by expert, run
+through their experts' SwiGLU and come back (the layouts are ``layers/moe.py``'s docstring).
+
+Shared by the layer on one device (``MoE.experts``) and by expert parallelism
+(``layers/expert_parallel.py``), which runs :func:`routed_rows` unchanged on every device over
+the rows the other devices sent it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+MAX_TILE = 512  # rows per tile in the dropless layout, at most
+PAD_SHARE = 8  # the tiles' padding adds at most 1 / PAD_SHARE of the routed rows
+GROUPINGS = ("tiles", "ragged_dot")  # how the dropless layout multiplies with its experts
+
+Matmul = Callable[[jax.Array, jax.Array], jax.Array]  # (rows, w_ExIxO) -> rows x O
+
+
+def dropless_tile(assignments: int, n_experts: int) -> int:
+    """Rows per tile: the largest power of two <= assignments / (PAD_SHARE E), in [1, MAX_TILE].
+
+    Padding each of the E groups to whole tiles adds fewer than E x tile rows, at most
+    1 / PAD_SHARE of the assignments; smaller tiles pad less but gather more weight copies
+    (one per tile).
+    """
+    tile = max(1, assignments // (PAD_SHARE * n_experts))
+    return min(1 << (tile.bit_length() - 1), MAX_TILE)
+
+
+def expert_capacity(factor: float, assignments: int, n_experts: int) -> int:
+    """Rows each expert owns: ``ceil(factor * assignments / n_experts)``, at least 1."""
+    return max(1, math.ceil(factor * assignments / n_experts))
+
+
+def grouped_tiles(assignments: int, n_experts: int, tile: int) -> int:
+    """Tiles enough for any split of ``assignments`` rows into ``n_experts`` padded groups."""
+    return (assignments + n_experts * (tile - 1)) // tile
+
+
+def assign_rows(
+    expert_M: jax.Array, keep_M: jax.Array, n_experts: int, tile: int, capacity: int | None
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Buffer rows of the M assignments, grouped by expert, in assignment order within one.
+
+    ``expert_M``: each assignment's expert; ``keep_M``: whether it asks for a row at all.
+    Returns ``row_M`` (the assignment's row; the buffer size where it has none), ``kept_M``,
+    ``tile_expert_G`` (the expert of each tile of ``tile`` rows) and ``sizes_E`` (rows asked
+    of each expert). Dropless (``capacity`` None): the groups follow each other, each padded
+    to whole tiles (``tile=1``: no padding). With a capacity: expert e owns the rows
+    ``[e C, (e + 1) C)`` (``tile`` = C) and the assignments ranked past C are dropped.
+    """
+    E = n_experts
+    M = expert_M.shape[0]
+    key_M = jnp.where(keep_M, expert_M, E).astype(jnp.int32)  # E: no row, sorted last
+    order_M = jnp.argsort(key_M, stable=True)  # sorted position -> assignment
+    position_M = jnp.zeros((M,), jnp.int32).at[order_M].set(jnp.arange(M, dtype=jnp.int32))
+    sizes_E = jnp.zeros((E + 1,), jnp.int32).at[key_M].add(1)[:E]
+    starts_E = jnp.cumsum(sizes_E) - sizes_E
+    rank_M = position_M - jnp.concatenate([starts_E, jnp.array([M], jnp.int32)])[key_M]
+    if capacity is None:
+        G = grouped_tiles(M, E, tile)
+        tiles_E = (sizes_E + tile - 1) // tile
+        tile_ends_E = jnp.cumsum(tiles_E)
+        first_tile_M = jnp.concatenate([tile_ends_E - tiles_E, jnp.array([G], jnp.int32)])[key_M]
+        kept_M = keep_M
+        row_M = tile * first_tile_M + rank_M
+        tiles_G = jnp.arange(G, dtype=jnp.int32)
+        tile_expert_G = jnp.minimum(jnp.searchsorted(tile_ends_E, tiles_G, side="right"), E - 1)
+    else:
+        G = E
+        kept_M = keep_M & (rank_M < capacity)
+        row_M = key_M * capacity + rank_M
+        tile_expert_G = jnp.arange(E, dtype=jnp.int32)
+    row_M = jnp.where(kept_M, row_M, G * tile).astype(jnp.int32)
+    return row_M, kept_M, tile_expert_G.astype(jnp.int32), sizes_E
+
+
+def tile_matmul(x_GxCxI: jax.Array, w_ExIxO: jax.Array, tile_expert_G: jax.Array) -> jax.Array:
+    """``x[g] @ w[tile_expert_G[g]]`` for every tile g: a batched matmul over gathered weights.
+
+    Checkpointed: the backward pass gathers the tiles' weights again rather than keeping the
+    G x I x O copy alive (a gather, no FLOPs; the matmul itself is not redone).
+    """
+
+    @jax.checkpoint
+    def gathered(x_GxCxI: jax.Array, w_ExIxO: jax.Array, tile_expert_G: jax.Array) -> jax.Array:
+        w_GxIxO = jnp.take(w_ExIxO, tile_expert_G, axis=0, mode="clip")
+        return jnp.einsum("gci,gio->gco", x_GxCxI, w_GxIxO)
+
+    return gathered(x_GxCxI, w_ExIxO, tile_expert_G)
+
+
+def swiglu_experts(
+    x: jax.Array, weights: tuple[jax.Array, jax.Array, jax.Array], matmul: Matmul
+) -> jax.Array:
+    """SwiGLU through the experts' ``(w_gate, w_up, w_down)``; ``matmul`` picks the rows'."""
+    w_gate, w_up, w_down = weights
+    return matmul(jax.nn.silu(matmul(x, w_gate)) * matmul(x, w_up), w_down)
+
+
+def routed_rows(
+    x_NxD: jax.Array,
+    token_M: jax.Array,
+    expert_M: jax.Array,
+    keep_M: jax.Array,
+    weights: tuple[jax.Array, jax.Array, jax.Array],
+    *,
+    capacity: int | None,
+    grouping: str = "tiles",
+    tile: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Each assignment's expert output, MxD (zeros where it got no row), and ``kept_M``.
+
+    Assignment m sends row ``x_NxD[token_M[m]]`` to expert ``expert_M[m]`` of the E whose
+    stacked weights are ``weights``; ``keep_M`` False asks for no row. The buffer layout is
+    the module docstring's: with ``capacity`` (rows per expert) the capacity layout, else the
+    dropless one (``tile``: rows per tile, by default ``dropless_tile``). Expert parallelism
+    runs this unchanged on each device, over the rows the others sent it.
+    """
+    E, M, D = weights[0].shape[0], expert_M.shape[0], x_NxD.shape[-1]
+    if capacity is not None:
+        tile = capacity
+    elif grouping == "ragged_dot":
+        tile = 1
+    elif tile is None:
+        tile = dropless_tile(M, E)
+    row_M, kept_M, tile_expert_G, sizes_E = assign_rows(expert_M, keep_M, E, tile, capacity)
+    G = tile_expert_G.shape[0]
+    token_P = jnp.full((G * tile,), x_NxD.shape[0], jnp.int32).at[row_M].set(token_M, mode="drop")
+    x_PxD = jnp.take(x_NxD, token_P, axis=0, mode="fill", fill_value=0)
+    if capacity is not None:  # expert e's C rows are tile e
+        matmul: Matmul = partial(jnp.einsum, "eci,eio->eco")
+        y_PxD = swiglu_experts(x_PxD.reshape(E, tile, D), weights, matmul).reshape(-1, D)
+    elif grouping == "ragged_dot":  # rows sorted by expert, sizes_E of each
+        matmul = partial(jax.lax.ragged_dot, group_sizes=sizes_E)
+        y_PxD = swiglu_experts(x_PxD, weights, matmul)
+    else:
+        matmul = partial(tile_matmul, tile_expert_G=tile_expert_G)
+        y_PxD = swiglu_experts(x_PxD.reshape(G, tile, D), weights, matmul).reshape(-1, D)
+    return jnp.take(y_PxD, row_M, axis=0, mode="fill", fill_value=0), kept_M
+
+
+def combine(y_MxD: jax.Array, top_w_Nxk: jax.Array) -> jax.Array:
+    """Each token's k expert outputs (rows m = choice * N + token) summed with its weights."""
+    N, k = top_w_Nxk.shape
+    return jnp.einsum("knd,kn->nd", y_MxD.reshape(k, N, -1), top_w_Nxk.T)
+
+
+def routing_stats(
+    probs_xE: jax.Array, top_e_xk: jax.Array, valid_x: jax.Array, n_experts: int, dropped: jax.Array
+) -> dict[str, jax.Array]:
+    """What the load-balancing loss and the router-health statistics need, over the valid
+    tokens (any leading axes): ``counts`` (E) assignments per expert, ``prob_sums`` (E)
+    router probability sums, ``tokens``, and ``drop_fraction`` (``dropped``)."""
+    v_x = valid_x.astype(jnp.float32)
+    chosen_xkE = jax.nn.one_hot(top_e_xk, n_experts, dtype=jnp.float32)
+    lead = tuple(range(v_x.ndim))
+    return {
+        "counts": jnp.sum(chosen_xkE * v_x[..., None, None], axis=(*lead, v_x.ndim)),
+        "prob_sums": jnp.sum(probs_xE * v_x[..., None], axis=lead),
+        "tokens": jnp.sum(v_x),
+        "drop_fraction": dropped,
+    }

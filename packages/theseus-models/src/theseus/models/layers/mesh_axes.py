@@ -1,0 +1,41 @@
+"""The mesh a layer is traced under, read at trace time (``jax.sharding.get_abstract_mesh``).
+
+The trainer traces every step under its mesh (``theseus.core.sharding.placement.Layout``), so a
+layer that needs collectives (ring attention over ``context``, the experts' all-to-all over
+``expert``) finds the axis names and sizes here. Outside a step (evaluations, generation,
+tests of one layer) there is no mesh: every axis has size 1 and the layers compute on whole
+arrays.
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.sharding import PartitionSpec
+from theseus.core.sharding.rules import BATCH_AXES, TENSOR_AXIS
+
+
+def current_mesh() -> jax.sharding.AbstractMesh | None:
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh is None or mesh.empty else mesh
+
+
+def axis_size(name: str) -> int:
+    """How many devices the mesh axis ``name`` spans here (1 without a mesh or that axis)."""
+    mesh = current_mesh()
+    return 1 if mesh is None else int(dict(mesh.shape).get(name, 1))
+
+
+def batch_axes() -> tuple[str, ...] | None:
+    """The mesh axes that split the rows of a batch (as the trainer lays them out), or None."""
+    axes = tuple(a for a in BATCH_AXES if axis_size(a) > 1)
+    return axes or None
+
+
+def tensor_axis_for(*sizes: int) -> str | None:
+    """``tensor`` when it splits and divides every one of ``sizes`` (heads), else None."""
+    ways = axis_size(TENSOR_AXIS)
+    return TENSOR_AXIS if ways > 1 and all(s % ways == 0 for s in sizes) else None
+
+
+def spec(*parts: str | tuple[str, ...] | None) -> PartitionSpec:
+    return PartitionSpec(*parts)
