@@ -12,7 +12,17 @@ from typing import Any
 
 from theseus.core.components import Choice, JobSpec
 from theseus.core.hookspecs import hookimpl
-from theseus.models import gpt, llama, qwen2, qwen3, qwen3_moe
+from theseus.models import (
+    deepseek_v3,
+    gemma3,
+    gpt,
+    llama,
+    mistral,
+    mixtral,
+    qwen2,
+    qwen3,
+    qwen3_moe,
+)
 from theseus.models.family import Family
 
 FAMILIES: tuple[Family, ...] = (
@@ -21,6 +31,10 @@ FAMILIES: tuple[Family, ...] = (
     qwen2.FAMILY,
     qwen3.FAMILY,
     qwen3_moe.FAMILY,
+    mistral.FAMILY,
+    mixtral.FAMILY,
+    gemma3.FAMILY,
+    deepseek_v3.FAMILY,
 )
 
 
