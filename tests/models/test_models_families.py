@@ -98,9 +98,10 @@ def test_each_feature_of_the_parity_checkpoints_matters(name, off, hf_logits):
 
 @pytest.mark.parity
 @needs_parity
-@pytest.mark.parametrize("name", CHECKPOINTS)
+@pytest.mark.parametrize("name", FAMILIES)
 def test_greedy_generation_matches_hf_for_20_tokens(name, hf_checkpoint):
-    """Left-padded prompts of different lengths; 20 new tokens cross every window."""
+    """Left-padded prompts of different lengths; 20 new tokens cross every window. (The
+    Moonlight-like checkpoint differs only in its query path, which its logits test covers.)"""
     import torch
     import transformers
     from theseus.models.generate import generate
@@ -147,10 +148,11 @@ def test_mixtral_load_balancing_loss_matches_hf(hf_checkpoint):
 # ---------------------------------------------------------------- the KV cache
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ["mistral", "gemma3", "deepseek_v3"])
 def test_prefill_then_decode_reproduces_the_full_forward(family):
     """The same attention, computed one query at a time against the cache: float32 sums in
-    another order, so agreement to 1e-5 (|logit| < 1, 12 tokens through 2-3 blocks)."""
+    another order, so agreement to 1e-5 (|logit| < 1, 12 tokens through 2-3 blocks).
+    Mixtral's cache is Mistral's (its greedy generation is checked against transformers)."""
     model = tiny(family)
     x = jnp.asarray(np.random.RandomState(0).randint(1, VOCAB, (2, 12)))
     full = model(x)
