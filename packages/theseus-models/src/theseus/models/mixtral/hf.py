@@ -20,6 +20,7 @@ FREE_FIELDS = ("capacity_factor",)
 
 def config_from_hf(hf: dict) -> MixtralConfig:
     kw = decoder_from_hf(hf, ARCHITECTURE)
+    del kw["d_ff"]  # intermediate_size is the experts' width; there is no dense MLP
     return MixtralConfig(
         sliding_window=hf.get("sliding_window") or 0,
         n_experts=hf["num_local_experts"],
