@@ -189,6 +189,39 @@ def test_mla_kernels_see_padded_heads_and_match_the_reference():
     np.testing.assert_allclose(flash(x), reference(x), atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", ["flash", "cudnn", "splash"])
+def test_every_kernel_takes_the_attention_scale(kernel):
+    """Gemma 3's 1/sqrt(query_pre_attn_scalar) and MLA's YaRN-tempered scale reach the
+    kernels: scale 0.3 (not 1/sqrt(64)), a 7-token window, against the reference stages.
+    The same float32 sums reordered: 1e-5 at |output| ~ 1."""
+    from theseus.models.layers import Attention
+    from theseus.models.layers.attention import MaskInfo
+    from theseus.models.layers.cudnn_attention import cudnn_attention
+    from theseus.models.layers.flash import flash_attention
+    from theseus.models.layers.splash_attention import splash_attention
+
+    B, H, G, T, K = 1, 2, 1, 40, 64
+    keys = jax.random.split(jax.random.key(5), 3)
+    q = jax.random.normal(keys[0], (B, H, T, K))
+    k, v = (jax.random.normal(key, (B, G, T, K)) for key in keys[1:])
+    segments = jnp.ones((B, T), jnp.int32)
+    slots = jnp.broadcast_to(jnp.arange(T), (B, T))
+    reference = Attention(32, H, G, K, sliding_window=7, scale=0.3, rngs=nnx.Rngs(0))
+    want = reference.attend(q, k, v, MaskInfo(slots, slots, segments, segments))
+    kw = dict(window=7, scale=0.3)
+    if kernel == "flash":
+        got = flash_attention(q, k, v, segments, segments, block_q=16, block_k=16, **kw)
+    elif kernel == "cudnn":  # its layout and masks, run by XLA (no GPU here)
+        got = cudnn_attention(q, k, v, segments, segments, implementation="xla", **kw)
+    else:
+        got = splash_attention(q, k, v, segments, segments, interpret=True, **kw)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    unscaled = reference.attend(
+        q * (K**-0.5 / 0.3), k, v, MaskInfo(slots, slots, segments, segments)
+    )
+    assert np.abs(np.asarray(unscaled) - np.asarray(want)).max() > 1e-2  # the scale mattered
+
+
 # ---------------------------------------------------------------- routing
 
 
