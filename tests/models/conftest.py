@@ -98,6 +98,117 @@ HF_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
             max_position_embeddings=64,
         ),
     ),
+    # windows (4, 5) shorter than the 12-token batch; Mixtral's experts are intermediate_size wide
+    "mistral": (
+        "MistralConfig",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            sliding_window=4,
+        ),
+    ),
+    "mixtral": (
+        "MixtralConfig",
+        dict(
+            hidden_size=32,
+            intermediate_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            max_position_embeddings=64,
+            sliding_window=5,
+        ),
+    ),
+    # local, global, local layers with their own RoPE (the global one linearly scaled), a
+    # query scale other than 1/sqrt(head_dim), final soft-capping that bites (|logit| ~ 1)
+    "gemma3": (
+        "Gemma3TextConfig",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            max_position_embeddings=64,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            query_pre_attn_scalar=12,
+            final_logit_softcapping=1.5,
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            },
+        ),
+    ),
+    # a dense layer, then MoE layers with a shared expert and 8 routed experts in 4 groups of
+    # which 2 are searched; queries through their latent; YaRN RoPE, interleaved pairs
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            q_lora_rank=24,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            max_position_embeddings=64,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
+        ),
+    ),
+    # Moonlight's variant: queries straight from x, no groups, two shared experts, plain RoPE
+    "deepseek_v3-moonlight": (
+        "DeepseekV3Config",
+        dict(
+            hidden_size=32,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=3,
+            n_shared_experts=2,
+            n_group=1,
+            topk_group=1,
+            routed_scaling_factor=2.446,
+            q_lora_rank=None,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=8,
+            v_head_dim=8,
+            max_position_embeddings=64,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+        ),
+    ),
 }
 
 
@@ -116,6 +227,9 @@ def build_hf(name: str, directory: Path) -> Path:
         for p in model.parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
+        for name_, buffer in model.named_buffers():  # DeepSeek's balancing biases: not zero
+            if name_.endswith("e_score_correction_bias"):
+                buffer.add_(0.1 * torch.randn_like(buffer))
     model.save_pretrained(directory)
     return directory
 

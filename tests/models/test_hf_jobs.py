@@ -188,11 +188,11 @@ def test_transformers_loads_the_export_with_the_same_logits_and_tokens(made, fam
     import transformers
     from theseus.core.plugins import registries
     from theseus.models.generate import generate
-    from theseus.models.runs import open_run
+    from theseus.core.train.opening import open_run
 
     root, exports = made
     folder = exports / family
-    opened = open_run(root, family, registries(), "test")
+    opened = open_run(root, family, registries=registries(), what="test")
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     tokens = np.random.RandomState(0).randint(0, 384, (3, 24))
     with torch.no_grad():

@@ -74,12 +74,12 @@ def made(tmp_path_factory):
 def lora_logits(made):
     """(tokens, the LoRA run's logits, the base run's logits) on the same tokens."""
     from theseus.core.plugins import registries
-    from theseus.models.runs import open_run
+    from theseus.core.train.opening import open_run
 
     root, _ = made
     tokens = np.random.RandomState(0).randint(0, 384, (3, 24))
-    ours = np.asarray(open_run(root, "lora", registries(), "test").model(tokens))
-    base = np.asarray(open_run(root, "base", registries(), "test").model(tokens))
+    ours = np.asarray(open_run(root, "lora", registries=registries(), what="test").model(tokens))
+    base = np.asarray(open_run(root, "base", registries=registries(), what="test").model(tokens))
     effect = float(np.abs(ours - base).max())
     print(f"the adapters move the logits by up to {effect:.3g}")
     assert effect > 100 * tolerance(ours), "the adapters barely moved the logits"
@@ -156,7 +156,7 @@ def test_a_base_that_is_no_hf_folder_is_written_beside_the_adapters(made):
     from peft import PeftModel
     from theseus.core.plugins import registries
     from theseus.core.runner import run
-    from theseus.models.runs import open_run
+    from theseus.core.train.opening import open_run
 
     root, exports = made
     overrides = [*TINY, "model.d_ff=128", "training.total_steps=2", *FAST, *LORA]
@@ -170,7 +170,7 @@ def test_a_base_that_is_no_hf_folder_is_written_beside_the_adapters(made):
     config = json.loads((folder / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str((folder / "base").resolve())
     tokens = np.random.RandomState(1).randint(0, 384, (2, 16))
-    ours = np.asarray(open_run(root, "lora-bf16", registries(), "test").model(tokens))
+    ours = np.asarray(open_run(root, "lora-bf16", registries=registries(), what="test").model(tokens))
     base = transformers.AutoModelForCausalLM.from_pretrained(folder / "base").eval()
     with torch.no_grad():
         plain = base(torch.tensor(tokens)).logits.numpy()
@@ -185,7 +185,7 @@ def test_a_base_that_is_no_hf_folder_is_written_beside_the_adapters(made):
 def test_lora_merge_makes_a_plain_run_with_the_lora_runs_logits(made, lora_logits):
     import yaml
     from theseus.core.plugins import registries
-    from theseus.models.runs import open_run
+    from theseus.core.train.opening import open_run
 
     root, _ = made
     tokens, ours, _ = lora_logits
@@ -202,7 +202,7 @@ def test_lora_merge_makes_a_plain_run_with_the_lora_runs_logits(made, lora_logit
     assert params and not [k for k in params if "lora_" in k]  # a plain state
     assert "state.params.blocks.attention.q_proj.kernel.value" in params
 
-    opened = open_run(root, "merged", registries(), "test")
+    opened = open_run(root, "merged", registries=registries(), what="test")
     assert opened.step == 0 and opened.config.lora.rank == 0
     check("lora/merge run", np.asarray(opened.model(tokens)), ours)
 

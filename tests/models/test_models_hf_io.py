@@ -14,7 +14,10 @@ from theseus.models.hf import load_hf, save_hf
 from tests.models.conftest import VOCAB, tiny
 
 
-@pytest.mark.parametrize("family", ["gpt", "llama", "qwen2", "qwen3", "qwen3_moe"])
+@pytest.mark.parametrize(
+    "family",
+    ["gpt", "llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral", "gemma3", "deepseek_v3"],
+)
 def test_theseus_to_hf_to_theseus_is_bit_exact(family, tmp_path):
     model = tiny(family)
     save_hf(model, tmp_path)

@@ -176,14 +176,13 @@ def test_unsupported_architecture_is_refused(tmp_path):
     from theseus.models.errors import UnsupportedArchitectureError
     from theseus.models.hf import load_hf
 
-    config = transformers.MistralConfig(
+    config = transformers.GPTNeoXConfig(
         vocab_size=VOCAB,
         hidden_size=32,
         intermediate_size=48,
         num_hidden_layers=1,
         num_attention_heads=4,
-        num_key_value_heads=2,
     )
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
-    with pytest.raises(UnsupportedArchitectureError, match="MistralForCausalLM.*LlamaForCausalLM"):
+    with pytest.raises(UnsupportedArchitectureError, match="GPTNeoXForCausalLM.*LlamaForCausalLM"):
         load_hf(tmp_path)

@@ -7,7 +7,17 @@ only (models and Hugging Face mappings are named by import path).
 
 from __future__ import annotations
 
-from theseus.models import gpt, llama, qwen2, qwen3, qwen3_moe
+from theseus.models import (
+    deepseek_v3,
+    gemma3,
+    gpt,
+    llama,
+    mistral,
+    mixtral,
+    qwen2,
+    qwen3,
+    qwen3_moe,
+)
 from theseus.models.errors import ModelError
 from theseus.models.family import Family
 
@@ -17,6 +27,10 @@ FAMILIES: tuple[Family, ...] = (
     qwen2.FAMILY,
     qwen3.FAMILY,
     qwen3_moe.FAMILY,
+    mistral.FAMILY,
+    mixtral.FAMILY,
+    gemma3.FAMILY,
+    deepseek_v3.FAMILY,
 )
 
 

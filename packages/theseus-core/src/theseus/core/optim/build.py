@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import optax
+from theseus.core.optim.balance import with_balance_biases
 from theseus.core.optim.optimizers import decay_mask, placeable_state
 
 if TYPE_CHECKING:
@@ -36,13 +37,15 @@ def build_optimizer(
     """The optimizer named by ``optimizer.name``, its learning rate given by ``schedule``.
 
     ``clip -> the registered build -> decoupled weight decay``, the last only when the
-    config class does not apply ``weight_decay`` itself; then a state the layout can place.
+    config class does not apply ``weight_decay`` itself, for every parameter but the
+    balancing biases (``theseus.core.optim.balance``: a rule moves them); then a state the
+    layout can place.
     """
     build = registries.optimizers.get(optimizer_config.name).load()
     transform = build(optimizer_config, schedule)
     if not getattr(optimizer_config, "applies_weight_decay", False):
         transform = with_weight_decay(optimizer_config, transform, schedule)
-    return placeable_state(with_clipping(optimizer_config, transform))
+    return placeable_state(with_balance_biases(with_clipping(optimizer_config, transform)))
 
 
 def with_clipping(

@@ -1,9 +1,12 @@
 """Logical axis names -> mesh axes, one small table per strategy (no JAX).
 
 Models name the axes of every parameter (``vocab``, ``embed``, ``heads``, ``kv_heads``,
-``head_dim``, ``mlp``, ``experts``, ``layers``, or None); a strategy is a mapping from those
-names to mesh axes, separately for parameters (and their gradients) and for optimizer state.
-A name a table does not mention stays replicated.
+``head_dim``, ``mlp``, ``experts``, ``latent``, ``layers``, or None); a strategy is a mapping
+from those names to mesh axes, separately for parameters (and their gradients) and for
+optimizer state. A name a table does not mention stays replicated. ``latent`` is the input
+axis of the up-projections from a compressed latent (multi-head latent attention), kernels
+without an ``embed`` axis that FSDP and ZeRO split along it instead. An array splits each
+mesh axis once: along the first of its axes that a rule maps there.
 
 ``layers`` is the leading axis of parameters stacked over the transformer blocks (run under
 a scan): every strategy keeps it whole, so each device holds its share of every layer and
@@ -14,8 +17,8 @@ loop). Splitting it would be pipeline parallelism, which none of these strategie
 strategy   parameters                        optimizer state (Adam moments, ...)
 =========  ================================  =========================================
 dp         replicated                        replicated
-zero1      replicated                        embed -> (data, fsdp)
-fsdp       embed -> fsdp                     embed -> fsdp
+zero1      replicated                        embed, latent -> (data, fsdp)
+fsdp       embed, latent -> fsdp             embed, latent -> fsdp
 tp         heads, kv_heads, mlp -> tensor    heads, kv_heads, mlp -> tensor
 x + tp     the base's rules and tp's         the base's rules and tp's
 =========  ================================  =========================================
@@ -47,14 +50,14 @@ REPLICATED: Rules = {"layers": (), "experts": (EXPERT_AXIS,)}
 PARAM_RULES: dict[str, Rules] = {
     "dp": {**REPLICATED},
     "zero1": {**REPLICATED},
-    "fsdp": {**REPLICATED, "embed": ("fsdp",)},
+    "fsdp": {**REPLICATED, "embed": ("fsdp",), "latent": ("fsdp",)},
     "tp": {**REPLICATED, "heads": ("tensor",), "kv_heads": ("tensor",), "mlp": ("tensor",)},
 }
 
 OPTIMIZER_RULES: dict[str, Rules] = {
     "dp": {**REPLICATED},
-    "zero1": {**REPLICATED, "embed": ("data", "fsdp")},
-    "fsdp": {**REPLICATED, "embed": ("fsdp",)},
+    "zero1": {**REPLICATED, "embed": ("data", "fsdp"), "latent": ("data", "fsdp")},
+    "fsdp": {**REPLICATED, "embed": ("fsdp",), "latent": ("fsdp",)},
     "tp": PARAM_RULES["tp"],
 }
 

@@ -3,7 +3,9 @@
 The forward is a sequence of stages, each a small method to override in a subclass:
 ``project_qkv`` -> ``normalize_qk`` -> ``apply_positions`` -> (heads first, cache) ->
 ``scores`` -> ``mask`` -> ``weights`` -> ``combine`` -> ``output``.
-Shapes: B batch, T queries, S keys, D d_model, H query heads, G kv heads, R = H / G, K head_dim.
+Shapes: B batch, T queries, S keys, D d_model, H query heads, G kv heads, R = H / G, K head_dim
+(of queries and keys; values have ``v_head_dim``, K unless set). The scores are scaled by
+``scale`` (1 / sqrt(K) unless set).
 Projections and positions work on BxTxHxK; from ``scores`` to ``combine`` the heads come first
 (BxHxTxK, BxGxSxK), so every product is a plain batched matmul over (B, G).
 
@@ -74,7 +76,11 @@ class LayerCache(NamedTuple):
 
 
 class KVCache(NamedTuple):
-    """Keys/values of every layer (LxBxGxSxK), key segment ids (BxS) and the fill index."""
+    """Keys/values of every layer (LxBxGxSxK), key segment ids (BxS) and the fill index.
+
+    A layer may cache something else of the same rank in the two slots (multi-head latent
+    attention keeps its compressed latent and its shared rotary key): ``value_shape``.
+    """
 
     k: jax.Array
     v: jax.Array
@@ -90,11 +96,14 @@ class KVCache(NamedTuple):
         n_kv_heads: int,
         head_dim: int,
         dtype=jnp.float32,
+        value_shape: tuple[int, int] | None = None,
     ) -> KVCache:
+        """``value_shape``: (heads, head_dim) of the value slot when it differs from the keys'."""
         shape = (n_layers, batch, n_kv_heads, length, head_dim)
+        v_heads, v_dim = value_shape or (n_kv_heads, head_dim)
         return cls(
             jnp.zeros(shape, dtype),
-            jnp.zeros(shape, dtype),
+            jnp.zeros((n_layers, batch, v_heads, length, v_dim), dtype),
             jnp.zeros((batch, length), jnp.int32),
             jnp.zeros((), jnp.int32),
         )
@@ -122,7 +131,10 @@ class Attention(nnx.Module):
         out_bias: bool = False,
         rope: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
         qk_norm_eps: float | None = None,
+        qk_norm_offset: float = 0.0,
         sliding_window: int = 0,
+        scale: float | None = None,
+        v_head_dim: int | None = None,
         implementation: str = "auto",
         std: float = 0.02,
         out_std: float | None = None,
@@ -132,23 +144,26 @@ class Attention(nnx.Module):
         if n_heads % n_kv_heads:
             raise ModelError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
         H, G, K, D = n_heads, n_kv_heads, head_dim, d_model
+        V = v_head_dim or K
         kw = dict(std=std, dtype=dtype, rngs=rngs)
         self.q_proj = Linear((D,), (H, K), ("embed",), ("heads", "head_dim"), bias=qkv_bias, **kw)
         self.k_proj = Linear(
             (D,), (G, K), ("embed",), ("kv_heads", "head_dim"), bias=qkv_bias, **kw
         )
         self.v_proj = Linear(
-            (D,), (G, K), ("embed",), ("kv_heads", "head_dim"), bias=qkv_bias, **kw
+            (D,), (G, V), ("embed",), ("kv_heads", "head_dim"), bias=qkv_bias, **kw
         )
         kw["std"] = std if out_std is None else out_std
-        self.o_proj = Linear((H, K), (D,), ("heads", "head_dim"), ("embed",), bias=out_bias, **kw)
+        self.o_proj = Linear((H, V), (D,), ("heads", "head_dim"), ("embed",), bias=out_bias, **kw)
         if qk_norm_eps is not None:
-            self.q_norm = RMSNorm(K, eps=qk_norm_eps, axis_name="head_dim", dtype=dtype)
-            self.k_norm = RMSNorm(K, eps=qk_norm_eps, axis_name="head_dim", dtype=dtype)
+            norm = dict(eps=qk_norm_eps, axis_name="head_dim", offset=qk_norm_offset, dtype=dtype)
+            self.q_norm = RMSNorm(K, **norm)
+            self.k_norm = RMSNorm(K, **norm)
         else:
             self.q_norm = self.k_norm = None
         self.rope = rope
-        self.n_heads, self.n_kv_heads, self.head_dim = H, G, K
+        self.n_heads, self.n_kv_heads, self.head_dim, self.v_head_dim = H, G, K, V
+        self.scale = K**-0.5 if scale is None else scale
         self.sliding_window = sliding_window
         self.dtype = dtype
         self.implementation = implementation  # what model.attention asked for
@@ -177,7 +192,7 @@ class Attention(nnx.Module):
         """Scaled dot products, BxGxRxTxS in float32."""
         B, H, T, K = q_BxHxTxK.shape
         G, S = k_BxGxSxK.shape[1], k_BxGxSxK.shape[2]
-        q = (q_BxHxTxK * (K**-0.5)).reshape(B, G, (H // G) * T, K)  # h = g * R + r
+        q = (q_BxHxTxK * self.scale).reshape(B, G, (H // G) * T, K)  # h = g * R + r
         s = jnp.einsum("bgmk,bgsk->bgms", q, k_BxGxSxK, preferred_element_type=jnp.float32)
         return s.reshape(B, G, H // G, T, S)
 
@@ -238,6 +253,10 @@ class Attention(nnx.Module):
             keys, values = k_BxGxTxK[:, :, first:end], v_BxGxTxK[:, :, first:end]
             blocks.append(self.attend(q_BxHxTxK[:, :, start:end], keys, values, part))
         return jnp.concatenate(blocks, axis=2)
+
+    def cache_shape(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(heads, head_dim) of what the cache keeps per position in its key and value slots."""
+        return (self.n_kv_heads, self.head_dim), (self.n_kv_heads, self.v_head_dim)
 
     def overridden_stages(self) -> tuple[str, ...]:
         """The score stages (and ``attend``) this layer's class overrides."""
@@ -318,12 +337,13 @@ class Attention(nnx.Module):
         if name == "reference":
             return self.attend_in_blocks(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info)
         args = (q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info.q_segment, info.k_segment)
+        kw = dict(window=self.sliding_window, scale=self.scale)
         if name == "flash":
             size = self.flash_block
-            return flash_attention(*args, window=self.sliding_window, block_q=size, block_k=size)
+            return flash_attention(*args, **kw, block_q=size, block_k=size)
         if name == "cudnn":
-            return cudnn_attention(*args, window=self.sliding_window)
-        return splash_attention(*args, window=self.sliding_window, interpret=self.kernel_interpret)
+            return cudnn_attention(*args, **kw)
+        return splash_attention(*args, **kw, interpret=self.kernel_interpret)
 
     def __call__(
         self,

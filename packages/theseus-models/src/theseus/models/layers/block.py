@@ -1,4 +1,5 @@
-"""A pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+"""A pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))`` (and the
+sandwich variant, with norms after each sublayer too).
 
 The decoder keeps its blocks *stacked*: one block module whose every parameter has a leading
 axis of length L (the layers, logical axis ``layers``), built by ``stack_blocks`` and run
@@ -38,6 +39,14 @@ class Block(nnx.Module):
         """
         return self.mlp(h_BxTxD), {}
 
+    def after_attention(self, h_BxTxD: jax.Array) -> jax.Array:
+        """What the attention's output goes through before the residual add (nothing here)."""
+        return h_BxTxD
+
+    def after_feed_forward(self, h_BxTxD: jax.Array) -> jax.Array:
+        """What the MLP's output goes through before the residual add (nothing here)."""
+        return h_BxTxD
+
     def __call__(
         self,
         x_BxTxD: jax.Array,
@@ -46,9 +55,33 @@ class Block(nnx.Module):
         cache: LayerCache | None = None,
     ) -> tuple[jax.Array, LayerCache | None, dict[str, jax.Array]]:
         h_BxTxD, cache = self.attention(self.attn_norm(x_BxTxD), positions_BxT, info, cache)
-        x_BxTxD = x_BxTxD + h_BxTxD
+        x_BxTxD = x_BxTxD + self.after_attention(h_BxTxD)
         h_BxTxD, stats = self.feed_forward(self.mlp_norm(x_BxTxD), info.q_segment > 0)
-        return x_BxTxD + h_BxTxD, cache, stats
+        return x_BxTxD + self.after_feed_forward(h_BxTxD), cache, stats
+
+
+class SandwichBlock(Block):
+    """Norms on both sides of each sublayer (Gemma 2/3): ``x + norm(attn(norm(x)))``, then
+    ``x + norm(mlp(norm(x)))``."""
+
+    def __init__(
+        self,
+        attn_norm: nnx.Module,
+        attention: nnx.Module,
+        mlp_norm: nnx.Module,
+        mlp: nnx.Module,
+        post_attn_norm: nnx.Module,
+        post_mlp_norm: nnx.Module,
+    ) -> None:
+        super().__init__(attn_norm, attention, mlp_norm, mlp)
+        self.post_attn_norm = post_attn_norm
+        self.post_mlp_norm = post_mlp_norm
+
+    def after_attention(self, h_BxTxD: jax.Array) -> jax.Array:
+        return self.post_attn_norm(h_BxTxD)
+
+    def after_feed_forward(self, h_BxTxD: jax.Array) -> jax.Array:
+        return self.post_mlp_norm(h_BxTxD)
 
 
 def stack_blocks(

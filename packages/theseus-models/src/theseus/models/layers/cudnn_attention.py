@@ -23,9 +23,11 @@ def cudnn_attention(
     k_segment_BxT: jax.Array,
     *,
     window: int = 0,
+    scale: float | None = None,
     implementation: str = "cudnn",
 ) -> jax.Array:
-    """softmax(q k^T / sqrt(K) + mask) v for self-attention, BxHxTxK.
+    """softmax(scale q k^T + mask) v for self-attention, BxHxTxK (``scale`` 1 / sqrt(K)
+    unless given).
 
     ``implementation="xla"`` runs the same call through XLA: the tests use it on CPU.
     """
@@ -42,6 +44,7 @@ def cudnn_attention(
         k_BxTxGxK,
         v_BxTxGxK,
         mask=same_Bx1xTxT,
+        scale=scale,
         is_causal=True,
         local_window_size=(window - 1, 0) if window else None,
         implementation=implementation,

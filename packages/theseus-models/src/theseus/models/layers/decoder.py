@@ -316,8 +316,8 @@ class DecoderLM(nnx.Module):
 
     def init_cache(self, batch: int, length: int) -> KVCache:
         self.check_length(length)
-        G, K = self.kv_shape
-        return KVCache.zeros(self.config.n_layers, batch, length, G, K, self.dtype)
+        (G, K), value_shape = self.per_layer()[0].attention.cache_shape()
+        return KVCache.zeros(self.config.n_layers, batch, length, G, K, self.dtype, value_shape)
 
     # ------------------------------------------------------------------ accounting
 
@@ -337,9 +337,9 @@ class DecoderLM(nnx.Module):
         """Training FLOPs per token: forward + backward = 3 x forward, multiply-add = 2 FLOPs.
 
         ``6 * N`` for the N matmul weights a token goes through (``matmul_share`` of each
-        parameter), plus attention: ``QK^T`` and ``PV`` at ``2 * heads * head_dim`` FLOPs per
-        key each, over the keys a query actually sees (causal: on average (T + 1) / 2, capped
-        by a sliding window).
+        parameter), plus attention: ``QK^T`` at ``2 * heads * head_dim`` and ``PV`` at
+        ``2 * heads * v_head_dim`` FLOPs per key, over the keys a query actually sees (causal:
+        on average (T + 1) / 2, capped by a sliding window).
         """
         n = 0.0
         for path, value in nnx.to_flat_state(nnx.state(self, nnx.Param)):
@@ -349,5 +349,6 @@ class DecoderLM(nnx.Module):
             a = block.attention
             window = a.sliding_window or seq_len
             keys = sum(min(t + 1, window) for t in range(seq_len)) / seq_len
-            attention += 2 * 2 * a.n_heads * a.head_dim * keys
+            v_head_dim = getattr(a, "v_head_dim", a.head_dim)
+            attention += 2 * a.n_heads * (a.head_dim + v_head_dim) * keys
         return 6.0 * n + 3.0 * attention

@@ -59,13 +59,16 @@ def flash_attention(
     window: int = 0,
     block_q: int = 128,
     block_k: int = 128,
+    scale: float | None = None,
 ) -> jax.Array:
-    """softmax(q k^T / sqrt(K) + mask) v, BxHxTxK; queries and keys at positions 0, 1, ..."""
+    """softmax(scale q k^T + mask) v, BxHxTxK (``scale`` 1 / sqrt(K) unless given); queries
+    and keys at positions 0, 1, ..."""
     B, H, T, K = q_BxHxTxK.shape
     G, S = k_BxGxSxK.shape[1], k_BxGxSxK.shape[2]
     bq, bk = min(block_q, T), min(block_k, S)
     blocks = Blocks(bq, bk, -(-T // bq), -(-S // bk), causal, window)
-    q_BxGxRxTxK = (q_BxHxTxK * (K**-0.5)).reshape(B, G, H // G, T, K)
+    scale = K**-0.5 if scale is None else scale
+    q_BxGxRxTxK = (q_BxHxTxK * scale).reshape(B, G, H // G, T, K)
     q_BxGxRxTpxK = pad_axis(q_BxGxRxTxK, 3, blocks.nq * bq, 0)
     k_BxGxSpxK = pad_axis(k_BxGxSxK, 2, blocks.nk * bk, 0)
     v_BxGxSpxK = pad_axis(v_BxGxSxK, 2, blocks.nk * bk, 0)

@@ -1,4 +1,5 @@
-"""Feed-forward layers: GELU MLP (GPT-2) and SwiGLU (Llama). Stages: up, activate, down."""
+"""Feed-forward layers: GELU MLP (GPT-2), SwiGLU (Llama), GeGLU (Gemma). Stages: up, activate,
+down."""
 
 from __future__ import annotations
 
@@ -81,3 +82,11 @@ class SwiGLU(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down(self.activate(self.up(x)))
+
+
+class GeGLU(SwiGLU):
+    """``down(gelu_tanh(gate(x)) * up(x))`` (Gemma's ``gelu_pytorch_tanh`` gate)."""
+
+    def activate(self, h: tuple[jax.Array, jax.Array]) -> jax.Array:
+        gate, up = h
+        return jax.nn.gelu(gate, approximate=True) * up

@@ -1,8 +1,14 @@
-"""Mixture of SwiGLU experts with a top-k softmax router.
+"""Mixture of SwiGLU experts with a top-k softmax router (``MoE``), or a sigmoid one (``SigmoidMoE``).
 
 Stages: ``route`` (router logits -> top-k experts and weights), ``experts`` (each token runs
 through its k chosen experts only), ``shared`` (an always-on expert). ``forward_with_stats``
 also returns what the load-balancing loss and the router-health statistics need.
+
+``SigmoidMoE`` is DeepSeek-V3's router: sigmoid scores; a per-expert bias (aux-loss-free
+balancing, moved by a rule outside the gradient: ``theseus.core.optim.balance``) shifts which
+experts are chosen, never their weights; the choice may be limited to the ``top_groups`` best
+of ``n_groups`` groups of experts (node-limited routing: a group is the experts of a node);
+the weights are renormalised and multiplied by ``routed_scale``.
 
 How the experts see only their tokens, with static shapes: each of the N x k (token, expert)
 assignments gets a row in a buffer whose rows are grouped by expert (``assign_rows``: a
@@ -31,6 +37,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.optim.balance import BalanceBias
 from theseus.core.sharding.rules import BATCH_AXES, CONTEXT_AXIS, EXPERT_AXIS
 from theseus.models.errors import ModelError
 from theseus.models.layers.expert_parallel import expert_parallel
@@ -64,6 +71,9 @@ __all__ = [  # the buffer layouts live in expert_rows; these names stay importab
     "load_balancing_loss",
     "tile_matmul",
 ]
+# The balancing bias's gradient slot carries this times (load - mean load), per expert: only
+# its sign is used, and a small multiple keeps the logged gradient norm what the loss makes it.
+LOAD_CARRIER = 1e-6
 
 
 def load_balancing_loss(
@@ -222,3 +232,84 @@ class MoE(nnx.Module):
 
     def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
         return self.forward_with_stats(x_BxTxD)[0]
+
+
+def group_limited_top_k(
+    scores_xE: jax.Array, k: int, n_groups: int = 1, top_groups: int = 1
+) -> jax.Array:
+    """The k best experts of each token among its ``top_groups`` best groups (...xk), for
+    tokens with any leading axes.
+
+    The E experts form ``n_groups`` consecutive groups, each rated by the sum of its two best
+    scores; experts outside the chosen groups cannot be picked. One group: a plain top-k.
+    """
+    E = scores_xE.shape[-1]
+    if n_groups > 1 and top_groups < n_groups:
+        grouped_xGxM = scores_xE.reshape(*scores_xE.shape[:-1], n_groups, E // n_groups)
+        group_scores_xG = jax.lax.top_k(grouped_xGxM, min(2, E // n_groups))[0].sum(-1)
+        chosen_xg = jax.lax.top_k(group_scores_xG, top_groups)[1]
+        keep_xG = jnp.any(jax.nn.one_hot(chosen_xg, n_groups, dtype=bool), axis=-2)
+        keep_xE = jnp.repeat(keep_xG, E // n_groups, axis=-1)
+        scores_xE = jnp.where(keep_xE, scores_xE, -jnp.inf)
+    return jax.lax.top_k(scores_xE, k)[1]
+
+
+class SigmoidMoE(MoE):
+    """``MoE`` routed by sigmoid scores, a balancing bias and (optionally) expert groups."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        n_experts: int,
+        k: int,
+        *,
+        n_groups: int = 1,
+        top_groups: int = 1,
+        routed_scale: float = 1.0,
+        bias_update_rate: float = 0.0,
+        **kwargs,
+    ) -> None:
+        super().__init__(d_model, d_ff, n_experts, k, **kwargs)
+        if n_experts % n_groups or not 1 <= top_groups <= n_groups:
+            raise ModelError(
+                f"n_group={n_groups}, topk_group={top_groups}: the groups must divide the "
+                f"{n_experts} experts and at least one (at most all) be chosen"
+            )
+        if top_groups * (n_experts // n_groups) < k:
+            raise ModelError(
+                f"topk_group={top_groups} groups of {n_experts // n_groups} experts hold fewer "
+                f"than the {k} experts each token needs"
+            )
+        self.router_bias = BalanceBias(
+            jnp.zeros((n_experts,)),
+            out_sharding=("experts",),
+            eager_sharding=False,
+            update_rate=bias_update_rate,
+        )
+        self.n_groups, self.top_groups, self.routed_scale = n_groups, top_groups, routed_scale
+
+    def route(self, x_xD: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Sigmoid scores (...xE), the experts chosen with the bias (...xk), their weights
+        (...xk): the scores without the bias, renormalised, times ``routed_scale``."""
+        scores_xE = jax.nn.sigmoid(self.router(x_xD.astype(jnp.float32)))
+        choice_xE = scores_xE + jax.lax.stop_gradient(self.router_bias[...])
+        top_e_xk = group_limited_top_k(choice_xE, self.k, self.n_groups, self.top_groups)
+        top_w_xk = jnp.take_along_axis(scores_xE, top_e_xk, axis=-1)
+        if self.norm_topk_prob:
+            top_w_xk = top_w_xk / (jnp.sum(top_w_xk, axis=-1, keepdims=True) + 1e-20)
+        return scores_xE, top_e_xk, top_w_xk * self.routed_scale
+
+    def forward_with_stats(
+        self, x_BxTxD: jax.Array, valid_BxT: jax.Array | None = None
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """``MoE``'s, plus ``balance``: zero, with a gradient on the bias of
+        ``LOAD_CARRIER * (load_e - 1 / E)`` (``load_e``: expert e's share of the assignments
+        of the valid tokens), which the optimizer turns into the bias's update."""
+        y_BxTxD, stats = super().forward_with_stats(x_BxTxD, valid_BxT)
+        counts_E = stats["counts"]
+        load_E = counts_E / jnp.maximum(jnp.sum(counts_E), 1.0)
+        carried_E = jax.lax.stop_gradient(LOAD_CARRIER * (load_E - 1.0 / self.n_experts))
+        bias_E = self.router_bias[...]
+        stats["balance"] = jnp.sum(carried_E * (bias_E - jax.lax.stop_gradient(bias_E)))
+        return y_BxTxD, stats

@@ -26,8 +26,10 @@ def splash_attention(
     window: int = 0,
     block: int = 128,
     interpret: bool = False,
+    scale: float | None = None,
 ) -> jax.Array:
-    """softmax(q k^T / sqrt(K) + mask) v for self-attention, BxHxTxK."""
+    """softmax(scale q k^T + mask) v for self-attention, BxHxTxK (``scale`` 1 / sqrt(K)
+    unless given)."""
     from jax.experimental.pallas.ops.tpu.splash_attention import (
         splash_attention_kernel as splash,
     )
@@ -59,7 +61,8 @@ def splash_attention(
         q_seq_shards=1,
         interpret=interpret,
     )
-    q, k, v = (pad_axis(z, 2, length, 0) for z in (q_BxHxTxK * (K**-0.5), k_BxGxTxK, v_BxGxTxK))
+    scale = K**-0.5 if scale is None else scale
+    q, k, v = (pad_axis(z, 2, length, 0) for z in (q_BxHxTxK * scale, k_BxGxTxK, v_BxGxTxK))
     segments = splash.SegmentIds(
         pad_axis(q_segment_BxT.astype(jnp.int32), 1, length, PAD),
         pad_axis(k_segment_BxT.astype(jnp.int32), 1, length, PAD),

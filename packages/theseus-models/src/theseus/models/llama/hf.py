@@ -72,11 +72,17 @@ def decoder_from_hf(hf: dict, arch: str) -> dict[str, Any]:
 
 
 def decoder_to_hf(
-    c: LlamaConfig, arch: str, *, biases: tuple[bool, bool], qk_norm: bool
+    c: LlamaConfig,
+    arch: str,
+    *,
+    biases: tuple[bool, bool],
+    qk_norm: bool,
+    sliding_window: bool = False,
 ) -> dict[str, Any]:
-    """The shared ``config.json`` keys; ``biases`` (q/k/v, output) and ``qk_norm`` are what
-    the architecture ``arch`` can express, anything else is refused."""
-    if c.sliding_window:
+    """The shared ``config.json`` keys; ``biases`` (q/k/v, output), ``qk_norm`` and
+    ``sliding_window`` (whether it has one) are what the architecture ``arch`` can express,
+    anything else is refused."""
+    if c.sliding_window and not sliding_window:
         raise ModelError(f"sliding_window={c.sliding_window} has no {arch} equivalent")
     if (c.qkv_bias, c.out_bias) != biases or c.qk_norm != qk_norm:
         raise ModelError(
@@ -116,7 +122,7 @@ def swiglu_rules(c: LlamaConfig, ours: ParamPath, theirs: str) -> list[Rule]:
     out = []
     for p in ("gate", "up", "down"):
         out.append(torch_linear((*ours, f"{p}_proj", "kernel"), f"{theirs}.{p}_proj.weight", 1))
-        if c.mlp_bias:
+        if getattr(c, "mlp_bias", False):
             out.append(same((*ours, f"{p}_proj", "bias"), f"{theirs}.{p}_proj.bias"))
     return out
 
@@ -129,26 +135,31 @@ def decoder_rules(c: LlamaConfig, mlp_rules: MLPRules = swiglu_rules) -> list[Ru
     ]
     for i in range(c.n_layers):
         b, h = ("blocks", i), f"model.layers.{i}"
-        att, hatt = (*b, "attention"), f"{h}.self_attn"
         out += [
             same((*b, "attn_norm", "scale"), f"{h}.input_layernorm.weight"),
             same((*b, "mlp_norm", "scale"), f"{h}.post_attention_layernorm.weight"),
-            torch_linear((*att, "o_proj", "kernel"), f"{hatt}.o_proj.weight", 2),
         ]
-        for p in "qkv":
-            out.append(torch_linear((*att, f"{p}_proj", "kernel"), f"{hatt}.{p}_proj.weight", 1))
-            if c.qkv_bias:
-                out.append(flat((*att, f"{p}_proj", "bias"), f"{hatt}.{p}_proj.bias"))
-        if c.out_bias:
-            out.append(same((*att, "o_proj", "bias"), f"{hatt}.o_proj.bias"))
-        if c.qk_norm:
-            out += [
-                same((*att, "q_norm", "scale"), f"{hatt}.q_norm.weight"),
-                same((*att, "k_norm", "scale"), f"{hatt}.k_norm.weight"),
-            ]
+        out += attention_rules(c, (*b, "attention"), f"{h}.self_attn")
         out += mlp_rules(c, (*b, "mlp"), f"{h}.mlp")
     if not c.tie_embeddings:
         out.append(torch_linear(("lm_head", "kernel"), "lm_head.weight", 1))
+    return out
+
+
+def attention_rules(c: LlamaConfig, att: ParamPath, hatt: str) -> list[Rule]:
+    """q, k, v and o projections (biases and q/k norms as configured)."""
+    out = [torch_linear((*att, "o_proj", "kernel"), f"{hatt}.o_proj.weight", 2)]
+    for p in "qkv":
+        out.append(torch_linear((*att, f"{p}_proj", "kernel"), f"{hatt}.{p}_proj.weight", 1))
+        if c.qkv_bias:
+            out.append(flat((*att, f"{p}_proj", "bias"), f"{hatt}.{p}_proj.bias"))
+    if c.out_bias:
+        out.append(same((*att, "o_proj", "bias"), f"{hatt}.o_proj.bias"))
+    if c.qk_norm:
+        out += [
+            same((*att, "q_norm", "scale"), f"{hatt}.q_norm.weight"),
+            same((*att, "k_norm", "scale"), f"{hatt}.k_norm.weight"),
+        ]
     return out
 
 

@@ -11,6 +11,8 @@ into it. The Qwen families reuse it with their own configs (biases, q/k norm, ex
 
 from __future__ import annotations
 
+from typing import Any
+
 from flax import nnx
 from theseus.models.errors import ModelError
 from theseus.models.layers import Attention, DecoderLM, RMSNorm, RoPE, SwiGLU
@@ -51,13 +53,11 @@ class Llama(DecoderLM):
             )
         return RoPE(self.head_dim, c.rope_theta, scaling)
 
-    def make_attention(self, index: int, rngs: nnx.Rngs) -> Attention:
+    def attention_options(self, index: int) -> dict[str, Any]:
+        """Keyword arguments of layer ``index``'s attention (a family changes a few; under
+        ``scan_layers`` ``index`` is traced and must not choose them)."""
         c = self.config
-        return self.attention_cls(
-            c.d_model,
-            c.n_heads,
-            c.n_kv_heads or c.n_heads,
-            self.head_dim,
+        return dict(
             qkv_bias=c.qkv_bias,
             out_bias=c.out_bias,
             rope=self.make_rope(),
@@ -67,6 +67,16 @@ class Llama(DecoderLM):
             std=c.init_std,
             out_std=self.out_std(),
             dtype=self.dtype,
+        )
+
+    def make_attention(self, index: int, rngs: nnx.Rngs) -> Attention:
+        c = self.config
+        return self.attention_cls(
+            c.d_model,
+            c.n_heads,
+            c.n_kv_heads or c.n_heads,
+            self.head_dim,
+            **self.attention_options(index),
             rngs=rngs,
         )
 

@@ -1,0 +1,135 @@
+"""DeepSeek-V3 config and presets (cheap to import: no JAX).
+
+Multi-token prediction (DeepSeek-V3's extra next-next-token module) is not part of the model:
+it is a training objective and a speculative-decoding head, left out here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.models.config import ModelConfig
+
+
+@dataclass(unsafe_hash=True)
+class DeepseekV3Config(ModelConfig):
+    d_ff: int = option(1024, "SwiGLU hidden width of the dense layers")
+    norm_eps: float = option(1e-6, "RMSNorm epsilon")
+    tie_embeddings: bool = option(False, "share the token embedding with the output head")
+    # multi-head latent attention
+    q_lora_rank: int = option(0, "width of the queries' latent; 0: queries straight from x")
+    kv_lora_rank: int = option(64, "width of the keys' and values' latent (what the cache keeps)")
+    qk_nope_dim: int = option(32, "per-head query/key width without positions")
+    qk_rope_dim: int = option(16, "per-head query/key width with RoPE (the rotary key is shared)")
+    v_head_dim: int = option(32, "per-head value width")
+    rope_theta: float = option(10000.0, "RoPE base frequency")
+    rope_interleave: bool = option(True, "RoPE rotates pairs (2i, 2i+1) (DeepSeek's layout)")
+    rope_scaling: str = option("none", "RoPE scaling: 'none' or 'yarn'")
+    rope_factor: float = option(40.0, "yarn: context extension factor")
+    rope_original_max_len: int = option(4096, "yarn: the context length trained before scaling")
+    rope_beta_fast: float = option(32.0, "yarn: rotations where extrapolation ends")
+    rope_beta_slow: float = option(1.0, "yarn: rotations where interpolation starts")
+    rope_mscale: float = option(1.0, "yarn: attention temperature coefficient (rotary part)")
+    rope_mscale_all_dim: float = option(
+        0.0, "yarn: temperature coefficient of the whole softmax scale; 0 = none"
+    )
+    # experts
+    first_dense_layers: int = option(1, "the first this many layers have a dense MLP")
+    n_experts: int = option(8, "routed experts per MoE layer")
+    n_experts_per_token: int = option(2, "routed experts each token goes through (top-k)")
+    moe_d_ff: int = option(64, "hidden width of each routed (and shared) expert")
+    n_shared_experts: int = option(1, "always-on experts of width moe_d_ff (fused into one)")
+    n_groups: int = option(1, "expert groups (nodes) for group-limited routing; 1 = none")
+    top_groups: int = option(1, "groups a token's experts may come from")
+    routed_scale: float = option(1.0, "routed experts' weights are multiplied by this")
+    norm_topk_prob: bool = option(True, "renormalise the chosen experts' scores to sum to 1")
+    bias_update_rate: float = option(
+        0.001,
+        "aux-loss-free balancing: each step moves an expert's routing bias by this, against "
+        "its load (0 freezes the biases)",
+    )
+    capacity_factor: float = option(
+        0.0, "expert capacity = factor * tokens * k / experts; 0 = dropless"
+    )
+    moe_grouping: str = option(
+        "tiles",
+        "dropless expert matmuls: tiles (batched over per-expert tiles, routed FLOPs on every "
+        "backend) | ragged_dot (jax.lax.ragged_dot: grouped on TPU, every expert elsewhere)",
+        resume_safe=True,
+    )
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": {
+        "n_layers": 3,
+        "d_model": 64,
+        "n_heads": 4,
+        "d_ff": 128,
+        "q_lora_rank": 48,
+        "kv_lora_rank": 32,
+        "qk_nope_dim": 16,
+        "qk_rope_dim": 8,
+        "v_head_dim": 12,
+        "first_dense_layers": 1,
+        "n_experts": 8,
+        "n_experts_per_token": 2,
+        "moe_d_ff": 32,
+        "n_shared_experts": 1,
+        "n_groups": 4,
+        "top_groups": 2,
+        "routed_scale": 2.5,
+    },
+    # moonshotai/Moonlight-16B-A3B (a DeepSeek-V3 architecture of DeepSeek-V2-Lite's size)
+    "moonlight-16b-a3b": {
+        "n_layers": 27,
+        "d_model": 2048,
+        "n_heads": 16,
+        "d_ff": 11264,
+        "norm_eps": 1e-5,
+        "q_lora_rank": 0,
+        "kv_lora_rank": 512,
+        "qk_nope_dim": 128,
+        "qk_rope_dim": 64,
+        "v_head_dim": 128,
+        "rope_theta": 50000.0,
+        "max_seq_len": 8192,
+        "first_dense_layers": 1,
+        "n_experts": 64,
+        "n_experts_per_token": 6,
+        "moe_d_ff": 1408,
+        "n_shared_experts": 2,
+        "n_groups": 1,
+        "top_groups": 1,
+        "routed_scale": 2.446,
+    },
+    # deepseek-ai/DeepSeek-V3 (without its multi-token-prediction module)
+    "671b": {
+        "n_layers": 61,
+        "d_model": 7168,
+        "n_heads": 128,
+        "d_ff": 18432,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_dim": 128,
+        "qk_rope_dim": 64,
+        "v_head_dim": 128,
+        "rope_theta": 10000.0,
+        "rope_scaling": "yarn",
+        "rope_factor": 40.0,
+        "rope_original_max_len": 4096,
+        "rope_beta_fast": 32.0,
+        "rope_beta_slow": 1.0,
+        "rope_mscale": 1.0,
+        "rope_mscale_all_dim": 1.0,
+        "max_seq_len": 163840,
+        "first_dense_layers": 3,
+        "n_experts": 256,
+        "n_experts_per_token": 8,
+        "moe_d_ff": 2048,
+        "n_shared_experts": 1,
+        "n_groups": 8,
+        "top_groups": 4,
+        "routed_scale": 2.5,
+    },
+}

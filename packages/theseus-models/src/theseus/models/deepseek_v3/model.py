@@ -1,0 +1,159 @@
+"""DeepSeek-V3, top to bottom.
+
+    tokens_BxT -> token embedding
+      -> first_dense_layers x Block: x + MLA(RMSNorm(x)), then x + SwiGLU(RMSNorm(x))
+      -> the rest x Block:           x + MLA(RMSNorm(x)), then x + MoE(RMSNorm(x))
+         (MoE: shared experts + the top-k of the routed ones, chosen by sigmoid scores plus
+         a balancing bias within the best expert groups)
+      -> final RMSNorm -> output head -> logits_BxTxV
+
+MLA is ``layers/mla.py``, the router ``layers/moe.py``'s ``SigmoidMoE``. Dense and MoE
+blocks differ, so the layers run in a Python loop (``scan_layers = False``); the dense blocks
+report zero routing statistics so that every layer's have one shape.
+
+Balancing without an auxiliary loss: the MoE layers' ``balance`` statistics sum to the aux
+entry ``moe_bias_balance``, zero in value, whose gradient carries each expert's load to its
+bias; the optimizer (``theseus.core.optim.balance``) moves the bias by ``bias_update_rate``
+against the load. Multi-token prediction is left out (see the config).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from theseus.core.model import STAT_PREFIX
+from theseus.models.deepseek_v3.config import DeepseekV3Config
+from theseus.models.errors import ModelError
+from theseus.models.layers import Block, DecoderLM, RMSNorm, RoPE, SwiGLU
+from theseus.models.layers.mla import MultiHeadLatentAttention
+from theseus.models.layers.moe import GROUPINGS, SigmoidMoE
+from theseus.models.layers.rope import YarnScaling
+from theseus.models.qwen3_moe.model import EXPERT_PARAMS, MoEBlock
+
+ROUTING_STATS = ("counts", "prob_sums", "tokens", "drop_fraction", "balance")
+
+
+class DenseBlock(Block):
+    """A dense block reporting zero routing statistics (the MoE blocks' shapes)."""
+
+    def __init__(self, *parts: nnx.Module, n_experts: int) -> None:
+        super().__init__(*parts)
+        self.n_experts = n_experts
+
+    def feed_forward(
+        self, h_BxTxD: jax.Array, valid_BxT: jax.Array
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        zeros = {name: jnp.zeros((), jnp.float32) for name in ROUTING_STATS}
+        zeros["counts"] = zeros["prob_sums"] = jnp.zeros((self.n_experts,), jnp.float32)
+        return self.mlp(h_BxTxD), zeros
+
+
+class DeepseekV3(DecoderLM):
+    config: DeepseekV3Config
+    config_class = DeepseekV3Config
+    scan_layers = False
+
+    def check_config(self, c: DeepseekV3Config) -> None:
+        if c.rope_scaling not in ("none", "yarn"):
+            raise ModelError(f"rope_scaling={c.rope_scaling!r}: use 'none' or 'yarn'")
+        if c.moe_grouping not in GROUPINGS:
+            raise ModelError(f"moe_grouping={c.moe_grouping!r}: use one of {', '.join(GROUPINGS)}")
+        if c.qk_rope_dim % 2:
+            raise ModelError(f"qk_rope_dim={c.qk_rope_dim}: RoPE rotates pairs, use an even width")
+
+    def make_norm(self, dim: int) -> RMSNorm:
+        return RMSNorm(dim, eps=self.config.norm_eps, dtype=self.dtype)
+
+    def rope_scaling(self) -> YarnScaling | None:
+        c = self.config
+        if c.rope_scaling != "yarn":
+            return None
+        return YarnScaling(
+            c.rope_factor,
+            c.rope_original_max_len,
+            c.rope_beta_fast,
+            c.rope_beta_slow,
+            c.rope_mscale,
+            c.rope_mscale_all_dim,
+        )
+
+    def make_attention(self, index: int, rngs: nnx.Rngs) -> MultiHeadLatentAttention:
+        c = self.config
+        scaling = self.rope_scaling()
+        softmax_factor = scaling.softmax_factor if scaling else 1.0
+        return MultiHeadLatentAttention(
+            c.d_model,
+            c.n_heads,
+            q_lora_rank=c.q_lora_rank,
+            kv_lora_rank=c.kv_lora_rank,
+            qk_nope_dim=c.qk_nope_dim,
+            qk_rope_dim=c.qk_rope_dim,
+            v_head_dim=c.v_head_dim,
+            rope=RoPE(c.qk_rope_dim, c.rope_theta, scaling, interleaved=c.rope_interleave),
+            norm_eps=c.norm_eps,
+            scale=(c.qk_nope_dim + c.qk_rope_dim) ** -0.5 * softmax_factor,
+            implementation=c.attention,
+            std=c.init_std,
+            out_std=self.out_std(),
+            dtype=self.dtype,
+            rngs=rngs,
+        )
+
+    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+        c = self.config
+        kw = dict(std=c.init_std, out_std=self.out_std(), dtype=self.dtype, rngs=rngs)
+        if index < c.first_dense_layers:
+            return SwiGLU(c.d_model, c.d_ff, **kw)
+        return SigmoidMoE(
+            c.d_model,
+            c.moe_d_ff,
+            c.n_experts,
+            c.n_experts_per_token,
+            n_groups=c.n_groups,
+            top_groups=c.top_groups,
+            routed_scale=c.routed_scale,
+            bias_update_rate=c.bias_update_rate,
+            norm_topk_prob=c.norm_topk_prob,
+            capacity_factor=c.capacity_factor,
+            grouping=c.moe_grouping,
+            shared_d_ff=c.n_shared_experts * c.moe_d_ff,
+            **kw,
+        )
+
+    def make_block(self, index: int, rngs: nnx.Rngs) -> Block:
+        d = self.config.d_model
+        parts = self.make_norm(d), self.make_attention(index, rngs)
+        parts += self.make_norm(d), self.make_mlp(index, rngs)
+        if index < self.config.first_dense_layers:
+            return DenseBlock(*parts, n_experts=self.config.n_experts)
+        return MoEBlock(*parts)
+
+    def aux_losses(
+        self, stats: dict[str, jax.Array]
+    ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+        """``moe_bias_balance`` (zero; its gradient carries the loads to the balancing
+        biases) and router-health statistics of the MoE layers under ``stat/`` names: the
+        mean fraction of assignments dropped, and the most and least loaded expert of any
+        layer (its share of the layer's assignments times E; 1 is a perfect balance)."""
+        first = self.config.first_dense_layers
+        if not stats or stats["counts"].shape[0] <= first:
+            return {}, {}
+        E = self.config.n_experts
+        counts_LxE = stats["counts"][first:]
+        load_LxE = E * counts_LxE / jnp.maximum(counts_LxE.sum(-1, keepdims=True), 1.0)
+        summary = jax.lax.stop_gradient(
+            {
+                "moe_drop_fraction": jnp.mean(stats["drop_fraction"][first:]),
+                "moe_max_load": jnp.max(load_LxE),
+                "moe_min_load": jnp.min(load_LxE),
+            }
+        )
+        aux = {"moe_bias_balance": jnp.sum(stats["balance"][first:])}
+        return aux | {f"{STAT_PREFIX}{name}": value for name, value in summary.items()}, summary
+
+    def matmul_share(self, path: tuple[str, ...], size: float) -> float:
+        """A token goes through k of the E routed experts (the shared ones are kernels: all)."""
+        if path[-1] in EXPERT_PARAMS:
+            return size * (self.config.n_experts_per_token / self.config.n_experts)
+        return super().matmul_share(path, size)

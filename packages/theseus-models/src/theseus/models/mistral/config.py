@@ -1,0 +1,54 @@
+"""Mistral config (Llama's, with Mistral's defaults) and presets. No JAX."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.models.llama.config import LlamaConfig
+
+
+@dataclass(unsafe_hash=True)
+class MistralConfig(LlamaConfig):
+    sliding_window: int = option(
+        4096,
+        "attend to at most this many previous tokens (the token itself included); 0 = no limit",
+    )
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": {
+        "n_layers": 2,
+        "d_model": 64,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "d_ff": 128,
+        "sliding_window": 8,
+    },
+    # mistralai/Mistral-7B-v0.1
+    "7b": {
+        "n_layers": 32,
+        "d_model": 4096,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "d_ff": 14336,
+        "rope_theta": 10000.0,
+        "sliding_window": 4096,
+        "max_seq_len": 32768,
+        "norm_eps": 1e-5,
+    },
+    # mistralai/Mistral-7B-v0.3: full attention, a larger RoPE base
+    "7b-v0.3": {
+        "n_layers": 32,
+        "d_model": 4096,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "d_ff": 14336,
+        "rope_theta": 1000000.0,
+        "sliding_window": 0,
+        "max_seq_len": 32768,
+        "norm_eps": 1e-5,
+    },
+}

@@ -1,0 +1,50 @@
+"""Mixtral config (Qwen3-MoE's expert fields, Mistral's attention and defaults) and presets.
+
+Mixtral's sparse MoE is Qwen3-MoE's (softmax router, top-k, renormalised weights, the same
+load-balancing loss); its attention is Mistral's (no q/k norm, head_dim d_model / n_heads,
+an optional sliding window). No JAX.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from theseus.core.components import option
+from theseus.models.qwen3_moe.config import Qwen3MoeConfig
+
+
+@dataclass(unsafe_hash=True)
+class MixtralConfig(Qwen3MoeConfig):
+    norm_eps: float = option(1e-5, "RMSNorm epsilon")
+    head_dim: int = option(0, "width of one head; 0 means d_model // n_heads")
+    qk_norm: bool = option(False, "RMSNorm on queries and keys per head")
+    n_experts_per_token: int = option(2, "experts each token is routed to (top-k)")
+    norm_topk_prob: bool = option(True, "renormalise the top-k router probabilities to sum to 1")
+    router_aux_loss_coef: float = option(0.02, "weight of the load-balancing loss")
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": {
+        "n_layers": 2,
+        "d_model": 64,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "n_experts": 4,
+        "n_experts_per_token": 2,
+        "moe_d_ff": 32,
+        "sliding_window": 8,
+    },
+    # mistralai/Mixtral-8x7B-v0.1
+    "8x7b": {
+        "n_layers": 32,
+        "d_model": 4096,
+        "n_heads": 32,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "n_experts": 8,
+        "n_experts_per_token": 2,
+        "moe_d_ff": 14336,
+        "rope_theta": 1000000.0,
+        "max_seq_len": 32768,
+    },
+}
