@@ -85,14 +85,19 @@ class DPOJob(PretrainJob):
     config_type = DPOJobConfig
     layout = "pairs"
 
-    def setup(self, setup_class: Any, vocab_size: int) -> Any:
-        config = self.config
-        setup = setup_class.build(
+    @classmethod
+    def build_setup(
+        cls, config: DPOJobConfig, registries: Any, vocab_size: int, devices: Any = None
+    ) -> Any:
+        from theseus.core.train.setup import TrainSetup
+
+        setup = TrainSetup.build(
             config,
-            self.context.registries,
+            registries,
             vocab_size,
             objective=preference_objective(config.dpo),
             keeps_reference=config.lora.rank == 0 and config.dpo.loss != "simpo",
+            devices=devices,
         )
         rows = config.training.global_batch_size // setup.micro_steps
         if rows % 2:  # a micro-batch must hold whole pairs

@@ -59,22 +59,26 @@ class PretrainJob(Job):
         return tokenize_prerequisites(config.data, root)
 
     @classmethod
-    def dry_run(cls, config: TrainJobConfig, root: str, as_json: bool = False) -> Any:
-        """Mesh, abstract state, per-device memory and FLOPs, printed; nothing is allocated."""
-        from theseus.core.sharding.memory import dry_run
+    def dry_run(
+        cls, config: TrainJobConfig, root: str, as_json: bool = False, target: str | None = None
+    ) -> Any:
+        """Mesh, abstract state, per-device memory and FLOPs of this job's own step, printed;
+        on a ``target`` (``v5p-8``, ``h100x8``, ...) compiled for that chip. Nothing is
+        allocated."""
+        from theseus.core.train.dry_run import dry_run
 
-        return dry_run(config, root, as_json)
+        return dry_run(config, root, as_json, target, build=cls.build_setup)
 
     def __call__(self) -> dict[str, Any]:
         from theseus.core.sharding.distributed import initialize_from_env
 
         initialize_from_env()
         from theseus.core.evaluate.training import training_tasks
-        from theseus.core.train.setup import TrainSetup, open_data
+        from theseus.core.train.setup import open_data
         from theseus.core.train.trainer import Trainer
 
         data = open_data(self.config, self.context.root, self.layout, run=self.run)
-        setup = self.setup(TrainSetup, data.vocab_size)
+        setup = self.build_setup(self.config, self.context.registries, data.vocab_size)
         tasks = training_tasks(setup, data, self.context.root, self.run)
         summary = Trainer(setup, data, self.context, tasks).fit()
         finite = {
@@ -86,9 +90,15 @@ class PretrainJob(Job):
         log.info("finished %s: %s", self.run.name, summary)
         return summary
 
-    def setup(self, setup_class: Any, vocab_size: int) -> Any:
-        """The run's ``TrainSetup`` (a job with another objective overrides this)."""
-        return setup_class.build(self.config, self.context.registries, vocab_size)
+    @classmethod
+    def build_setup(
+        cls, config: TrainJobConfig, registries: Any, vocab_size: int, devices: Any = None
+    ) -> Any:
+        """This job's ``TrainSetup`` on ``devices`` (default: every device); the dry run
+        builds the same one over a target's compile-only devices."""
+        from theseus.core.train.setup import TrainSetup
+
+        return TrainSetup.build(config, registries, vocab_size, devices=devices)
 
 
 class SFTJob(PretrainJob):

@@ -27,6 +27,7 @@ which turns the skipping off.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -36,6 +37,7 @@ from theseus.models.attention_choice import STAGES, check_attention, resolve_att
 from theseus.models.errors import ModelError
 from theseus.models.layers.cudnn_attention import cudnn_attention
 from theseus.models.layers.flash import flash_attention
+from theseus.models.layers.kernel_sharding import context_platform, per_shard
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.norms import RMSNorm
 from theseus.models.layers.splash_attention import splash_attention
@@ -234,26 +236,45 @@ class Attention(nnx.Module):
         return overridden_stages(type(self))
 
     def implementation_for(
-        self, seq_len: int, platform: str | None = None, device_kind: str = ""
+        self,
+        seq_len: int,
+        platform: str | None = None,
+        device_kind: str = "",
+        head_shards: int | None = None,
     ) -> str:
         """What would compute self-attention over ``seq_len`` tokens on ``platform``
-        (default: this process's backend); a question, nothing is stored."""
+        (default: the platform of the mesh in context, else this process's backend) with the
+        heads split ``head_shards`` ways (default: the context mesh's ``tensor`` axis); a
+        question, nothing is stored."""
+        if platform is None:
+            platform, device_kind, shards = context_platform()
+            head_shards = shards if head_shards is None else head_shards
         return resolve_attention(
             self.implementation,
-            platform or jax.default_backend(),
+            platform,
             seq_len,
             self.overridden_stages(),
             dtype=jnp.dtype(self.dtype).name,
             head_dim=self.head_dim,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            head_shards=head_shards or 1,
+            device_kind=device_kind,
             interpret=self.kernel_interpret,
             layer=type(self).__name__,
-            device_kind=device_kind,
         )
 
-    def plan(self, seq_len: int, platform: str | None = None, device_kind: str = "") -> str:
+    def plan(
+        self,
+        seq_len: int,
+        platform: str | None = None,
+        device_kind: str = "",
+        head_shards: int | None = None,
+    ) -> str:
         """Choose, once, the kernel this layer runs over ``seq_len`` tokens on ``platform``
-        (a chip of ``device_kind``); kept on the layer (a static part of the model)."""
-        self.kernel = self.implementation_for(seq_len, platform, device_kind)
+        (a chip of ``device_kind``, the heads split ``head_shards`` ways); kept on the layer
+        (a static part of the model)."""
+        self.kernel = self.implementation_for(seq_len, platform, device_kind, head_shards)
         return self.kernel
 
     def attend_self(
@@ -263,6 +284,8 @@ class Attention(nnx.Module):
 
         The kernels implement this class's ``mask`` (causal, per document, sliding window)
         with query and key positions 0..T-1, which is what ``info`` holds without a cache.
+        cuDNN and splash run per shard of the mesh in context (``kernel_sharding``): the
+        rows over its batch axes, the heads over ``tensor``.
         """
         name = self.kernel or self.plan(q_BxHxTxK.shape[2])
         if name == "reference":
@@ -272,8 +295,11 @@ class Attention(nnx.Module):
             size = self.flash_block
             return flash_attention(*args, window=self.sliding_window, block_q=size, block_k=size)
         if name == "cudnn":
-            return cudnn_attention(*args, window=self.sliding_window)
-        return splash_attention(*args, window=self.sliding_window, interpret=self.kernel_interpret)
+            return per_shard(partial(cudnn_attention, window=self.sliding_window), *args)
+        kernel = partial(
+            splash_attention, window=self.sliding_window, interpret=self.kernel_interpret
+        )
+        return per_shard(kernel, *args)
 
     def __call__(
         self,
