@@ -61,10 +61,10 @@ def _devices(target: Target) -> tuple[Any, ...]:
     except Exception as error:  # the plugin refuses: say which target and why, in one line
         from theseus.core.errors import one_line
 
+        hint = "; start JAX on the CPU (JAX_PLATFORMS=cpu)" if target.platform == "gpu" else ""
         raise TargetError(
             f"--target {target.name}: the {target.platform.upper()} compiler could not make "
-            f"its devices ({one_line(error)[:300]}); with the CUDA plugin installed, start "
-            "without a GPU as JAX_PLATFORMS=cpu"
+            f"its devices ({one_line(error)[:300]}){hint}"
         ) from error
     devices = tuple(topology.devices)
     if len(devices) != target.devices:

@@ -20,11 +20,14 @@ from collections.abc import MutableMapping
 NVIDIA_DRIVER = "/proc/driver/nvidia/version"
 TPU_DEVICE_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*")  # v4/v5e/v6e, v5p/v6e VMs
 # What libtpu reads when it starts; set on a machine without TPUs, where its metadata-server
-# lookups can only fail (and print warnings): one local host, no metadata server.
+# lookups can only fail (and print warnings): one local host, no metadata server. Its lock
+# file (one process per machine owns the chips) guards nothing there: without chips, any
+# number of processes may compile at once (a test suite and its subprocesses, two users).
 TPU_HOST_DEFAULTS = {
     "TPU_SKIP_MDS_QUERY": "1",
     "TPU_WORKER_HOSTNAMES": "localhost",
     "TPU_HOST_BOUNDS": "1,1,1",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
 }
 
 

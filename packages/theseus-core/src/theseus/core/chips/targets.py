@@ -69,7 +69,7 @@ def parse_target(name: str) -> Target:
     gpu = re.fullmatch(r"([a-z]\d+)x(\d+)", text)
     if gpu:
         return _gpu(name, gpu.group(1), int(gpu.group(2)))
-    raise TargetError(f"--target {name!r}: not a target theseus knows; use one of {EXAMPLES}")
+    raise TargetError(f"--target {name}: not a target theseus knows; use one of {EXAMPLES}")
 
 
 def _tpu(name: str, family: str, count: int) -> Target:

@@ -21,7 +21,7 @@ from typing import Any
 from theseus.core.errors import TheseusError
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.plan_format import GiB, format_report
+from theseus.core.train.plan_format import format_report, size
 
 #: ``build(config, registries, vocab_size, devices) -> TrainSetup``: the job's own setup
 BuildSetup = Callable[[TrainJobConfig, Any, int, Any], Any]
@@ -111,8 +111,8 @@ def dry_run(
 def not_fitting(result: dict[str, Any]) -> str:
     where = f"a {result['device_kind']} chip" if result.get("target") else "a device"
     line = (
-        f"the step needs {result.get('peak_bytes', 0) / GiB:.2f} GiB per device but {where} "
-        f"has {result['hbm_bytes'] / GiB:.2f} GiB"
+        f"the step needs {size(result.get('peak_bytes', 0)).strip()} per device but {where} "
+        f"has {size(result['hbm_bytes']).strip()}"
     )
     fixes = [a["change"] for a in result.get("advice", []) if a["fits"]]
     if fixes:

@@ -88,6 +88,7 @@ class HloStats:
     flops_once: float = 0.0  # the same with every loop body counted once (as XLA does)
     bytes: float = 0.0  # operand + result bytes of the unfused instructions
     roofline_seconds: float = 0.0  # sum over instructions of max(FLOPs / peak, bytes / bw)
+    roofline_seconds_once: float = 0.0  # the same with every loop body counted once
     collective_bytes: dict[str, float] = field(default_factory=dict)
     collective_counts: dict[str, int] = field(default_factory=dict)
     dynamic_loops: int = 0  # while loops of unknown trip count, counted once
@@ -189,7 +190,9 @@ def analyze(text: str, peak_flops: float = 0.0, hbm_bandwidth: float = 0.0) -> H
             stats.bytes += runs * moved
             if peak_flops and hbm_bandwidth:
                 op_flops = _instruction_flops(instruction, shapes, nested)
-                stats.roofline_seconds += runs * max(op_flops / peak_flops, moved / hbm_bandwidth)
+                seconds = max(op_flops / peak_flops, moved / hbm_bandwidth)
+                stats.roofline_seconds += runs * seconds
+                stats.roofline_seconds_once += runs_once * seconds
     stats.collective_bytes = dict(collective_bytes)
     stats.collective_counts = dict(collective_counts)
     return stats
