@@ -64,13 +64,24 @@ def target_setup(family: str, target: str, overrides: list[str]) -> Any:
     return TrainSetup.build(config, regs, VOCAB, devices=compile_only_devices(target))
 
 
+def compile_for_target(lowered: Any) -> Any:
+    """Compile for compile-only devices, outside the persistent cache (see
+    ``without_disk_cache``)."""
+    from theseus.core.chips.devices import without_disk_cache
+
+    with without_disk_cache():
+        return lowered.compile()
+
+
 def compile_train(setup: Any) -> Any:
-    return setup.train_step.lower(setup.abstract_state, setup.abstract_batch()).compile()
+    return compile_for_target(setup.train_step.lower(setup.abstract_state, setup.abstract_batch()))
 
 
 def compile_eval(setup: Any) -> Any:
     state = setup.abstract_state
-    return setup.eval_step.lower(state["params"], state["frozen"], setup.abstract_batch()).compile()
+    return compile_for_target(
+        setup.eval_step.lower(state.params, state.frozen, setup.abstract_batch())
+    )
 
 
 def compile_decode(setup: Any, cache_length: int = 128) -> Any:
@@ -83,7 +94,7 @@ def compile_decode(setup: Any, cache_length: int = 128) -> Any:
 
     layout = setup.layout
     rows = setup.config.training.global_batch_size
-    model = nnx.eval_shape(lambda: setup.model(setup.abstract_state["params"]))
+    model = nnx.eval_shape(lambda: setup.model(setup.abstract_state.params))
     cache = jax.eval_shape(lambda: model.init_cache(rows, cache_length))
     row_sharding = layout.batch_sharding
 
@@ -105,4 +116,4 @@ def compile_decode(setup: Any, cache_length: int = 128) -> Any:
         return model.decode(token, cache, positions=ones * cache.index, segment_ids=ones)
 
     jitted = layout.jit(partial(decode))
-    return jitted.lower(setup.abstract_state["params"], token, cache).compile()
+    return compile_for_target(jitted.lower(setup.abstract_state.params, token, cache))

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 from theseus.core.train.hlo_stats import analyze, collective_kind, parse_shapes
 
-from tests.chips.compiling import require_aot
+from tests.chips.compiling import compile_for_target, require_aot
 
 L, M, K = 5, 64, 128
 
@@ -61,7 +61,7 @@ def test_collectives_on_the_tpu_compiler_are_counted_per_chip_and_per_trip():
 
     x = jax.ShapeDtypeStruct((M, K), jnp.bfloat16, sharding=whole)
     ws = jax.ShapeDtypeStruct((L, K, K), jnp.bfloat16, sharding=split)
-    stats = analyze(jax.jit(f).lower(x, ws).compile().as_text())
+    stats = analyze(compile_for_target(jax.jit(f).lower(x, ws)).as_text())
     assert set(stats.collective_bytes) == {"all-gather"}
     assert stats.collective_bytes["all-gather"] == L * K * K * 2
     assert stats.flops == L * 2 * M * K * K  # XLA:TPU writes the matmul as a convolution

@@ -32,7 +32,7 @@ def test_scanned_estimate_is_within_a_factor_2_of_the_unrolled_compile(monkeypat
     scanned = compile_train(target_setup("llama", "v5p-8", overrides))
     monkeypatch.setattr(DecoderLM, "scan_layers", False)
     unrolled_setup = target_setup("llama", "v5p-8", overrides)
-    assert not unrolled_setup.model(unrolled_setup.abstract_state["params"]).stacked
+    assert not unrolled_setup.model(unrolled_setup.abstract_state.params).stacked
     unrolled = compile_train(unrolled_setup)
 
     stats = analyze(scanned.as_text(), chip.peak_flops, chip.hbm_bandwidth)

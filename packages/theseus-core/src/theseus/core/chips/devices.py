@@ -9,7 +9,9 @@ abstract arrays and compiled, and its memory and cost analyses read.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 from theseus.core.chips.environment import installed, quiet_libtpu
@@ -73,3 +75,25 @@ def _devices(target: Target) -> tuple[Any, ...]:
             f"{target.devices}"
         )
     return devices
+
+
+@contextlib.contextmanager
+def without_disk_cache() -> Iterator[None]:
+    """JAX's persistent compilation cache off for the duration: an executable compiled for
+    compile-only devices is written there but cannot be read back ("PjRtCompiler must be
+    constructed with a Client"), so a cached entry only costs disk and a warning."""
+    import jax
+
+    previous = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", previous)
+
+
+def is_compile_only(device: Any) -> bool:
+    """A device of a target (another platform than the backend this process runs)."""
+    import jax
+
+    return device.platform != jax.default_backend()

@@ -10,6 +10,7 @@ FLOPs, bytes and collectives with loops counted as often as they run, and
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
@@ -28,9 +29,14 @@ _UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 def compile_step(setup: Any) -> tuple[Any, float, int | None]:
     """(compiled step or None, compile seconds, bytes the compiler said it needs when it
     refused for memory)."""
+    from theseus.core.chips.devices import is_compile_only, without_disk_cache
+
     started = time.perf_counter()
+    device = setup.layout.mesh.devices.flat[0]
     try:
-        compiled = setup.train_step.lower(setup.abstract_state, setup.abstract_batch()).compile()
+        lowered = setup.train_step.lower(setup.abstract_state, setup.abstract_batch())
+        with without_disk_cache() if is_compile_only(device) else contextlib.nullcontext():
+            compiled = lowered.compile()
     except Exception as error:  # XLA:TPU: RESOURCE_EXHAUSTED at compile time
         needed = out_of_memory_bytes(str(error))
         if needed is None:
