@@ -61,7 +61,8 @@ def target_setup(family: str, target: str, overrides: list[str]) -> Any:
     regs = registries()
     tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, overrides)
     config = tree.to_object(TrainJobConfig)
-    return TrainSetup.build(config, regs, VOCAB, devices=compile_only_devices(target))
+    vocab = config.model.vocab_size or VOCAB
+    return TrainSetup.build(config, regs, vocab, devices=compile_only_devices(target))
 
 
 def compile_for_target(lowered: Any) -> Any:

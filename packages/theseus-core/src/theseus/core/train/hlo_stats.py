@@ -33,6 +33,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 DTYPE_BYTES = {
     "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1,
@@ -328,17 +330,74 @@ def _dot_flops(instruction: Instruction, shapes: dict) -> float:
 
 
 def _convolution_flops(instruction: Instruction, shapes: dict) -> float:
-    """2 * output elements * (input features / groups) * window size."""
+    """2 * batch * output features * (input features / groups) * the (output, window)
+    position pairs that read the input, not its padding, in each spatial dimension.
+
+    XLA:TPU writes matmuls as convolutions, some with windows padded on both sides (how it
+    lays out a contraction against a sliced operand); products with padding are not work.
+    """
     lhs = _operand_shape(instruction, 0, shapes)
-    labels = re.search(r"dim_labels=([0-9a-z]+)_", instruction.attributes)
-    window = re.search(r"window=\{size=([\dx]+)", instruction.attributes)
-    groups = re.search(r"feature_group_count=(\d+)", instruction.attributes)
+    labels = re.search(r"dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)", instruction.attributes)
     if not labels or not lhs or not instruction.result:
         return 0.0
-    features = lhs[labels.group(1).index("f")] if "f" in labels.group(1) else 1
-    size = math.prod(int(s) for s in window.group(1).split("x")) if window else 1
-    features //= int(groups.group(1)) if groups else 1
-    return 2.0 * math.prod(instruction.result[0][1]) * features * size
+    lhs_labels, _, out_labels = labels.groups()
+    out = instruction.result[0][1]
+    if len(lhs_labels) != len(lhs) or len(out_labels) != len(out):
+        return 0.0
+    groups = re.search(r"feature_group_count=(\d+)", instruction.attributes)
+    features_in = lhs[lhs_labels.index("f")] // (int(groups.group(1)) if groups else 1)
+    total = 2.0 * out[out_labels.index("b")] * out[out_labels.index("f")] * features_in
+    window = _window(instruction.attributes)
+    for dim, spec in enumerate(window):
+        digit = str(dim)
+        if digit not in lhs_labels or digit not in out_labels:
+            continue
+        total *= _valid_pairs(lhs[lhs_labels.index(digit)], out[out_labels.index(digit)], spec)
+    return total
+
+
+def _window(attributes: str) -> list[dict[str, int]]:
+    """Per spatial dimension: size, pad_lo, stride, lhs and rhs dilation (1 when absent)."""
+    found = re.search(r"window=\{([^}]*)\}", attributes)
+    if not found:
+        return []
+    fields = dict(part.split("=", 1) for part in found.group(1).split() if "=" in part)
+    sizes = [int(x) for x in fields.get("size", "").split("x") if x]
+
+    def each(key: str, default: int) -> list[int]:
+        values = fields.get(key)
+        return [int(x) for x in values.split("x")] if values else [default] * len(sizes)
+
+    pads = (
+        [int(p.split("_")[0]) for p in fields["pad"].split("x")]
+        if "pad" in fields
+        else [0] * len(sizes)
+    )
+    strides, lhs_dilate, rhs_dilate = (
+        each("stride", 1),
+        each("lhs_dilate", 1),
+        each("rhs_dilate", 1),
+    )
+    return [
+        {
+            "size": sizes[d],
+            "pad": pads[d],
+            "stride": strides[d],
+            "lhs": lhs_dilate[d],
+            "rhs": rhs_dilate[d],
+        }
+        for d in range(len(sizes))
+    ]
+
+
+def _valid_pairs(inputs: int, outputs: int, spec: dict[str, int]) -> int:
+    """(output, window) positions of one spatial dimension that land on an input element."""
+    out = np.arange(outputs)[:, None]
+    tap = np.arange(spec["size"])[None, :]
+    position = out * spec["stride"] + tap * spec["rhs"] - spec["pad"]  # in the dilated input
+    dilated = (inputs - 1) * spec["lhs"] + 1
+    valid = (position >= 0) & (position < dilated) & (position % spec["lhs"] == 0)
+    return int(valid.sum())
 
 
 def _gemm_flops(instruction: Instruction, shapes: dict) -> float:

@@ -159,8 +159,8 @@ def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, An
     out["opaque_kernels"] = stats.opaque_kernels
     out["collective_bytes"] = {k: int(v) for k, v in sorted(stats.collective_bytes.items())}
     out["collective_bytes_total"] = int(sum(stats.collective_bytes.values()))
-    estimate = estimate_step(compiled, stats, chip) if chip is not None else None
-    if estimate is not None:
+    if chip is not None:
+        estimate = estimate_step(compiled, stats, chip)
         out["step_seconds_estimate"] = estimate.seconds
         out["estimate_method"] = estimate.method
         out["collective_seconds_estimate"] = estimate.collective_seconds

@@ -4,7 +4,8 @@
   program with each loop body once, like its FLOP count; it is scaled by the loops' trip
   counts with FLOPs as the weight: ``optimal_seconds * flops / flops_once`` (both from
   ``hlo_stats``), i.e. the compiler's seconds per FLOP, applied to every repetition.
-* **NVIDIA GPU**: there is no cost model without a GPU, so a roofline over the compiled
+* **NVIDIA GPU** (and a TPU program the cost model gives no time for): there is no cost
+  model without a GPU, so a roofline over the compiled
   HLO: each instruction takes ``max(FLOPs / peak bf16 FLOP/s, bytes / HBM bandwidth)``
   (the chip's published peaks, ``chips.specs``), loops times their trip counts, plus the
   collectives' bytes over the chip's NVLink bandwidth, not overlapped with compute.
@@ -38,23 +39,22 @@ def collective_seconds(stats: HloStats, chip: Chip) -> float:
     return total / chip.interconnect
 
 
-def estimate_step(compiled: Any, stats: HloStats, chip: Chip) -> StepEstimate | None:
-    """The step's seconds on ``chip`` (None when the compiler gives nothing to go on)."""
+def estimate_step(compiled: Any, stats: HloStats, chip: Chip) -> StepEstimate:
+    """The step's seconds on ``chip``."""
     comms = collective_seconds(stats, chip)
-    if chip.platform == "tpu":
-        optimal = optimal_seconds(compiled)
-        if optimal is None:
-            return None
+    optimal = optimal_seconds(compiled) if chip.platform == "tpu" else None
+    if optimal is not None:
         scale = stats.flops / stats.flops_once if stats.flops_once else 1.0
         method = (
             "estimate: XLA:TPU cost model (optimal_seconds) x loop trip counts, "
             f"FLOP-weighted (x{scale:.2f})"
         )
         return StepEstimate(optimal * scale, method, comms)
+    link = "ICI" if chip.platform == "tpu" else "NVLink"
     method = (
         f"estimate: roofline at {chip.peak_flops / 1e12:.0f} TFLOP/s bf16 and "
         f"{chip.hbm_bandwidth / 1e9:.0f} GB/s HBM per instruction, + collectives at "
-        f"{chip.interconnect / 1e9:.0f} GB/s NVLink (not overlapped)"
+        f"{chip.interconnect / 1e9:.0f} GB/s {link} (not overlapped)"
     )
     return StepEstimate(stats.roofline_seconds + comms, method, comms)
 
