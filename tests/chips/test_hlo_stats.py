@@ -29,6 +29,20 @@ def test_a_scanned_loop_counts_as_many_times_as_it_runs():
     assert stats.bytes >= 4 * (L * K * K + L * M * K)
 
 
+def test_a_scanned_layer_reads_its_slice_of_the_stacked_weights_not_all_of_them():
+    """Per trip of a scan over 32 stacked K x K weights (f32), at most: the slice read and
+    written (2 K K), the matmul's weight, input and output (K K + 2 M K), tanh in and out
+    (2 M K), and a few scalars of loop bookkeeping (64 bytes); plus x copied in once. Were
+    the whole stack counted as read on every trip, it would add (L - 1) K K per trip."""
+    layers = 32
+    x = jax.ShapeDtypeStruct((M, K), jnp.float32)
+    ws = jax.ShapeDtypeStruct((layers, K, K), jnp.float32)
+    stats = analyze(jax.jit(layers).lower(x, ws).compile().as_text())
+    per_trip = 4 * (3 * K * K + 4 * M * K) + 64
+    assert stats.bytes <= layers * per_trip + 2 * 4 * M * K
+    assert stats.bytes >= 4 * layers * (K * K + M * K)  # every weight and activation once
+
+
 def test_a_loop_with_bounds_known_only_at_run_time_is_counted_once_and_reported():
     def f(x, w, n):
         return jax.lax.fori_loop(0, n, lambda i, h: h @ w, x)

@@ -188,7 +188,7 @@ def analyze(text: str, peak_flops: float = 0.0, hbm_bandwidth: float = 0.0) -> H
                 collective_counts[kind] += runs
             if computation.name in fused or instruction.opcode in BOOKKEEPING or not runs:
                 continue
-            moved = _bytes_moved(instruction, shapes)
+            moved = _bytes_moved(instruction, shapes, by_name)
             stats.bytes += runs * moved
             if peak_flops and hbm_bandwidth:
                 op_flops = _instruction_flops(instruction, shapes, nested)
@@ -432,11 +432,65 @@ def _backend_config(instruction: Instruction) -> dict:
         return {}
 
 
-def _bytes_moved(instruction: Instruction, shapes: dict) -> int:
-    operand_bytes = sum(
-        array_bytes(shape) for name in instruction.operands for shape in shapes.get(name, [])
-    )
-    return operand_bytes + instruction.result_bytes
+SLICING = ("dynamic-slice", "slice", "gather")
+
+
+def _bytes_moved(instruction: Instruction, shapes: dict, by_name: dict) -> int:
+    """HBM bytes an instruction reads and writes: its operands and results, except what it
+    only slices (a scanned layer reads its own slice of the stacked weights, not all of
+    them) and the buffer a dynamic-update-slice writes in place (only the update moves)."""
+    if instruction.opcode in SLICING:
+        return 2 * instruction.result_bytes
+    if instruction.opcode == "dynamic-update-slice":
+        update = shapes.get(instruction.operands[1], []) if len(instruction.operands) > 1 else []
+        return 2 * sum(array_bytes(shape) for shape in update)
+    fused = by_name.get((called(instruction).get("calls") or [""])[0])
+    read = [_operand_bytes(name, shapes) for name in instruction.operands]
+    written = instruction.result_bytes
+    if instruction.opcode == "fusion" and fused is not None:
+        users: dict[str, list[Instruction]] = defaultdict(list)
+        for inner in fused.instructions:
+            for operand in inner.operands:
+                users[operand].append(inner)
+        for inner in fused.instructions:
+            index = _integer(inner.arguments) if inner.opcode == "parameter" else None
+            uses = users.get(inner.name, [])
+            if index is not None and index < len(read) and uses:
+                sliced = _sliced_bytes(inner.name, users)
+                if sliced is not None:
+                    read[index] = sliced
+                elif all(
+                    use.opcode == "dynamic-update-slice" and use.operands[0] == inner.name
+                    for use in uses
+                ):
+                    read[index] = 0  # the buffer updated in place
+        roots = [i for i in fused.instructions if i.opcode == "dynamic-update-slice"]
+        if roots and len(roots) == len(instruction.result):
+            written = sum(
+                _operand_bytes(r.operands[1], shapes) for r in roots if len(r.operands) > 1
+            )
+    return sum(read) + written
+
+
+def _sliced_bytes(name: str, users: dict[str, list[Instruction]]) -> int | None:
+    """Bytes of ``name`` that are read when every use only slices it (through bitcasts and
+    reshapes), else None."""
+    total = 0
+    for use in users.get(name, []):
+        if use.opcode in SLICING and use.operands and use.operands[0] == name:
+            total += use.result_bytes
+        elif use.opcode in ("bitcast", "reshape"):
+            inner = _sliced_bytes(use.name, users)
+            if inner is None:
+                return None
+            total += inner
+        else:
+            return None
+    return total if users.get(name) else None
+
+
+def _operand_bytes(name: str, shapes: dict) -> int:
+    return sum(array_bytes(shape) for shape in shapes.get(name, []))
 
 
 def _collective_payload(instruction: Instruction, shapes: dict) -> int:
