@@ -34,13 +34,13 @@ def test_a_scanned_layer_reads_its_slice_of_the_stacked_weights_not_all_of_them(
     written (2 K K), the matmul's weight, input and output (K K + 2 M K), tanh in and out
     (2 M K), and a few scalars of loop bookkeeping (64 bytes); plus x copied in once. Were
     the whole stack counted as read on every trip, it would add (L - 1) K K per trip."""
-    layers = 32
+    depth = 32
     x = jax.ShapeDtypeStruct((M, K), jnp.float32)
-    ws = jax.ShapeDtypeStruct((layers, K, K), jnp.float32)
+    ws = jax.ShapeDtypeStruct((depth, K, K), jnp.float32)
     stats = analyze(jax.jit(layers).lower(x, ws).compile().as_text())
     per_trip = 4 * (3 * K * K + 4 * M * K) + 64
-    assert stats.bytes <= layers * per_trip + 2 * 4 * M * K
-    assert stats.bytes >= 4 * layers * (K * K + M * K)  # every weight and activation once
+    assert stats.bytes <= depth * per_trip + 2 * 4 * M * K
+    assert stats.bytes >= 4 * depth * (K * K + M * K)  # every weight and activation once
 
 
 def test_a_loop_with_bounds_known_only_at_run_time_is_counted_once_and_reported():
