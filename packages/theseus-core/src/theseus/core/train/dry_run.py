@@ -28,13 +28,23 @@ BuildSetup = Callable[[TrainJobConfig, Any, int, Any], Any]
 
 
 def simulate_devices(config: TrainJobConfig) -> None:
-    """Ask for the mesh's device count on the CPU backend (only before JAX starts)."""
+    """Ask for the mesh's device count on the CPU backend, while no backend has started
+    (importing JAX is fine: its CPU client reads the count when it is created)."""
     count = planned_devices(config.sharding)
-    if count is None or "jax" in sys.modules:
+    if count is None:
         return
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+    if "jax" not in sys.modules:
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_force_host_platform_device_count" not in flags:
+            os.environ["XLA_FLAGS"] = (
+                f"{flags} --xla_force_host_platform_device_count={count}".strip()
+            )
+        return
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_num_cpu_devices", count)
 
 
 def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
