@@ -31,14 +31,11 @@ def simulate_devices(config: TrainJobConfig) -> None:
     """Ask for the mesh's device count on the CPU backend, while no backend has started
     (importing JAX is fine: its CPU client reads the count when it is created)."""
     count = planned_devices(config.sharding)
-    if count is None:
-        return
+    flags = os.environ.get("XLA_FLAGS", "")
+    if count is None or "xla_force_host_platform_device_count" in flags:
+        return  # the mesh takes what there is, or the user chose the count
     if "jax" not in sys.modules:
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_force_host_platform_device_count" not in flags:
-            os.environ["XLA_FLAGS"] = (
-                f"{flags} --xla_force_host_platform_device_count={count}".strip()
-            )
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
         return
     import jax
     from jax._src import xla_bridge
