@@ -3,7 +3,8 @@
 For each model and target, the step of ``<family>/train/pretrain`` is compiled by XLA:TPU or
 XLA:GPU on the target's compile-only devices (``theseus run ... --dry-run --target``'s own
 code path) with fsdp over every chip and scanned layers, and the largest per-chip batch
-that fits is searched by halving from a start value (at most ``TRIES`` compiles per cell).
+that fits is searched from a start value: halved while it does not fit, doubled while it
+fits in under 45% of the chip's memory (at most ``TRIES`` compiles per cell).
 Recorded per cell: the strategy and per-chip batch that fit, memory per chip, collective
 bytes per step, the estimated step time and the predicted MFU -- estimates, not
 measurements (see ``theseus.core.train.step_estimate``).
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "scale.json"
 DOC = ROOT / "docs" / "scale.md"
 TRIES = 3
+GROW_BELOW = 0.45  # a step that fits in under this share of HBM is tried at twice the batch
 GiB = 1024**3
 
 # (label, family, preset, vocab, seq_len, targets, start per-chip batch, remat)
@@ -90,7 +92,8 @@ def search(case: tuple, target: str, log) -> dict[str, Any]:
 
     chips = parse_target(target).devices
     per_chip, tried = start, []
-    while per_chip >= 1 and len(tried) < TRIES:
+
+    def attempt(per_chip: int) -> dict[str, Any]:
         started = time.time()
         values = overrides(family, preset, vocab, seq_len, per_chip, chips, remat)
         try:
@@ -106,10 +109,21 @@ def search(case: tuple, target: str, log) -> dict[str, Any]:
             f"peak={result.get('peak_bytes', 0) / GiB:.1f} GiB "
             f"mfu={result.get('predicted_mfu')} in {result['wall_seconds']:.0f} s"
         )
-        if result.get("fits"):
-            break
-        per_chip //= 2
-    best = next((r for r in tried if r.get("fits")), tried[-1])
+        return result
+
+    result = attempt(per_chip)
+    while not result.get("fits") and per_chip > 1 and len(tried) < TRIES:
+        per_chip //= 2  # too big: halve
+        result = attempt(per_chip)
+    while (
+        result.get("fits")
+        and result.get("peak_bytes", 0) < GROW_BELOW * result.get("hbm_bytes", 0)
+        and len(tried) < TRIES
+    ):
+        per_chip *= 2  # lots of room: a bigger batch uses the chip better
+        result = attempt(per_chip)
+    fitting = [r for r in tried if r.get("fits")]
+    best = max(fitting, key=lambda r: r["per_chip_batch"]) if fitting else tried[-1]
     return {
         "model": label,
         "target": target,
