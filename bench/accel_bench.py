@@ -10,7 +10,7 @@
    ``flops_per_step_compiled`` is recorded too; it counts a scanned layer once.
 
 Every figure comes from the same code path as ``theseus run ... --dry-run --json``
-(``TrainSetup`` + ``sharding.memory.report``). Writes bench/results/accel_cpu.json.
+(``TrainSetup`` + ``train.plan_report.report``). Writes bench/results/accel_cpu.json.
 Usage: python bench/accel_bench.py
 """
 
@@ -28,8 +28,8 @@ def plan(model: str, overrides: list[str], vocab: int = 384) -> dict[str, Any]:
     """The dry-run report of ``<model>/train/pretrain`` with these overrides."""
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
-    from theseus.core.sharding.memory import report
     from theseus.core.train.configs import TrainJobConfig
+    from theseus.core.train.plan_report import report
     from theseus.core.train.setup import TrainSetup
 
     regs = registries()

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from datatest_helpers import tokenize
 from theseus.core.data import TokenizedDataset
+from theseus.data.tokenizers import load_tokenizer
+from theseus.data.tokenizers.base import sha256_text
 from theseus.data.tokenizers.chat_template import (
     GENERATION_TAG,
     ChatTemplateError,
@@ -23,8 +25,6 @@ from theseus.data.tokenizers.chat_template import (
     render_chat,
     template_id,
 )
-from theseus.data.tokenizers import load_tokenizer
-from theseus.data.tokenizers.base import sha256_text
 from theseus.data.tokenizers.huggingface import HFConfig, HFTokenizer
 
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None

@@ -183,18 +183,38 @@ def test_auto_resolution():
     # cuDNN needs half precision and a head_dim it supports: otherwise the CPU rule
     assert resolve_attention("auto", "gpu", 4096, dtype="float32", head_dim=64) == "flash"
     assert resolve_attention("auto", "gpu", 4096, dtype="bfloat16", head_dim=12) == "flash"
+    # splash compiles on TPUs for every head_dim tried (tests/chips compile it for v5p)
     assert resolve_attention("auto", "tpu", 4096, head_dim=128) == "splash"
-    assert resolve_attention("auto", "tpu", 4096, head_dim=64) == "flash"
-    assert resolve_attention("auto", "tpu", 128, head_dim=64) == "reference"
+    assert resolve_attention("auto", "tpu", 4096, head_dim=64) == "splash"
+    assert resolve_attention("auto", "tpu", 128, head_dim=16) == "splash"
+    assert resolve_attention("auto", "cuda", 4096, dtype="bfloat16", head_dim=128) == "cudnn"
     # an overridden stage keeps the stages, everywhere
     for backend in ("cpu", "gpu", "tpu"):
         got = resolve_attention("auto", backend, 4096, ("scores",), dtype="bfloat16")
         assert got == "reference"
     assert resolve_attention("flash", "cpu", 8) == "flash"
     assert resolve_attention("reference", "gpu", 8192, ("mask",)) == "reference"
-    # the layer asks the same question of the backend it runs on
+    # the layer asks the same question of the backend it runs on (no mesh in context)
     assert layer().implementation_for(4096) == "flash"
+    assert layer().implementation_for(4096, "tpu", "TPU v5", head_shards=2) == "splash"
     assert layer(impl="reference").implementation_for(4096) == "reference"
+
+
+def test_auto_takes_flash_where_the_tensor_axis_would_split_a_head_group(caplog):
+    """Kernels run per shard with the heads split over ``tensor``: heads that do not divide
+    it would be computed whole on every shard, so auto falls back, saying why."""
+    caplog.set_level("INFO", logger="theseus.models.attention_choice")
+    heads = {"n_heads": 8, "n_kv_heads": 2, "head_dim": 128, "dtype": "bfloat16"}
+    assert resolve_attention("auto", "tpu", 4096, head_shards=2, **heads) == "splash"
+    got = resolve_attention("auto", "tpu", 4096, head_shards=4, device_kind="TPU v5", **heads)
+    assert got == "flash"
+    assert (
+        "flash, not splash on TPU v5: it needs key/value heads (2) that divide the tensor axis (4)"
+        in caplog.text
+    )
+    assert resolve_attention("auto", "gpu", 256, head_shards=4, **heads) == "reference"
+    # an explicit kernel is taken at its word (it runs, computing those heads on every shard)
+    assert resolve_attention("splash", "tpu", 4096, head_shards=4, **heads) == "splash"
 
 
 @pytest.mark.parametrize(
@@ -203,6 +223,7 @@ def test_auto_resolution():
         (("cudnn", "cpu", 1024), {}, "model.attention=cudnn needs an NVIDIA GPU (backend is cpu)"),
         (("cudnn", "gpu", 1024), {"dtype": "float32"}, "needs model.dtype=bfloat16 or float16"),
         (("cudnn", "gpu", 1024), {"dtype": "bfloat16", "head_dim": 12}, "multiple of 8"),
+        (("cudnn", "gpu", 1024), {"dtype": "bfloat16", "head_dim": 256}, "up to 128 (not 256)"),
         (("splash", "cpu", 1024), {}, "model.attention=splash needs a TPU (backend is cpu)"),
         (("flashy", "cpu", 1024), {}, "model.attention='flashy': use one of auto, reference"),
     ],

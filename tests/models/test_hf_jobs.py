@@ -187,8 +187,8 @@ def test_transformers_loads_the_export_with_the_same_logits_and_tokens(made, fam
     import torch
     import transformers
     from theseus.core.plugins import registries
-    from theseus.models.generate import generate
     from theseus.core.train.opening import open_run
+    from theseus.models.generate import generate
 
     root, exports = made
     folder = exports / family

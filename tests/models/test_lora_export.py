@@ -170,7 +170,9 @@ def test_a_base_that_is_no_hf_folder_is_written_beside_the_adapters(made):
     config = json.loads((folder / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str((folder / "base").resolve())
     tokens = np.random.RandomState(1).randint(0, 384, (2, 16))
-    ours = np.asarray(open_run(root, "lora-bf16", registries=registries(), what="test").model(tokens))
+    ours = np.asarray(
+        open_run(root, "lora-bf16", registries=registries(), what="test").model(tokens)
+    )
     base = transformers.AutoModelForCausalLM.from_pretrained(folder / "base").eval()
     with torch.no_grad():
         plain = base(torch.tensor(tokens)).logits.numpy()

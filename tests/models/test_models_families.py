@@ -379,8 +379,8 @@ def test_tiny_train_step_compiles_to_the_routed_flops(family):
 def test_lora_adapts_every_projection_but_the_routed_experts(family):
     from theseus.core.adapters import Adapter
     from theseus.core.train.configs import LoRAConfig
-    from theseus.models.layers.lora import adapted_class
     from theseus.models.families import family_named
+    from theseus.models.layers.lora import adapted_class
 
     base = tiny(family)
     lora = LoRAConfig(rank=2, alpha=4.0, targets=["attention", "mlp"])

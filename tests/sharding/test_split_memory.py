@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from theseus.core.sharding.memory import format_report
+from theseus.core.train.plan_format import format_report
 
 from tests.sharding.conftest import json_lines, run_module
 
@@ -63,6 +63,7 @@ def test_the_report_names_the_split_axes():
         "flops_per_step_program": 1e9,
         "compile_seconds": 1.0,
         "attention": "ring/flash",
+        "dtype": "float32",
     }
     text = format_report(report)
     assert "context=4" in text and "attention ring/flash" in text

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from theseus.core.errors import TheseusError
+from theseus.core.chips.environment import default_to_cpu
+from theseus.core.errors import JobError, TheseusError
 
 app = typer.Typer(
     name="theseus",
@@ -190,6 +191,14 @@ def run(
     as_json: Annotated[
         bool, typer.Option("--json", help="with --dry-run: print the plan as one JSON object")
     ] = False,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="with --dry-run: compile for these chips, from any machine: v5p-8, v5p-64, "
+            "v5litepod-16, v6e-8, h100x8, h200x8, b200x8, h100x16 (needs the aot extra)",
+        ),
+    ] = None,
 ) -> None:
     """Run a job (its missing prerequisites first) in a run directory under the root.
 
@@ -197,6 +206,8 @@ def run(
     key=value overrides. A run that exists already resumes, with its saved config as the
     base: files and overrides then act as changes, checked for what a resume may change.
     """
+    if target and not dry_run:
+        raise JobError(f"--target {target} plans a run for those chips: add --dry-run")
     from theseus.core.runner import prepare
 
     prepared = prepare(
@@ -209,16 +220,16 @@ def run(
         configs=configs or [],
     )
     if dry_run:
-        _dry_run(prepared, as_json)
+        _dry_run(prepared, as_json, target)
         return
     prepared()
     typer.echo(f"run {prepared.name}: {prepared.run_dir.path.resolve()}")
 
 
-def _dry_run(prepared, as_json: bool) -> None:
+def _dry_run(prepared, as_json: bool, target: str | None = None) -> None:
     """The resolved config with types and help, then the job's own plan (if it has one)."""
-    if as_json:  # the job's plan as one JSON object
-        prepared.dry_run(True)
+    if as_json or target:  # the job's plan alone (one JSON object with --json)
+        prepared.dry_run(as_json, target)
         return
     from theseus.core.jobs import Job
 
@@ -227,7 +238,7 @@ def _dry_run(prepared, as_json: bool) -> None:
     typer.echo(prepared.tree.annotated_yaml(), nl=False)
     if getattr(job_class.dry_run, "__func__", None) is not Job.dry_run.__func__:
         typer.echo("")
-        prepared.dry_run(False)
+        prepared.dry_run(False, target)
 
 
 def _add_plugin_commands() -> None:
@@ -252,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         format="%(levelname)s %(name)s: %(message)s" if verbose else "%(message)s",
     )
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
+    default_to_cpu()  # the aot extra's compilers on a machine without accelerators: quiet CPU
     try:
         _add_plugin_commands()
         app(args=args, prog_name="theseus", standalone_mode=False)

@@ -93,12 +93,23 @@ class Job:
         return []
 
     @classmethod
-    def dry_run(cls, config: Any, root: str, as_json: bool = False) -> Any:
-        """Plan without running: the default prints the typed config (YAML, or one JSON line)."""
+    def dry_run(
+        cls, config: Any, root: str, as_json: bool = False, target: str | None = None
+    ) -> Any:
+        """Plan without running: the default prints the typed config (YAML, or one JSON line).
+
+        ``target`` (``--target v5p-8``): plan for those chips; only jobs with a compiled step
+        (training) override this to accept one."""
         import dataclasses
         import json
 
         import yaml
+
+        if target:
+            raise JobError(
+                f"--target {target}: this job has no compiled step to plan for a chip; "
+                "--target works with training jobs (<model>/train/pretrain, sft, dpo)"
+            )
 
         plain = dataclasses.asdict(config)
         print(

@@ -63,8 +63,9 @@ class LanguageModel(Protocol):
     * ``unrolled()``: the same model with one block module per layer, run by a Python loop
       (module paths ``blocks.<i>.<name>``, what time travel records); ``self`` when the
       blocks are not stacked.
-    * ``plan_attention(seq_len, platform, device_kind)``: choose, once, the attention kernel
-      the model runs at this length on this platform (the training setup calls it before
+    * ``plan_attention(seq_len, platform, device_kind, head_shards=1)``: choose, once, the
+      attention kernel the model runs at this length on this platform, with the heads split
+      ``head_shards`` ways over the ``tensor`` mesh axis (the training setup calls it before
       any step is traced; the choice is part of the model's static graph) and return its
       name (``reference``, ``flash``, ``cudnn``, ..., or ``none``), for the start-up log
       and the dry run.
@@ -81,7 +82,9 @@ class LanguageModel(Protocol):
 
     def flops_per_token(self, seq_len: int) -> float: ...
 
-    def plan_attention(self, seq_len: int, platform: str, device_kind: str) -> str: ...
+    def plan_attention(
+        self, seq_len: int, platform: str, device_kind: str, head_shards: int = 1
+    ) -> str: ...
 
     def unrolled(self) -> Any: ...
 

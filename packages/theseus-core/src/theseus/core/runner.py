@@ -112,10 +112,14 @@ class PreparedRun:
         )
         return own + [p for answer in added for p in answer]
 
-    def dry_run(self, as_json: bool = False) -> Any:
-        """``--dry-run``: the job's plan (memory report for training jobs), nothing run."""
+    def dry_run(self, as_json: bool = False, target: str | None = None) -> Any:
+        """``--dry-run``: the job's plan (memory report for training jobs), nothing run;
+        ``target``: compiled for those chips (``v5p-8``, ``h100x8``)."""
         job_class = self.spec.load()
-        return job_class.dry_run(self.typed_config(job_class), self.root, as_json)
+        config = self.typed_config(job_class)
+        if target is None:  # jobs of third-party plugins may not take a target
+            return job_class.dry_run(config, self.root, as_json)
+        return job_class.dry_run(config, self.root, as_json, target=target)
 
     def __call__(self) -> Any:
         check_root(self.root)

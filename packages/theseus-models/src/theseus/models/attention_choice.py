@@ -1,29 +1,37 @@
-"""Which attention implementation runs: ``model.attention`` resolved for a backend and length.
+"""Which attention implementation runs: ``model.attention`` resolved for a chip and a length.
 
-Cheap to import (no JAX). The training setup resolves it once for every layer, on the
-platform of its mesh's devices (a compile-only TPU or GPU target included)::
+Cheap to import (no JAX). A training setup resolves it once for every layer, for the
+platform and chip of its mesh's devices (``tpu`` for compile-only TPU devices, whatever
+``jax.default_backend()`` says) and the ways its heads are split; each layer keeps its
+choice::
 
-    model.plan_attention(seq_len, platform, device_kind)   # each layer keeps its choice
+    model.plan_attention(seq_len, "tpu", "TPU v5", head_shards=2)
 
-or from the config alone::
-
-    resolve_attention(config.model.attention, platform, seq_len,
-                      dtype=compute_dtype(config.model.dtype), head_dim=head_dim)
+A layer nobody planned plans itself when first traced, for the platform of the mesh in
+context (``jax.set_mesh``) or else the default backend.
 
 * ``reference``: the stages ``scores -> mask -> weights -> combine``: every score is
   materialised (memory quadratic in the length); any stage can be overridden.
 * ``flash``: blockwise online softmax in pure JAX (``layers/flash.py``), memory linear in
-  the length, every backend.
+  the length, every backend and every sharding.
 * ``cudnn``: ``jax.nn.dot_product_attention(implementation="cudnn")``, NVIDIA GPUs, bf16/fp16,
-  head_dim a multiple of 8 up to 128 (256 from Hopper on).
-* ``splash``: the Pallas TPU splash-attention kernel (a Pallas interpreter elsewhere, for tests).
-* ``auto``: ``reference`` when a subclass overrides a stage; otherwise ``cudnn`` on a GPU and
-  ``splash`` on a TPU where they apply, else ``flash`` from ``FLASH_MIN_SEQ_LEN`` tokens on
-  and ``reference`` below (where its scores are small and it is as fast or faster).
+  head_dim a multiple of 8 up to 128 (XLA:GPU refuses more with a mask, H100 and B200 alike).
+* ``splash``: the Pallas TPU splash-attention kernel (a Pallas interpreter elsewhere, for
+  tests). It compiles on v5p, v5e and v6e for every head_dim tried (8 to 256) in bf16 and f32.
+* ``auto``: ``reference`` when a subclass overrides a stage; otherwise ``cudnn`` on an NVIDIA
+  GPU and ``splash`` on a TPU where they compile for the shape, else ``flash`` from
+  ``FLASH_MIN_SEQ_LEN`` tokens on and ``reference`` below (where its scores are small and it
+  is as fast or faster), with the reason logged.
+
+Both kernels run per shard (``layers/kernel_sharding.py``): the batch over the mesh's batch
+axes and the heads over ``tensor``, so under tensor parallelism ``head_shards`` (the tensor
+axis size) must divide the query and the key/value heads, or a kernel would compute every
+head on every shard; ``auto`` then takes ``flash``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from theseus.models.errors import ModelError
@@ -31,6 +39,10 @@ from theseus.models.errors import ModelError
 IMPLEMENTATIONS = ("auto", "reference", "flash", "cudnn", "splash")
 STAGES = ("scores", "mask", "weights", "combine")  # what the kernels compute in one piece
 HALF_DTYPES = ("bfloat16", "float16")
+CUDNN_MAX_HEAD_DIM = 128
+GPU_PLATFORMS = ("gpu", "cuda")
+
+log = logging.getLogger(__name__)
 
 # Measured on the 2-core CPU (one attention layer, d_model 128, 4 heads of 32, batch 4,
 # forward + backward jitted; reference in blocks of 64 queries, flash in blocks of 128),
@@ -42,32 +54,39 @@ FLASH_MIN_SEQ_LEN = 512
 
 def resolve_attention(
     config_attention: str,
-    backend: str,
+    platform: str,
     seq_len: int,
     overridden_stages: Sequence[str] = (),
     *,
     dtype: str = "float32",
     head_dim: int = 64,
+    n_heads: int = 0,
+    n_kv_heads: int = 0,
+    head_shards: int = 1,
+    device_kind: str = "",
     interpret: bool = False,
     layer: str = "the layer",
-    device_kind: str = "",
 ) -> str:
     """The implementation that runs: one of ``reference``, ``flash``, ``cudnn``, ``splash``.
 
-    ``backend`` is the platform the step runs on (``cpu``, ``gpu``/``cuda``/``rocm``,
-    ``tpu``); ``device_kind`` the chip (e.g. ``TPU v5p``; "" when unknown);
+    ``platform`` is the devices' platform (``cpu``, ``gpu``/``cuda``/``rocm``, ``tpu``) and
+    ``device_kind`` their chip (``TPU v5``, ``NVIDIA H100 80GB HBM3``; named in the log);
+    ``head_shards`` the ways the heads are split (the ``tensor`` mesh axis);
     ``overridden_stages`` the stages (of ``STAGES``) a subclass of ``Attention`` overrides,
     named in errors as ``layer``; ``interpret`` lets ``splash`` run in the Pallas
-    interpreter off TPU. Raises a one-line ModelError for a choice that cannot run here.
+    interpreter off TPU. Raises a one-line ModelError for a choice that cannot run there.
     """
     check_attention(config_attention, overridden_stages, layer=layer)
+    heads = (n_heads, n_kv_heads)
     if config_attention == "auto":
-        return _auto(backend, seq_len, overridden_stages, dtype, head_dim)
+        return _auto(
+            platform, seq_len, overridden_stages, dtype, head_dim, heads, head_shards, device_kind
+        )
     if config_attention == "cudnn":
-        _check_cudnn(backend, dtype, head_dim)
-    if config_attention == "splash" and backend != "tpu" and not interpret:
+        _check_cudnn(platform, dtype, head_dim)
+    if config_attention == "splash" and platform != "tpu" and not interpret:
         raise ModelError(
-            f"model.attention=splash needs a TPU (backend is {backend}); use flash or auto"
+            f"model.attention=splash needs a TPU (backend is {platform}); use flash or auto"
         )
     return config_attention
 
@@ -88,29 +107,55 @@ def check_attention(
         )
 
 
-def _auto(backend: str, seq_len: int, overridden: Sequence[str], dtype: str, head_dim: int) -> str:
+def _auto(
+    platform: str,
+    seq_len: int,
+    overridden: Sequence[str],
+    dtype: str,
+    head_dim: int,
+    heads: tuple[int, int],
+    head_shards: int,
+    device_kind: str,
+) -> str:
     if overridden:
         return "reference"
-    cudnn_fits = _cudnn_problem(dtype, head_dim) is None and head_dim <= 128  # 128: pre-Hopper
-    if backend in ("gpu", "cuda") and cudnn_fits:
-        return "cudnn"
-    if backend == "tpu" and head_dim % 128 == 0:
-        return "splash"
-    return "flash" if seq_len >= FLASH_MIN_SEQ_LEN else "reference"
+    fallback = "flash" if seq_len >= FLASH_MIN_SEQ_LEN else "reference"
+    if platform in GPU_PLATFORMS:
+        kernel, problem = "cudnn", _cudnn_problem(dtype, head_dim)
+    elif platform == "tpu":
+        kernel, problem = "splash", None
+    else:
+        return fallback
+    problem = problem or _heads_problem(heads, head_shards)
+    if problem is None:
+        return kernel
+    chip = f" on {device_kind}" if device_kind else ""
+    log.info("model.attention=auto: %s, not %s%s: it needs %s", fallback, kernel, chip, problem)
+    return fallback
+
+
+def _heads_problem(heads: tuple[int, int], head_shards: int) -> str | None:
+    """Why the heads cannot be split ``head_shards`` ways, or None."""
+    if head_shards <= 1:
+        return None
+    for count, what in zip(heads, ("query", "key/value"), strict=True):
+        if count and count % head_shards:
+            return f"{what} heads ({count}) that divide the tensor axis ({head_shards})"
+    return None
 
 
 def _cudnn_problem(dtype: str, head_dim: int) -> str | None:
     if dtype not in HALF_DTYPES:
         return f"model.dtype=bfloat16 or float16 (not {dtype})"
-    if head_dim % 8 or head_dim > 256:
-        return f"a head_dim that is a multiple of 8 up to 256 (not {head_dim})"
+    if head_dim % 8 or head_dim > CUDNN_MAX_HEAD_DIM:
+        return f"a head_dim that is a multiple of 8 up to {CUDNN_MAX_HEAD_DIM} (not {head_dim})"
     return None
 
 
-def _check_cudnn(backend: str, dtype: str, head_dim: int) -> None:
-    if backend not in ("gpu", "cuda"):
+def _check_cudnn(platform: str, dtype: str, head_dim: int) -> None:
+    if platform not in GPU_PLATFORMS:
         raise ModelError(
-            f"model.attention=cudnn needs an NVIDIA GPU (backend is {backend}); use flash or auto"
+            f"model.attention=cudnn needs an NVIDIA GPU (backend is {platform}); use flash or auto"
         )
     problem = _cudnn_problem(dtype, head_dim)
     if problem is not None:

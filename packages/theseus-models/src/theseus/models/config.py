@@ -10,13 +10,19 @@ from theseus.core.errors import ConfigError
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def compute_dtype(name: str) -> str:
-    """The compute dtype ``model.dtype`` names; ``auto`` is bfloat16 on GPU/TPU, else float32."""
+def compute_dtype(name: str, platform: str | None = None) -> str:
+    """The compute dtype ``model.dtype`` names; ``auto`` is bfloat16 on GPU/TPU, else float32.
+
+    ``platform`` is where the model will run (a training setup passes its mesh's, which for
+    compile-only TPU devices is ``tpu`` on any machine); default: JAX's default backend.
+    """
     if name != "auto":
         return name
-    import jax
+    if platform is None:
+        import jax
 
-    return "bfloat16" if jax.default_backend() in ("gpu", "tpu") else "float32"
+        platform = jax.default_backend()
+    return "bfloat16" if platform in ("gpu", "cuda", "tpu") else "float32"
 
 
 @dataclass(unsafe_hash=True)

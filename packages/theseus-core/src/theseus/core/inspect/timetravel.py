@@ -90,7 +90,8 @@ class Moment:
             )
             return total / jnp.maximum(count, 1.0)
 
-        return jax.jit(jax.grad(mean_loss))(self.state.params, self.state.frozen)
+        gradient = self.setup.layout.jit(jax.grad(mean_loss))  # under the mesh: kernels per shard
+        return gradient(self.state.params, self.state.frozen)
 
     # ------------------------------------------------------------------ modules
     def modules(self) -> dict[str, Any]:

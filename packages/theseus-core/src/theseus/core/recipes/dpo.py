@@ -85,17 +85,17 @@ class DPOJob(PretrainJob):
     config_type = DPOJobConfig
     layout = "pairs"
 
-    def setup_options(self) -> dict[str, Any]:
+    @classmethod
+    def setup_options(cls, config: DPOJobConfig) -> dict[str, Any]:
         """The preference objective; a frozen copy of the initial weights as the reference
         when every weight trains (LoRA's reference is the base; SimPO has none)."""
-        config = self.config
         return {
             "objective": preference_objective(config.dpo),
             "keeps_reference": config.lora.rank == 0 and config.dpo.loss != "simpo",
         }
 
-    def check_setup(self, setup: Any) -> None:
-        config = self.config
+    @classmethod
+    def check_setup(cls, config: DPOJobConfig, setup: Any) -> None:
         rows = config.training.global_batch_size // setup.micro_steps
         if rows % 2:  # a micro-batch must hold whole pairs
             raise ConfigError(

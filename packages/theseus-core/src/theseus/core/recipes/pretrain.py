@@ -54,23 +54,42 @@ class PretrainJob(Job):
         return tokenize_prerequisites(config.data, root)
 
     @classmethod
-    def dry_run(cls, config: TrainJobConfig, root: str, as_json: bool = False) -> Any:
-        """Mesh, abstract state, per-device memory and FLOPs, printed; nothing is allocated."""
-        from theseus.core.sharding.memory import dry_run
+    def dry_run(
+        cls, config: TrainJobConfig, root: str, as_json: bool = False, target: str | None = None
+    ) -> Any:
+        """Mesh, abstract state, per-device memory and FLOPs of this job's own step, printed;
+        on a ``target`` (``v5p-8``, ``h100x8``, ...) compiled for that chip. Nothing is
+        allocated."""
+        from theseus.core.train.dry_run import dry_run
 
-        return dry_run(config, root, as_json)
+        return dry_run(config, root, as_json, target, build=cls.build_setup)
 
     def __call__(self) -> dict[str, Any]:
         from theseus.core.recipes.training_run import run_training
 
         return run_training(self)
 
-    def setup_options(self) -> dict[str, Any]:
+    @classmethod
+    def build_setup(
+        cls, config: TrainJobConfig, registries: Any, vocab_size: int, devices: Any = None
+    ) -> Any:
+        """This job's ``TrainSetup`` on ``devices`` (default: every device), checked; the
+        dry run builds the same one over a target's compile-only devices."""
+        from theseus.core.train.setup import TrainSetup
+
+        options = cls.setup_options(config)
+        setup = TrainSetup.build(config, registries, vocab_size, devices=devices, **options)
+        cls.check_setup(config, setup)
+        return setup
+
+    @classmethod
+    def setup_options(cls, config: TrainJobConfig) -> dict[str, Any]:
         """Keyword arguments of ``TrainSetup.build`` beyond the config: another objective,
         a frozen reference (a job with another objective overrides this)."""
         return {}
 
-    def check_setup(self, setup: Any) -> None:
+    @classmethod
+    def check_setup(cls, config: TrainJobConfig, setup: Any) -> None:
         """Refuse a setup this job cannot train (before any data is read)."""
 
 

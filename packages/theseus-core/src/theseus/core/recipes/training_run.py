@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from theseus.core.evaluate.training import training_tasks
 from theseus.core.rundir import RunDir
 from theseus.core.sharding.distributed import initialize_from_env
-from theseus.core.train.setup import TrainSetup, open_data
+from theseus.core.train.setup import open_data
 from theseus.core.train.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -28,8 +28,7 @@ def run_training(job: PretrainJob) -> dict[str, Any]:
     initialize_from_env()  # multi-host: before anything touches a device
     config, context = job.config, job.context
     data = open_data(config, context.root, job.layout, run=job.run)
-    setup = TrainSetup.build(config, context.registries, data.vocab_size, **job.setup_options())
-    job.check_setup(setup)
+    setup = job.build_setup(config, context.registries, data.vocab_size)
     tasks = training_tasks(setup, data, context.root, job.run)
     summary = Trainer(setup, data, context, tasks).fit()
     write_summary(job.run, summary)

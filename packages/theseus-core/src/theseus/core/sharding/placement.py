@@ -173,11 +173,15 @@ class Layout:
 
         return traced
 
-    def jit_step(self, step: Any, state_shardings: Any) -> Any:
-        """``step(state, batch) -> (state, metrics)`` jitted with these shardings and traced
-        under the mesh, the state donated, metrics replicated."""
-        return jax.jit(
-            self.on_mesh(step),
+    def jit(self, fn: Any, **jit_options: Any) -> MeshJit:
+        """``jax.jit(fn, **jit_options)``, traced, lowered and run under this mesh."""
+        return MeshJit(jax.jit(self.on_mesh(fn), **jit_options), self.mesh)
+
+    def jit_step(self, step: Any, state_shardings: Any) -> MeshJit:
+        """``step(state, batch) -> (state, metrics)`` jitted with these shardings, the state
+        donated, metrics replicated; traced under this mesh."""
+        return self.jit(
+            step,
             in_shardings=(state_shardings, self.batch_sharding),
             out_shardings=(state_shardings, self.replicated),
             donate_argnums=0,
@@ -190,6 +194,16 @@ class Layout:
         if seq_len not in self._orders:
             self._orders[seq_len] = layout_order(seq_len, self.context, self.config.context_order)
         return self._orders[seq_len]
+
+    @property
+    def platform(self) -> str:
+        """The devices' platform (``cpu``, ``gpu``, ``tpu``): compile-only TPU devices say
+        ``tpu`` on any machine, whatever ``jax.default_backend()`` is."""
+        return self.mesh.devices.flat[0].platform
+
+    @property
+    def device_kind(self) -> str:
+        return self.mesh.devices.flat[0].device_kind
 
     def place_batch(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         """Global batch arrays from this process's contiguous slice of the global batch, each
@@ -220,6 +234,34 @@ class Layout:
     def micro_sharding(self) -> NamedSharding:
         """Micro-batches stacked on a leading axis: that axis replicated, rows split."""
         return self.sharding(PartitionSpec(None, *self.batch_spec))
+
+
+class MeshJit:
+    """A jitted function that is traced, lowered and called under ``jax.set_mesh(mesh)``.
+
+    Kernels that must run per shard (splash in ``shard_map``) read the mesh at trace time
+    from ``jax.sharding.get_abstract_mesh()``; every other attribute is the jitted
+    function's.
+    """
+
+    def __init__(self, jitted: Any, mesh: Mesh) -> None:
+        self.jitted = jitted
+        self.mesh = mesh
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with jax.set_mesh(self.mesh):
+            return self.jitted(*args, **kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        with jax.set_mesh(self.mesh):
+            return self.jitted.lower(*args, **kwargs)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        with jax.set_mesh(self.mesh):
+            return self.jitted.trace(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.jitted, name)
 
 
 def per_device_bytes(tree: Any) -> int:

@@ -9,6 +9,7 @@ as abstract arrays (with their shardings) until :meth:`TrainSetup.init_state` is
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -99,8 +100,13 @@ def adapt(registries: Registries, model_class: type, config: TrainJobConfig) -> 
     return adapted
 
 
-def model_config(config: TrainJobConfig, vocab_size: int) -> Any:
-    """The ``model`` group with the data's vocabulary and the precision override applied."""
+def model_config(config: TrainJobConfig, vocab_size: int, platform: str = "cpu") -> Any:
+    """The ``model`` group with the data's vocabulary and the precision override applied.
+
+    ``model.dtype=auto`` becomes the dtype it means on ``platform``, the mesh's (bfloat16 on
+    GPUs and TPUs, float32 on CPUs: ``ModelConfig.dtype``'s rule), so a step compiled here
+    for a TPU target runs in the TPU's dtype.
+    """
     model, seq_len = config.model, config.training.seq_len
     if model.vocab_size and model.vocab_size != vocab_size:
         raise ConfigError(
@@ -114,6 +120,8 @@ def model_config(config: TrainJobConfig, vocab_size: int) -> Any:
     overrides: dict[str, Any] = {"vocab_size": vocab_size}
     if config.precision.compute_dtype:
         overrides["dtype"] = config.precision.compute_dtype
+    elif getattr(model, "dtype", None) == "auto":
+        overrides["dtype"] = "bfloat16" if platform in ("gpu", "tpu") else "float32"
     return replace(model, **overrides)
 
 
@@ -151,13 +159,13 @@ class TrainSetup:
         vocab_size: int,
         objective: Any = None,
         keeps_reference: bool = False,
-        devices: Any = None,
+        devices: Sequence[Any] | None = None,
     ) -> TrainSetup:
         """Everything a run needs, built once. ``objective(graphdef, rest, remat, adapted)``
         makes the step's objective (default: next-token cross entropy); ``keeps_reference``
         keeps a frozen copy of the initial weights beside a fully trained model (DPO's
-        reference; a LoRA run's frozen base already is one). ``devices``: the mesh's devices
-        (default: every device of every process)."""
+        reference; a LoRA run's frozen base already is one). ``devices``: the mesh's
+        devices (default: every device), e.g. a target's compile-only devices for a plan."""
         training = config.training
         layout = Layout(config.sharding, devices)
         per_device, micro_steps = plan_batches(training, layout.batch_shards)
@@ -166,7 +174,7 @@ class TrainSetup:
             registries, config.schedule, config.optimizer.learning_rate, steps
         )
         optimizer = build_optimizer(registries, config.optimizer, schedule)
-        configured = model_config(config, vocab_size)
+        configured = model_config(config, vocab_size, layout.platform)
         model_class = registries.models.get(config.model.name).load()
         adapted = config.lora.rank > 0
         if adapted:
@@ -191,8 +199,12 @@ class TrainSetup:
         prepare_model(
             abstract_model, config.sharding, layout.sizes, training.seq_len, config.model.name
         )
-        chip = layout.mesh.devices.flat[0]  # attention: chosen once, for the mesh's chips
-        attention = abstract_model.plan_attention(training.seq_len, chip.platform, chip.device_kind)
+        attention = abstract_model.plan_attention(  # chosen once, for the mesh's chips
+            training.seq_len,
+            layout.platform,
+            layout.device_kind,
+            head_shards=layout.sizes.get("tensor", 1),
+        )
         graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
         if jax.tree.leaves(rest):  # non-parameter state (adapters' layer indices): jitted,
             rest = jax.jit(lambda: nnx.split(build_model(), nnx.Param, ...)[2])()  # no params
@@ -241,8 +253,8 @@ class TrainSetup:
             abstract_state=abstract.abstract(state_shardings),
             state_shardings=state_shardings,
             train_step=layout.jit_step(step, state_shardings),
-            eval_step=jax.jit(
-                layout.on_mesh(make_eval_step(graphdef, rest, made)),
+            eval_step=layout.jit(
+                make_eval_step(graphdef, rest, made),
                 in_shardings=(
                     state_shardings.params,
                     state_shardings.frozen,

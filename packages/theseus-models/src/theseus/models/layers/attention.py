@@ -35,6 +35,7 @@ which turns the skipping off.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -46,6 +47,7 @@ from theseus.models.errors import ModelError
 from theseus.models.layers.context_attention import METHODS, context_attention
 from theseus.models.layers.cudnn_attention import cudnn_attention
 from theseus.models.layers.flash import flash_attention
+from theseus.models.layers.kernel_sharding import context_platform, per_shard
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.mesh_axes import axis_size
 from theseus.models.layers.norms import RMSNorm
@@ -286,27 +288,46 @@ class Attention(nnx.Module):
         self.context_parallel = (method, order)
 
     def implementation_for(
-        self, seq_len: int, platform: str | None = None, device_kind: str = ""
+        self,
+        seq_len: int,
+        platform: str | None = None,
+        device_kind: str = "",
+        head_shards: int | None = None,
     ) -> str:
         """What would compute self-attention over ``seq_len`` tokens on ``platform``
-        (default: this process's backend); a question, nothing is stored."""
+        (default: the platform of the mesh in context, else this process's backend) with the
+        heads split ``head_shards`` ways (default: the context mesh's ``tensor`` axis); a
+        question, nothing is stored."""
+        if platform is None:
+            platform, device_kind, shards = context_platform()
+            head_shards = shards if head_shards is None else head_shards
         return resolve_attention(
             self.implementation,
-            platform or jax.default_backend(),
+            platform,
             seq_len,
             self.overridden_stages(),
             dtype=jnp.dtype(self.dtype).name,
             head_dim=self.head_dim,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            head_shards=head_shards or 1,
+            device_kind=device_kind,
             interpret=self.kernel_interpret,
             layer=type(self).__name__,
-            device_kind=device_kind,
         )
 
-    def plan(self, seq_len: int, platform: str | None = None, device_kind: str = "") -> str:
+    def plan(
+        self,
+        seq_len: int,
+        platform: str | None = None,
+        device_kind: str = "",
+        head_shards: int | None = None,
+    ) -> str:
         """Choose, once, the kernel this layer runs over ``seq_len`` tokens on ``platform``
-        (a chip of ``device_kind``); kept on the layer (a static part of the model). The name
-        returned is what a training step runs: ``ring/flash`` when the sequence is split."""
-        self.kernel = self.implementation_for(seq_len, platform, device_kind)
+        (a chip of ``device_kind``, the heads split ``head_shards`` ways); kept on the layer
+        (a static part of the model). The name returned is what a training step runs:
+        ``ring/flash`` when the sequence is split."""
+        self.kernel = self.implementation_for(seq_len, platform, device_kind, head_shards)
         if self.context_parallel is not None:  # in a split step: ring (or all_gather) of flash
             return f"{self.context_parallel[0]}/flash"
         return self.kernel
@@ -318,7 +339,9 @@ class Attention(nnx.Module):
 
         The kernels implement this class's ``mask`` (causal, per document, sliding window)
         with query and key positions 0..T-1, which is what ``info`` holds without a cache.
-        Split over ``context``, positions come from the sequence layout instead.
+        Split over ``context``, positions come from the sequence layout instead. cuDNN and
+        splash run per shard of the mesh in context (``kernel_sharding``): the rows over its
+        batch axes, the heads over ``tensor``.
         """
         if self.context_parallel is not None and axis_size(CONTEXT_AXIS) > 1:
             method, order = self.context_parallel
@@ -342,8 +365,8 @@ class Attention(nnx.Module):
             size = self.flash_block
             return flash_attention(*args, **kw, block_q=size, block_k=size)
         if name == "cudnn":
-            return cudnn_attention(*args, **kw)
-        return splash_attention(*args, **kw, interpret=self.kernel_interpret)
+            return per_shard(partial(cudnn_attention, **kw), *args)
+        return per_shard(partial(splash_attention, **kw, interpret=self.kernel_interpret), *args)
 
     def __call__(
         self,

@@ -162,12 +162,19 @@ class DecoderLM(nnx.Module):
         return self.embed(tokens_BxT)
 
     def plan_attention(
-        self, seq_len: int, platform: str | None = None, device_kind: str = ""
+        self,
+        seq_len: int,
+        platform: str | None = None,
+        device_kind: str = "",
+        head_shards: int | None = None,
     ) -> str:
         """Choose once, for every attention layer, the kernel it runs at ``seq_len`` on
-        ``platform`` (``Attention.plan``); the distinct choices joined by ``+``."""
+        ``platform`` (a chip of ``device_kind``, the heads split ``head_shards`` ways:
+        ``Attention.plan``); the distinct choices joined by ``+``."""
         blocks = self.per_layer()[:1] if self.stacked else self.per_layer()
-        names = dict.fromkeys(b.attention.plan(seq_len, platform, device_kind) for b in blocks)
+        names = dict.fromkeys(
+            b.attention.plan(seq_len, platform, device_kind, head_shards) for b in blocks
+        )
         return "+".join(names)
 
     @property

@@ -60,4 +60,18 @@ PRESETS: dict[str, dict] = {
         "max_seq_len": 131072,
         "norm_eps": 1e-5,
     },
+    # Llama 3.1 70B (meta-llama/Llama-3.1-70B config.json)
+    "70b": {
+        "n_layers": 80,
+        "d_model": 8192,
+        "n_heads": 64,
+        "n_kv_heads": 8,
+        "head_dim": 128,
+        "d_ff": 28672,
+        "rope_theta": 500000.0,
+        "rope_scaling": "llama3",
+        "rope_factor": 8.0,
+        "max_seq_len": 131072,
+        "norm_eps": 1e-5,
+    },
 }

@@ -1,0 +1,127 @@
+"""``theseus run <training job> --dry-run [--target NAME]``: the step planned, nothing run.
+
+The state is ``jax.eval_shape``'d, the step lowered against abstract arrays and compiled
+(``plan_report``). Without a target the mesh is this machine's devices (on a CPU, when every
+mesh axis is given and JAX has not started yet, that many simulated devices); with
+``--target v5p-8 | h100x8 | ...`` it is the run's own sharding config over the target's
+compile-only devices (``theseus.core.chips``), and the plan adds what fits, collectives
+and an estimated step time on that chip. A step that does not fit its chip is reported
+with the levers that would make it fit, then fails in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from theseus.core.errors import TheseusError
+from theseus.core.sharding.config import ShardingError, planned_devices
+from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.plan_format import format_report, size
+
+#: ``build(config, registries, vocab_size, devices) -> TrainSetup``: the job's own setup
+BuildSetup = Callable[[TrainJobConfig, Any, int, Any], Any]
+
+
+def simulate_devices(config: TrainJobConfig) -> None:
+    """Ask for the mesh's device count on the CPU backend, while no backend has started
+    (importing JAX is fine: its CPU client reads the count when it is created)."""
+    count = planned_devices(config.sharding)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if count is None or "xla_force_host_platform_device_count" in flags:
+        return  # the mesh takes what there is, or the user chose the count
+    if "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+        return
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_num_cpu_devices", count)
+
+
+def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
+    if config.model.vocab_size:
+        return config.model.vocab_size, "model.vocab_size"
+    try:
+        from theseus.core.train.setup import open_data
+
+        sized = dataclasses.replace(config.data, verify="size")  # a plan reads no tokens
+        return open_data(dataclasses.replace(config, data=sized), root).vocab_size, "tokenized data"
+    except TheseusError:  # not tokenized yet: the configured tokenizer size
+        return config.data.vocab_size, "data.vocab_size (data not tokenized yet)"
+
+
+def default_build(config: TrainJobConfig, registries: Any, vocab: int, devices: Any) -> Any:
+    from theseus.core.train.setup import TrainSetup
+
+    return TrainSetup.build(config, registries, vocab, devices=devices)
+
+
+def target_devices(target: str) -> list[Any]:
+    """The target's compile-only devices; JAX starts on the CPU (no local chip is used)."""
+    from theseus.core.chips.devices import compile_only_devices
+    from theseus.core.chips.targets import parse_target
+
+    parse_target(target)  # a bad name fails before JAX starts
+    if "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    return compile_only_devices(target)
+
+
+def plan(
+    config: TrainJobConfig,
+    root: str,
+    target: str | None = None,
+    build: BuildSetup | None = None,
+) -> dict[str, Any]:
+    """The plan as a dict; advice added when the step does not fit its chip."""
+    from theseus.core.plugins import registries
+    from theseus.core.train.fit_advice import advise
+    from theseus.core.train.plan_report import report
+
+    devices = target_devices(target) if target else None
+    if devices is None:
+        simulate_devices(config)
+    build = build or default_build
+    vocab, source = vocab_size(config, root)
+    regs = registries()
+
+    def make(changed: TrainJobConfig) -> Any:
+        return build(changed, regs, vocab, devices)
+
+    setup = make(config)
+    result = report(setup, source, target or "")
+    if result.get("fits") is False and result.get("hbm_bytes"):
+        result["advice"] = advise(config, setup.per_device, make, result["hbm_bytes"])
+    return result
+
+
+def dry_run(
+    config: TrainJobConfig,
+    root: str,
+    as_json: bool = False,
+    target: str | None = None,
+    build: BuildSetup | None = None,
+) -> dict[str, Any]:
+    result = plan(config, root, target, build)
+    print(json.dumps(result, sort_keys=True) if as_json else format_report(result))
+    if result.get("fits") is False:
+        raise ShardingError(not_fitting(result))
+    return result
+
+
+def not_fitting(result: dict[str, Any]) -> str:
+    where = f"a {result['device_kind']} chip" if result.get("target") else "a device"
+    line = (
+        f"the step needs {size(result.get('peak_bytes', 0)).strip()} per device but {where} "
+        f"has {size(result['hbm_bytes']).strip()}"
+    )
+    fixes = [a["change"] for a in result.get("advice", []) if a["fits"]]
+    if fixes:
+        return f"{line}: it fits with {' or '.join(fixes)}"
+    return f"{line}: shard more (sharding.strategy=fsdp), use sharding.remat or a smaller batch"

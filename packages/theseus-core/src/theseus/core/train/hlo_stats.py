@@ -1,0 +1,503 @@
+"""What one device's compiled program does per step, read from its optimized HLO text.
+
+XLA's cost analysis counts the body of a loop once, whatever its trip count, and its GPU
+backend returns none at all; so this reads the compiled module itself (``compiled.as_text()``,
+per device: after SPMD partitioning every shape is a shard) and counts each instruction as
+many times as it runs:
+
+* **trip counts**: a ``while`` runs its body ``known_trip_count`` times (XLA:GPU writes it in
+  the loop's backend config), or ``N`` times when its condition is ``counter < N`` with a
+  constant ``N`` (how XLA:TPU leaves scans and ``fori_loop``s with static bounds). A loop
+  with neither (bounds computed at run time, like flash attention's causal key loop) is
+  counted once and reported in ``dynamic_loops``. A computation called from several places
+  runs as often as all of them together.
+* **FLOPs**: ``2 * output elements * contracted size`` for every ``dot`` and ``convolution``
+  (XLA:TPU writes matmuls as convolutions), inside fusions too, and for cuBLAS GEMM calls;
+  cuDNN fused attention calls from their shapes (forward ``4 * B * H * T * S * K``, backward
+  2.5 times that -- five matmuls for two -- halved when causal, since the kernel skips the
+  masked blocks). Pallas/Mosaic kernels (splash) are opaque: counted as 0 and in
+  ``opaque_kernels``.
+* **bytes**: for every instruction of a non-fused computation, the bytes of its operands and
+  results (a fusion reads its inputs and writes its outputs once), bookkeeping (tuples,
+  bitcasts, parameters, loop and call boundaries) excluded: the HBM traffic of a roofline.
+* **collectives** by kind (all-gather, reduce-scatter, all-reduce, all-to-all,
+  collective-permute): per device, the larger of what a collective sends in and gets out
+  (an all-gather's result, a reduce-scatter's input), summed over the step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+DTYPE_BYTES = {
+    "pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1,
+    "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "s16": 2, "u16": 2, "f16": 2,
+    "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
+    "c128": 16,
+}  # fmt: skip
+BOOKKEEPING = {
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "call",
+    "conditional", "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency",
+    "all-gather-done", "all-reduce-done", "reduce-scatter-done", "all-to-all-done",
+    "collective-permute-done", "async-done", "async-update", "copy-done", "send-done",
+    "recv-done", "domain", "iota",
+}  # fmt: skip
+
+_SHAPE = re.compile(r"\b([a-z]+[0-9a-z]*)\[([\d,]*)\]")
+_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9_\-]*)\((.*)$")
+_CALL = re.compile(
+    r"\b(calls|body|condition|to_apply|true_computation|false_computation)=%([\w.\-]+)"
+)
+_CALL_LIST = re.compile(r"\b(calls|branch_computations|called_computations)=\{([^}]*)\}")
+_NAME = re.compile(r"%([\w.\-]+)")
+_DIMS = re.compile(r"\b(lhs_contracting_dims|lhs_batch_dims)=\{([\d,]*)\}")
+
+
+@dataclass
+class Instruction:
+    name: str
+    opcode: str
+    result: list[tuple[str, tuple[int, ...]]]
+    operands: list[str]
+    attributes: str
+    arguments: str = ""  # the text between the parentheses (a constant's value)
+
+    @property
+    def result_bytes(self) -> int:
+        return sum(array_bytes(shape) for shape in self.result)
+
+
+@dataclass
+class Computation:
+    name: str
+    entry: bool
+    instructions: list[Instruction] = field(default_factory=list)
+
+
+@dataclass
+class HloStats:
+    """Per device and per step, loops counted with their trip counts."""
+
+    flops: float = 0.0  # matmul (dot, convolution, GEMM, cuDNN attention) FLOPs
+    flops_once: float = 0.0  # the same with every loop body counted once (as XLA does)
+    bytes: float = 0.0  # operand + result bytes of the unfused instructions
+    roofline_seconds: float = 0.0  # sum over instructions of max(FLOPs / peak, bytes / bw)
+    roofline_seconds_once: float = 0.0  # the same with every loop body counted once
+    collective_bytes: dict[str, float] = field(default_factory=dict)
+    collective_counts: dict[str, int] = field(default_factory=dict)
+    dynamic_loops: int = 0  # while loops of unknown trip count, counted once
+    opaque_kernels: int = 0  # Pallas/Mosaic calls whose FLOPs are not counted
+
+
+def array_bytes(shape: tuple[str, tuple[int, ...]]) -> int:
+    dtype, dims = shape
+    return DTYPE_BYTES.get(dtype, 0) * math.prod(dims)
+
+
+def parse_shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Every array shape in a (possibly tuple) HLO type, in order."""
+    return [
+        (dtype, tuple(int(d) for d in dims.split(",") if d))
+        for dtype, dims in _SHAPE.findall(text)
+        if dtype in DTYPE_BYTES or dtype == "token"
+    ]
+
+
+def parse_module(text: str) -> list[Computation]:
+    """The computations of an HLO module's text, in the order printed (callees first)."""
+    computations: list[Computation] = []
+    current: Computation | None = None
+    for line in text.splitlines():
+        if current is None:
+            header = _HEADER.match(line)
+            if header:
+                current = Computation(header.group(2), bool(header.group(1)))
+            continue
+        if line.rstrip() == "}":  # (a kernel's multi-line attributes may start with "}}")
+            computations.append(current)
+            current = None
+            continue
+        match = _INSTRUCTION.match(line)
+        if match:
+            name, result, opcode, rest = match.groups()
+            operands_text, attributes = _split_operands(rest)
+            current.instructions.append(
+                Instruction(
+                    name,
+                    opcode,
+                    parse_shapes(result),
+                    _NAME.findall(operands_text),
+                    attributes,
+                    operands_text,
+                )
+            )
+    return computations
+
+
+def _split_operands(rest: str) -> tuple[str, str]:
+    """``rest`` is what follows ``opcode(``: the operand list up to its closing parenthesis,
+    and the attributes after it."""
+    depth = 1
+    for index, char in enumerate(rest):
+        if char in "({":
+            depth += 1
+        elif char in ")}":
+            depth -= 1
+            if depth == 0:
+                return rest[:index], rest[index + 1 :]
+    return rest, ""
+
+
+def called(instruction: Instruction) -> dict[str, list[str]]:
+    """The computations an instruction calls, by role (``calls``, ``body``, ...)."""
+    roles: dict[str, list[str]] = defaultdict(list)
+    for role, name in _CALL.findall(instruction.attributes):
+        roles[role].append(name)
+    for role, names in _CALL_LIST.findall(instruction.attributes):
+        roles[role].extend(_NAME.findall(names))
+    return dict(roles)
+
+
+def analyze(text: str, peak_flops: float = 0.0, hbm_bandwidth: float = 0.0) -> HloStats:
+    """FLOPs, bytes, collectives (and, given the chip's peaks, a roofline) of one device."""
+    computations = parse_module(text)
+    by_name = {c.name: c for c in computations}
+    shapes = {i.name: i.result for c in computations for i in c.instructions}
+    stats = HloStats()
+    times, times_once, fused = _multipliers(computations, by_name, stats)
+    own_flops = {c.name: _own_flops(c, shapes, stats) for c in computations}
+    nested = _nested_flops(computations, own_flops)
+    collective_bytes: dict[str, float] = defaultdict(float)
+    collective_counts: dict[str, int] = defaultdict(int)
+    for computation in computations:
+        runs, runs_once = times.get(computation.name, 0), times_once.get(computation.name, 0)
+        stats.flops += runs * own_flops[computation.name]
+        stats.flops_once += runs_once * own_flops[computation.name]
+        for instruction in computation.instructions:
+            kind = collective_kind(instruction.opcode)
+            if kind and runs:
+                collective_bytes[kind] += runs * _collective_payload(instruction, shapes)
+                collective_counts[kind] += runs
+            if computation.name in fused or instruction.opcode in BOOKKEEPING or not runs:
+                continue
+            moved = _bytes_moved(instruction, shapes, by_name)
+            stats.bytes += runs * moved
+            if peak_flops and hbm_bandwidth:
+                op_flops = _instruction_flops(instruction, shapes, nested)
+                seconds = max(op_flops / peak_flops, moved / hbm_bandwidth)
+                stats.roofline_seconds += runs * seconds
+                stats.roofline_seconds_once += runs_once * seconds
+    stats.collective_bytes = dict(collective_bytes)
+    stats.collective_counts = dict(collective_counts)
+    return stats
+
+
+def collective_kind(opcode: str) -> str | None:
+    """``all-gather`` for ``all-gather`` and ``all-gather-start`` (the ``-done`` halves and
+    everything else: None)."""
+    base = opcode.removesuffix("-start")
+    return base if base in COLLECTIVES and not opcode.endswith("-done") else None
+
+
+def _multipliers(
+    computations: list[Computation], by_name: dict[str, Computation], stats: HloStats
+) -> tuple[dict[str, float], dict[str, float], set[str]]:
+    """How often each computation runs per step (and with loop bodies once), and which are
+    fused or applied (reductions' scalar functions): their instructions are not separate
+    kernels. Callers are printed after their callees, so walk from the end."""
+    times: dict[str, float] = defaultdict(float)
+    once: dict[str, float] = defaultdict(float)
+    fused: set[str] = set()
+    for computation in computations:
+        if computation.entry:
+            times[computation.name] = once[computation.name] = 1.0
+    for computation in reversed(computations):
+        runs, runs_once = times.get(computation.name, 0.0), once.get(computation.name, 0.0)
+        if not runs:
+            continue
+        for instruction in computation.instructions:
+            roles = called(instruction)
+            trips = _trip_count(instruction, roles, by_name, stats) if "body" in roles else 1
+            for role, names in roles.items():
+                for name in names:
+                    repeat = trips if role in ("body", "condition") else 1
+                    times[name] += runs * repeat
+                    once[name] += runs_once
+                    if role in ("calls", "to_apply", "called_computations"):
+                        fused.add(name)
+    return times, once, fused
+
+
+def _trip_count(
+    instruction: Instruction,
+    roles: dict[str, list[str]],
+    by_name: dict[str, Computation],
+    stats: HloStats,
+) -> int:
+    known = re.search(r'"known_trip_count":\{"n":"(\d+)"', instruction.attributes)
+    if known:
+        return int(known.group(1))
+    condition = by_name.get((roles.get("condition") or [""])[0])
+    if condition is not None:
+        values = {
+            i.name: _integer(i.arguments) for i in condition.instructions if i.opcode == "constant"
+        }
+        for i in condition.instructions:
+            if i.opcode != "compare" or len(i.operands) != 2:
+                continue
+            left, right = (values.get(name) for name in i.operands)
+            if "direction=LT" in i.attributes and right is not None:
+                return right
+            if "direction=GT" in i.attributes and left is not None:
+                return left
+    stats.dynamic_loops += 1
+    return 1
+
+
+def _integer(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _own_flops(computation: Computation, shapes: dict, stats: HloStats) -> float:
+    total = 0.0
+    for instruction in computation.instructions:
+        total += _matmul_flops(instruction, shapes, stats)
+    return total
+
+
+def _nested_flops(computations: list[Computation], own: dict[str, float]) -> dict[str, float]:
+    """FLOPs of a computation with those of the fused computations it calls."""
+    nested: dict[str, float] = {}
+    for computation in computations:  # callees first
+        total = own[computation.name]
+        for instruction in computation.instructions:
+            for name in called(instruction).get("calls", []):
+                total += nested.get(name, 0.0)
+        nested[computation.name] = total
+    return nested
+
+
+def _instruction_flops(instruction: Instruction, shapes: dict, nested: dict) -> float:
+    calls = called(instruction).get("calls", [])
+    if calls:
+        return sum(nested.get(name, 0.0) for name in calls)
+    return _matmul_flops(instruction, shapes, HloStats())
+
+
+def _matmul_flops(instruction: Instruction, shapes: dict, stats: HloStats) -> float:
+    op = instruction.opcode
+    if op == "dot":
+        return _dot_flops(instruction, shapes)
+    if op == "convolution":
+        return _convolution_flops(instruction, shapes)
+    if op == "custom-call":
+        target = re.search(r'custom_call_target="([^"]+)"', instruction.attributes)
+        name = target.group(1) if target else ""
+        if "gemm" in name or "matmul" in name:
+            return _gemm_flops(instruction, shapes)
+        if "fmha" in name:
+            return _fmha_flops(instruction, name)
+        if name in ("tpu_custom_call", "mosaic_gpu", "__gpu$xla.gpu.triton"):
+            stats.opaque_kernels += 1
+    return 0.0
+
+
+def _operand_shape(instruction: Instruction, index: int, shapes: dict) -> tuple[int, ...]:
+    if index >= len(instruction.operands):
+        return ()
+    found = shapes.get(instruction.operands[index])
+    return found[0][1] if found else ()
+
+
+def _dot_flops(instruction: Instruction, shapes: dict) -> float:
+    lhs = _operand_shape(instruction, 0, shapes)
+    dims = dict(_DIMS.findall(instruction.attributes))
+    contracting = [int(d) for d in dims.get("lhs_contracting_dims", "").split(",") if d]
+    k = math.prod(lhs[d] for d in contracting if d < len(lhs))
+    out = math.prod(instruction.result[0][1]) if instruction.result else 0
+    return 2.0 * out * k
+
+
+def _convolution_flops(instruction: Instruction, shapes: dict) -> float:
+    """2 * batch * output features * (input features / groups) * the (output, window)
+    position pairs that read the input, not its padding, in each spatial dimension.
+
+    XLA:TPU writes matmuls as convolutions, some with windows padded on both sides (how it
+    lays out a contraction against a sliced operand); products with padding are not work.
+    """
+    lhs = _operand_shape(instruction, 0, shapes)
+    labels = re.search(r"dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)", instruction.attributes)
+    if not labels or not lhs or not instruction.result:
+        return 0.0
+    lhs_labels, _, out_labels = labels.groups()
+    out = instruction.result[0][1]
+    if len(lhs_labels) != len(lhs) or len(out_labels) != len(out):
+        return 0.0
+    groups = re.search(r"feature_group_count=(\d+)", instruction.attributes)
+    features_in = lhs[lhs_labels.index("f")] // (int(groups.group(1)) if groups else 1)
+    total = 2.0 * out[out_labels.index("b")] * out[out_labels.index("f")] * features_in
+    window = _window(instruction.attributes)
+    for dim, spec in enumerate(window):
+        digit = str(dim)
+        if digit not in lhs_labels or digit not in out_labels:
+            continue
+        total *= _valid_pairs(lhs[lhs_labels.index(digit)], out[out_labels.index(digit)], spec)
+    return total
+
+
+def _window(attributes: str) -> list[dict[str, int]]:
+    """Per spatial dimension: size, pad_lo, stride, lhs and rhs dilation (1 when absent)."""
+    found = re.search(r"window=\{([^}]*)\}", attributes)
+    if not found:
+        return []
+    fields = dict(part.split("=", 1) for part in found.group(1).split() if "=" in part)
+    sizes = [int(x) for x in fields.get("size", "").split("x") if x]
+
+    def each(key: str, default: int) -> list[int]:
+        values = fields.get(key)
+        return [int(x) for x in values.split("x")] if values else [default] * len(sizes)
+
+    pads = (
+        [int(p.split("_")[0]) for p in fields["pad"].split("x")]
+        if "pad" in fields
+        else [0] * len(sizes)
+    )
+    strides, lhs_dilate, rhs_dilate = (
+        each("stride", 1),
+        each("lhs_dilate", 1),
+        each("rhs_dilate", 1),
+    )
+    return [
+        {
+            "size": sizes[d],
+            "pad": pads[d],
+            "stride": strides[d],
+            "lhs": lhs_dilate[d],
+            "rhs": rhs_dilate[d],
+        }
+        for d in range(len(sizes))
+    ]
+
+
+def _valid_pairs(inputs: int, outputs: int, spec: dict[str, int]) -> int:
+    """(output, window) positions of one spatial dimension that land on an input element."""
+    out = np.arange(outputs)[:, None]
+    tap = np.arange(spec["size"])[None, :]
+    position = out * spec["stride"] + tap * spec["rhs"] - spec["pad"]  # in the dilated input
+    dilated = (inputs - 1) * spec["lhs"] + 1
+    valid = (position >= 0) & (position < dilated) & (position % spec["lhs"] == 0)
+    return int(valid.sum())
+
+
+def _gemm_flops(instruction: Instruction, shapes: dict) -> float:
+    config = _backend_config(instruction)
+    numbers = (config.get("gemm_backend_config") or {}).get("dot_dimension_numbers") or {}
+    lhs = _operand_shape(instruction, 0, shapes)
+    contracting = [int(d) for d in numbers.get("lhs_contracting_dimensions", [])]
+    k = math.prod(lhs[d] for d in contracting if d < len(lhs))
+    out = math.prod(instruction.result[0][1]) if instruction.result else 0
+    return 2.0 * out * k
+
+
+def _fmha_flops(instruction: Instruction, target: str) -> float:
+    """cuDNN attention: q is BxTxHxK and k BxSxGxK in the operand layout constraints."""
+    layouts = re.search(r"operand_layout_constraints=\{(.*?)\}, ", instruction.attributes)
+    operands = parse_shapes(layouts.group(1)) if layouts else []
+    if len(operands) < 2 or len(operands[0][1]) != 4 or len(operands[1][1]) != 4:
+        return 0.0
+    (B, T, H, K), S = operands[0][1], operands[1][1][1]
+    flops = 4.0 * B * H * T * S * K * (2.5 if "Backward" in target else 1.0)
+    causal = '"mask_type":"CAUSAL"' in instruction.attributes.replace(" ", "")
+    return flops / 2 if causal else flops
+
+
+def _backend_config(instruction: Instruction) -> dict:
+    found = re.search(r"backend_config=(\{.*\})", instruction.attributes)
+    if not found:
+        return {}
+    try:
+        return json.loads(found.group(1))
+    except ValueError:
+        return {}
+
+
+SLICING = ("dynamic-slice", "slice", "gather")
+
+
+def _bytes_moved(instruction: Instruction, shapes: dict, by_name: dict) -> int:
+    """HBM bytes an instruction reads and writes: its operands and results, except what it
+    only slices (a scanned layer reads its own slice of the stacked weights, not all of
+    them) and the buffer a dynamic-update-slice writes in place (only the update moves)."""
+    if instruction.opcode in SLICING:
+        return 2 * instruction.result_bytes
+    if instruction.opcode == "dynamic-update-slice":
+        update = shapes.get(instruction.operands[1], []) if len(instruction.operands) > 1 else []
+        return 2 * sum(array_bytes(shape) for shape in update)
+    fused = by_name.get((called(instruction).get("calls") or [""])[0])
+    read = [_operand_bytes(name, shapes) for name in instruction.operands]
+    written = instruction.result_bytes
+    if instruction.opcode == "fusion" and fused is not None:
+        users: dict[str, list[Instruction]] = defaultdict(list)
+        for inner in fused.instructions:
+            for operand in inner.operands:
+                users[operand].append(inner)
+        for inner in fused.instructions:
+            index = _integer(inner.arguments) if inner.opcode == "parameter" else None
+            uses = users.get(inner.name, [])
+            if index is not None and index < len(read) and uses:
+                sliced = _sliced_bytes(inner.name, users)
+                if sliced is not None:
+                    read[index] = sliced
+                elif all(
+                    use.opcode == "dynamic-update-slice" and use.operands[0] == inner.name
+                    for use in uses
+                ):
+                    read[index] = 0  # the buffer updated in place
+        roots = [i for i in fused.instructions if i.opcode == "dynamic-update-slice"]
+        if roots and len(roots) == len(instruction.result):
+            written = sum(
+                _operand_bytes(r.operands[1], shapes) for r in roots if len(r.operands) > 1
+            )
+    return sum(read) + written
+
+
+def _sliced_bytes(name: str, users: dict[str, list[Instruction]]) -> int | None:
+    """Bytes of ``name`` that are read when every use only slices it (through bitcasts and
+    reshapes), else None."""
+    total = 0
+    for use in users.get(name, []):
+        if use.opcode in SLICING and use.operands and use.operands[0] == name:
+            total += use.result_bytes
+        elif use.opcode in ("bitcast", "reshape"):
+            inner = _sliced_bytes(use.name, users)
+            if inner is None:
+                return None
+            total += inner
+        else:
+            return None
+    return total if users.get(name) else None
+
+
+def _operand_bytes(name: str, shapes: dict) -> int:
+    return sum(array_bytes(shape) for shape in shapes.get(name, []))
+
+
+def _collective_payload(instruction: Instruction, shapes: dict) -> int:
+    operand_bytes = sum(
+        array_bytes(shape) for name in instruction.operands for shape in shapes.get(name, [])
+    )
+    result = instruction.result_bytes
+    if instruction.opcode.endswith("-start"):  # the result holds the operands, then outputs
+        result = max(result - operand_bytes, 0) if result > operand_bytes else result
+    return max(operand_bytes, result)

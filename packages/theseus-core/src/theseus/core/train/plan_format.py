@@ -1,0 +1,73 @@
+"""The dry run's plan as text for a person (``--json`` prints the dict itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GiB = 1024**3
+
+
+def size(n: float) -> str:
+    if n >= GiB / 10:
+        return f"{n / GiB:9.3f} GiB"
+    return f"{n / 1024**2:9.1f} MiB" if n >= 1024**2 else f"{n / 1024:9.1f} KiB"
+
+
+def format_report(r: dict[str, Any]) -> str:
+    lines = []
+    if r.get("target"):
+        lines.append(
+            f"target      {r['target']}: {r['devices']} x {r['device_kind']} on {r['hosts']} "
+            f"host(s), compiled for the chip, nothing run"
+        )
+    lines += [
+        f"mesh        {r['mesh']} ({r['devices']} x {r['device_kind']}), strategy {r['strategy']}, "
+        f"remat {r['remat']}",
+        f"model       {r['parameters'] / 1e6:.1f}M parameters, vocab {r['vocab']}, "
+        f"attention {r['attention']}, dtype {r['dtype']}",
+        f"batch       {r['batch']}",
+        "per device:",
+        f"  parameters             {size(r['params_bytes'])}",
+        *(
+            [f"    of which experts     {size(r['expert_params_bytes'])}"]
+            if r.get("expert_params_bytes")
+            else []
+        ),
+        f"  optimizer state        {size(r['opt_bytes'])}",
+        f"  batch                  {size(r['batch_bytes'])}",
+    ]
+    if "temp_bytes" in r:
+        lines += [
+            f"  activations + temps    {size(r['temp_bytes'])}   (compiled step, memory analysis)",
+            f"  total                  {size(r['total_bytes'])}   (arguments + outputs - donated + temps)",
+        ]
+    elif "peak_bytes" in r:
+        lines.append(f"  total                  {size(r['peak_bytes'])}   (the compiler's count)")
+    else:
+        lines.append("  activations            n/a (the compiler gives no memory analysis)")
+    if "hbm_bytes" in r:
+        verdict = (
+            "fits" if r.get("fits") else f"does NOT fit: over by {size(r['over_bytes']).strip()}"
+        )
+        lines.append(f"  device memory          {size(r['hbm_bytes'])}   {verdict}")
+    for advice in r.get("advice", []):
+        peak = f"peak {size(advice['peak_bytes']).strip()}" if advice.get("peak_bytes") else ""
+        answer = "fits" if advice["fits"] else advice.get("problem", "does not fit")
+        lines.append(f"  with {advice['change']}: {', '.join(p for p in (peak, answer) if p)}")
+    if r.get("collective_bytes") is not None:
+        kinds = ", ".join(f"{k} {size(v).strip()}" for k, v in r["collective_bytes"].items())
+        lines.append(f"collectives {kinds or 'none'} per step per device (compiled HLO)")
+    compute = (
+        f"compute     {r['flops_per_step_model'] / 1e9:.4g} GFLOP/step (model), "
+        f"{r['flops_per_step_program'] / 1e9:.4g} (traced program)"
+    )
+    if "flops_per_step_hlo" in r:
+        compute += f", {r['flops_per_step_hlo'] / 1e9:.4g} (compiled HLO)"
+    lines.append(compute + f", compiled in {r['compile_seconds']:.1f} s")
+    if "step_seconds_estimate" in r:
+        lines.append(
+            f"estimate    {r['step_seconds_estimate'] * 1e3:.4g} ms/step, predicted MFU "
+            f"{100 * r['predicted_mfu']:.1f}%, collectives {r['collective_seconds_estimate'] * 1e3:.3g} "
+            f"ms ({r['estimate_method']})"
+        )
+    return "\n".join(lines)

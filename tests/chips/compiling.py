@@ -1,0 +1,120 @@
+"""Helpers of the target tests: a training setup over a target's compile-only devices, and
+its train step, eval step and KV-cache decoding step lowered and compiled for that chip."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from typing import Any
+
+import pytest
+
+# a machine without TPUs: no metadata server, one local host (libtpu's defaults otherwise
+# print warnings); set before libtpu loads
+from theseus.core.chips.environment import installed, quiet_libtpu
+
+quiet_libtpu()
+
+VOCAB = 256
+
+
+def aot_installed() -> bool:
+    return installed("libtpu") and installed("jax_cuda12_plugin") and installed("nvidia.cudnn")
+
+
+def require_aot() -> None:
+    """Skip without the aot group; in CI (``THESEUS_REQUIRE_AOT=1``) fail instead."""
+    if aot_installed():
+        return
+    message = "the aot dependency group is not installed (uv sync --all-packages --group aot)"
+    if os.environ.get("THESEUS_REQUIRE_AOT") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def families() -> list[str]:
+    """Every registered model family (families added later join the matrix by themselves)."""
+    from theseus.core.plugins import registries
+
+    return sorted(registries().models.names())
+
+
+def tiny(family: str, *extra: str, seq_len: int = 128, batch: int = 8) -> list[str]:
+    return [
+        "model.preset=tiny",
+        f"model.max_seq_len={max(seq_len, 128)}",
+        f"model.vocab_size={VOCAB}",
+        f"training.seq_len={seq_len}",
+        f"training.global_batch_size={batch}",
+        *extra,
+    ]
+
+
+def target_setup(family: str, target: str, overrides: list[str]) -> Any:
+    """``<family>/train/pretrain``'s setup on the target's devices."""
+    from theseus.core.chips.devices import compile_only_devices
+    from theseus.core.plugins import registries
+    from theseus.core.runner import config_for, job_spec
+    from theseus.core.train.configs import TrainJobConfig
+    from theseus.core.train.setup import TrainSetup
+
+    regs = registries()
+    tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, overrides)
+    config = tree.to_object(TrainJobConfig)
+    vocab = config.model.vocab_size or VOCAB
+    return TrainSetup.build(config, regs, vocab, devices=compile_only_devices(target))
+
+
+def compile_for_target(lowered: Any) -> Any:
+    """Compile for compile-only devices, outside the persistent cache (see
+    ``without_disk_cache``)."""
+    from theseus.core.chips.devices import without_disk_cache
+
+    with without_disk_cache():
+        return lowered.compile()
+
+
+def compile_train(setup: Any) -> Any:
+    return compile_for_target(setup.train_step.lower(setup.abstract_state, setup.abstract_batch()))
+
+
+def compile_eval(setup: Any) -> Any:
+    state = setup.abstract_state
+    return compile_for_target(
+        setup.eval_step.lower(state.params, state.frozen, setup.abstract_batch())
+    )
+
+
+def compile_decode(setup: Any, cache_length: int = 128) -> Any:
+    """One KV-cache decoding step (a token per row after ``cache_length`` cached positions),
+    rows split over the batch axes, the cache with them."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    layout = setup.layout
+    rows = setup.config.training.global_batch_size
+    model = nnx.eval_shape(lambda: setup.model(setup.abstract_state.params))
+    cache = jax.eval_shape(lambda: model.init_cache(rows, cache_length))
+    row_sharding = layout.batch_sharding
+
+    def sharded(x: Any, spec: PartitionSpec) -> Any:
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(layout.mesh, spec))
+
+    batch = layout.batch_spec
+    cache = type(cache)(
+        sharded(cache.k, PartitionSpec(None, *batch)),
+        sharded(cache.v, PartitionSpec(None, *batch)),
+        sharded(cache.segment_ids, batch),
+        sharded(cache.index, PartitionSpec()),
+    )
+    token = jax.ShapeDtypeStruct((rows, 1), jnp.int32, sharding=row_sharding)
+
+    def decode(params: Any, token: Any, cache: Any) -> Any:
+        model = setup.model(params)
+        ones = jnp.ones_like(token)
+        return model.decode(token, cache, positions=ones * cache.index, segment_ids=ones)
+
+    jitted = layout.jit(partial(decode))
+    return compile_for_target(jitted.lower(setup.abstract_state.params, token, cache))

@@ -1,0 +1,127 @@
+"""``theseus run JOB --dry-run --target NAME``: the plan of the run's own step on a chip."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+from theseus.core.chips import specs
+from theseus.core.sharding.config import ShardingError
+
+from tests.chips.compiling import VOCAB, require_aot, tiny
+from tests.train.conftest import run_cli
+
+PLAN_KEYS = (
+    "target", "device_kind", "devices", "attention", "argument_bytes", "temp_bytes",
+    "peak_bytes", "hbm_bytes", "fits", "collective_bytes", "flops_per_step_model",
+    "flops_per_step_program", "step_seconds_estimate", "predicted_mfu", "estimate_method",
+)  # fmt: skip
+
+
+def test_the_plan_on_v5p_8_as_json(tmp_path):
+    require_aot()
+    done = run_cli(
+        tmp_path,
+        "run",
+        "llama/train/pretrain",
+        *tiny("llama", "sharding.strategy=fsdp"),
+        "--dry-run",
+        "--target",
+        "v5p-8",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = json.loads(done.stdout)
+    for key in PLAN_KEYS:
+        assert key in plan, key
+    assert (plan["target"], plan["device_kind"], plan["devices"]) == ("v5p-8", "TPU v5", 4)
+    assert plan["attention"] == "splash" and plan["dtype"] == "bfloat16"  # auto, for the TPU
+    assert plan["hbm_bytes"] == specs.CHIPS["v5p"].hbm_bytes and plan["fits"] is True
+    assert 0 < plan["argument_bytes"] <= plan["peak_bytes"] < plan["hbm_bytes"]
+    assert plan["collective_bytes"]["all-gather"] > 0  # fsdp gathers the layers' weights
+    assert plan["estimate_method"].startswith("estimate: XLA:TPU cost model")
+    assert plan["step_seconds_estimate"] > 0 and 0 < plan["predicted_mfu"] < 1
+    assert not (tmp_path / "runs").exists()  # nothing ran
+
+
+def plan_config(*overrides: str):
+    from theseus.core.plugins import registries
+    from theseus.core.runner import config_for, job_spec
+    from theseus.core.train.configs import TrainJobConfig
+
+    regs = registries()
+    return config_for(job_spec("llama/train/pretrain", regs), regs, list(overrides)).to_object(
+        TrainJobConfig
+    )
+
+
+def test_a_step_too_big_for_its_chip_says_by_how_much_and_what_would_fit(
+    tmp_path, monkeypatch, capsys
+):
+    """An H100 given (in this test) a quarter less memory than the step's peak: halving the
+    per-device batch fits, and the error names it; the plan is printed first."""
+    require_aot()
+    from theseus.core.train.dry_run import dry_run, plan
+
+    config = plan_config(*tiny("llama", "sharding.strategy=dp", batch=64))
+    peak = plan(config, str(tmp_path), "h100x8")["peak_bytes"]
+    smaller = dataclasses.replace(specs.CHIPS["h100"], hbm_bytes=int(peak * 0.75))
+    monkeypatch.setitem(specs.CHIPS, "h100", smaller)
+    with pytest.raises(ShardingError) as error:
+        dry_run(config, str(tmp_path), target="h100x8")
+    out = capsys.readouterr().out
+    assert "target      h100x8: 8 x NVIDIA H100 80GB HBM3 on 1 host(s)" in out
+    assert "does NOT fit: over by" in out and "estimate    " in out
+    assert "with training.per_device_batch_size=4: peak" in out
+    message = str(error.value)
+    assert message.startswith("the step needs ") and "\n" not in message
+    assert "it fits with " in message and "training.per_device_batch_size=4" in message
+    assert "sharding.strategy=fsdp" in out  # every lever was tried and reported
+
+
+def cli(*args: str, patch: str = "") -> subprocess.CompletedProcess:
+    code = f"{patch}\nfrom theseus.cli.main import main\nmain({list(args)!r})"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+JOB = ["run", "llama/train/pretrain", "model.preset=tiny", f"model.vocab_size={VOCAB}"]
+WITHOUT_AOT = "import theseus.core.chips.environment as e\ne.installed = lambda module: False"
+
+
+@pytest.mark.parametrize(
+    "args, patch, message",
+    [
+        (
+            [*JOB, "--dry-run", "--target", "v5p-8"],
+            WITHOUT_AOT,
+            "error: --target v5p-8 compiles with libtpu, which is not installed: uv sync "
+            "--all-packages --group aot (pip: pip install 'theseus-core[aot]')",
+        ),
+        (
+            [*JOB, "--dry-run", "--target", "h100x8"],
+            WITHOUT_AOT,
+            "error: --target h100x8 compiles with the CUDA 12 plugin and cuDNN and the CUDA "
+            "runtime, which are not installed",
+        ),
+        ([*JOB, "--dry-run", "--target", "v9-8"], "", "error: --target v9-8: not a target"),
+        (
+            [*JOB, "--target", "v5p-8"],
+            "",
+            "error: --target v5p-8 plans a run for those chips: add --dry-run",
+        ),
+        (
+            ["run", "core/info", "--dry-run", "--target", "v5p-8"],
+            "",
+            "error: --target v5p-8: this job has no compiled step to plan for a chip",
+        ),
+    ],
+)
+def test_target_mistakes_fail_in_one_line(tmp_path, args, patch, message):
+    done = cli(*args, "--root", str(tmp_path), patch=patch)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert lines and lines[-1].startswith(message), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
