@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf import errors as oc_errors
+from theseus.core import safe_yaml
 from theseus.core.components import Choice, JobSpec, option
 from theseus.core.errors import ConfigError, ConfigKeyError, ConfigTypeError, MissingConfigError
 
@@ -56,15 +57,18 @@ def parse_overrides(overrides: Iterable[str]) -> list[tuple[str, Any]]:
                 f"({seen[key]!r} and {text!r}); give it once"
             )
         seen[key] = text
-        parsed.append((key, _parse_value(raw)))
+        try:
+            parsed.append((key, _parse_value(raw)))
+        except safe_yaml.YAMLLimitError as error:
+            raise ConfigError(f"override {key}=...: {safe_yaml.problem(error)}") from error
     return parsed
 
 
 ConfigSource = str | os.PathLike | Mapping[str, Any]
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML where a key given twice in one mapping is an error (not: the last wins)."""
+class _StrictLoader(safe_yaml.BoundedLoader):
+    """Bounded safe YAML where a key given twice in one mapping is an error (not: the last wins)."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
@@ -101,12 +105,13 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     except OSError as error:
         raise ConfigError(f"config file {path} cannot be read ({error.strerror})") from error
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader
+        data = safe_yaml.load(text, _StrictLoader)
+    except safe_yaml.YAMLLimitError as error:
+        raise ConfigError(f"config file {path} is refused: {safe_yaml.problem(error)}") from error
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid YAML: {problem}{where}") from error
+        raise ConfigError(
+            f"config file {path} is not valid YAML: {safe_yaml.problem(error)}"
+        ) from error
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -125,7 +130,9 @@ def read_config_source(source: ConfigSource) -> tuple[dict[str, Any], str]:
 
 def _parse_value(raw: str) -> Any:
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_yaml.load(raw) if raw.strip() else ""
+    except safe_yaml.YAMLLimitError:
+        raise
     except yaml.YAMLError:
         return raw
     if ":" in raw and isinstance(value, (int, float)):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from theseus.core import safe_yaml
 from theseus.core.components import JobSpec
 from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
 from theseus.core.environment import check_root
@@ -236,10 +237,11 @@ def _saved_config(run_dir: RunDir) -> dict | None:
     if not run_dir.config_path.exists():
         return None
     try:
-        saved = yaml.safe_load(run_dir.config_path.read_text())
+        saved = safe_yaml.load(run_dir.config_path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as error:
+        why = safe_yaml.problem(error) if isinstance(error, yaml.YAMLError) else "not UTF-8"
         raise JobError(
-            f"{run_dir.config_path} is not readable YAML ({type(error).__name__}); restore it, "
+            f"{run_dir.config_path} is not readable YAML ({why}); restore it, "
             "or rerun with --fresh to start the run over"
         ) from error
     if saved is not None and not isinstance(saved, dict):

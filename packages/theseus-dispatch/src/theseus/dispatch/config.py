@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from theseus.core import safe_yaml
 from theseus.core.errors import ConfigError
 
 CONFIG_ENV = "THESEUS_DISPATCH_CONFIG"
@@ -234,9 +235,11 @@ def load(path: str | os.PathLike | None = None, schemas: dict[str, type] | None 
             "or pass --dispatch-config"
         )
     try:
-        data = yaml.safe_load(file.read_text()) or {}
+        data = safe_yaml.load(file.read_text()) or {}
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{file}: cannot be read as text ({error})") from error
     except yaml.YAMLError as error:
-        raise ConfigError(f"{file}: not valid YAML: {error}") from error
+        raise ConfigError(f"{file}: not valid YAML: {safe_yaml.problem(error)}") from error
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a mapping with 'targets'")
     unknown = set(data) - {"targets", "priority"}

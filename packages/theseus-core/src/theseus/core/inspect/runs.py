@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from theseus.core.errors import JobError, one_line
+from theseus.core import safe_yaml
+from theseus.core.errors import JobError
 from theseus.core.rundir import read_record
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ def _config_text(config_path: Path) -> str:
         log.warning("%s is not UTF-8 text (line %d); shown with replacements", config_path, line)
         return data.decode("utf-8", errors="replace")
     try:
-        yaml.safe_load(text)
+        safe_yaml.load(text)
     except yaml.YAMLError as error:
         log.warning("%s is not valid YAML: %s", config_path, yaml_problem(error))
     return text
@@ -191,9 +192,7 @@ def _config_text(config_path: Path) -> str:
 
 def yaml_problem(error: Exception) -> str:
     """A YAML parse error as ``<problem> at line N``."""
-    mark = getattr(error, "problem_mark", None)
-    where = f" at line {mark.line + 1}" if mark is not None else ""
-    return f"{getattr(error, 'problem', None) or one_line(error)}{where}"
+    return safe_yaml.problem(error)  # type: ignore[arg-type]
 
 
 def run_details(root: str | Path, name: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from theseus.core import safe_yaml
 from theseus.core.errors import ConfigError, TheseusError, one_line
 from theseus.core.inspect.runs import yaml_problem
 
@@ -154,7 +155,7 @@ def read_config(run_dir: RunDir) -> dict[str, Any]:
         line = data[: error.start].count(b"\n") + 1
         raise InspectError(f"{path} is not UTF-8 text (line {line})") from error
     try:
-        base = yaml.safe_load(text)
+        base = safe_yaml.load(text)
     except yaml.YAMLError as error:
         raise InspectError(f"{path} is not valid YAML: {yaml_problem(error)}") from error
     if not isinstance(base, dict) or not base:

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import yaml
+from theseus.core import safe_yaml
 
 REDACTED = "<redacted>"
 _SECRET_KEY = re.compile(
@@ -71,7 +72,7 @@ def parse(text: str) -> tuple[dict[str, Any], str | None]:
     """Flattened, redacted values of a config's text, and the problem if it is not a YAML
     mapping."""
     try:
-        data = yaml.safe_load(text) if text else {}
+        data = safe_yaml.load(text) if text else {}
     except yaml.YAMLError as error:
         from theseus.core.inspect.runs import yaml_problem
 

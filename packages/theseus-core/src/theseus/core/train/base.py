@@ -85,14 +85,16 @@ def run_weights(root: str, reference: str, registries: Any, vocab_size: int) -> 
 def saved_train_config(run: Any, registries: Any) -> Any:
     """A training run's typed config, from its ``config.yaml``."""
     import yaml
+    from theseus.core import safe_yaml
     from theseus.core.runner import config_for, job_spec
     from theseus.core.train.configs import TrainJobConfig
 
     key = run.read_record().get("key", "")
     try:
-        base = yaml.safe_load(run.config_path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise JobError(f"{run.config_path} cannot be read: {error}") from error
+        base = safe_yaml.load(run.config_path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        why = safe_yaml.problem(error) if isinstance(error, yaml.YAMLError) else error
+        raise JobError(f"{run.config_path} cannot be read: {why}") from error
     spec = job_spec(key, registries)
     config_type = getattr(spec.load(), "config_type", None)
     if not (isinstance(config_type, type) and issubclass(config_type, TrainJobConfig)):
