@@ -26,6 +26,13 @@ BASE = ["run", "gpt/train/pretrain", *TINY]
         ("training.global_batch_size=-4", "training.global_batch_size=-4: must be at least 1"),
         ("training.seq_len=0", "training.seq_len=0: must be at least 1"),
         ("checkpoint.every=-1", "checkpoint.every=-1: must be 0 or more"),
+        # issue 24: these trained (gradient ascent), failed at step 1, or failed after training
+        ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be greater than 0"),
+        (
+            "optimizer.learning_rate=nan",
+            "optimizer.learning_rate=nan: must be a finite number greater than 0",
+        ),
+        ("data.validation_fraction=-0.5", "data.validation_fraction=-0.5: must be in [0, 1)"),
         (
             "init.checkpoint=trunk@abc",
             "init.checkpoint='trunk@abc': 'abc' is not a step number (use RUN@STEP)",

@@ -23,6 +23,7 @@ from omegaconf import errors as oc_errors
 from theseus.core import safe_yaml
 from theseus.core.components import Choice, JobSpec, option
 from theseus.core.errors import ConfigError, ConfigKeyError, ConfigTypeError, MissingConfigError
+from theseus.core.ranges import check_value, range_of
 
 NAME_HELP = "which registered component to use; choosing one swaps in its own options"
 
@@ -245,6 +246,7 @@ class ConfigTree:
             self.apply(flatten(dict(value), key, self))
             return
         value = _coerce(self._field_type(key), value)
+        self.check_range(key, value)
         try:
             parent[leaf] = value
         except (oc_errors.ValidationError, oc_errors.KeyValidationError) as error:
@@ -352,6 +354,21 @@ class ConfigTree:
             schema = field_type
         return field_type, found
 
+    def check_range(self, key: str, value: Any) -> None:
+        """Refuse ``value`` for ``key`` in one line when it is outside the field's range."""
+        found = self._schema_field(key)[1]
+        if found is None or value is MISSING:
+            return
+        problem = check_value(key, value, found.metadata)
+        if problem is not None:
+            raise ConfigError(problem)
+
+    def range_text(self, key: str) -> str:
+        """The declared range of ``key`` as an interval (``[1, inf)``); "" when none."""
+        found = self._schema_field(key)[1]
+        declared = range_of(found.metadata) if found is not None else None
+        return declared.interval() if declared is not None else ""
+
     def resume_safe(self, key: str) -> bool:
         """Whether ``key`` may change when a run resumes (declared by its schema field)."""
         found = self._schema_field(key)[1]
@@ -411,14 +428,15 @@ class ConfigTree:
         """One entry per leaf: key, value, type and help."""
         rows = []
         for key, value in self._leaves():
-            rows.append(
-                {
-                    "key": key,
-                    "value": value,
-                    "type": _type_name(self._field_type(key)),
-                    "help": self._field(key)[1],
-                }
-            )
+            row = {
+                "key": key,
+                "value": value,
+                "type": _type_name(self._field_type(key)),
+                "help": self._field(key)[1],
+            }
+            if self.range_text(key):
+                row["range"] = self.range_text(key)
+            rows.append(row)
         return rows
 
     def annotated_yaml(self) -> str:
@@ -433,7 +451,8 @@ class ConfigTree:
             last_path = parts[:-1]
             value = row["value"]
             shown = "???" if value is MISSING else _flow(value)
-            comment = f"# {row['type']}" + (f": {row['help']}" if row["help"] else "")
+            kind = row["type"] + (f" in {row['range']}" if "range" in row else "")
+            comment = f"# {kind}" + (f": {row['help']}" if row["help"] else "")
             lines.append("  " * (len(parts) - 1) + f"{parts[-1]}: {shown}  {comment}")
         return "\n".join(lines) + "\n"
 
