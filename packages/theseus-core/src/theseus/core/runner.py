@@ -30,6 +30,7 @@ from theseus.core.resume import (
     Change,
     check_changes,
     check_checkpoints,
+    check_records,
     config_changes,
     history_entry,
 )
@@ -195,6 +196,7 @@ def prepare(
     name = check_run_name(name or default_run_name(key))
     run_dir = RunDir(root, name)
     overrides, configs = list(overrides), list(configs)
+    check_records(run_dir, fresh)  # a folder that lost its records is never written into
     if branch is not None:
         if run_dir.exists() and not fresh:
             raise JobError(
