@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -151,8 +150,8 @@ class PreparedRun:
             self.run_dir.update_record(status="preempted", stopped=now(), error=str(error))
             raise
         except BaseException as error:
-            if not isinstance(error, TheseusError):
-                log.error("job %s failed:\n%s", self.spec.key, traceback.format_exc())
+            if not isinstance(error, TheseusError):  # the console shows an explained one in a line
+                log.error("job %s failed", self.spec.key, exc_info=True)
             self.run_dir.update_record(
                 status="failed", stopped=now(), error=f"{type(error).__name__}: {error}"
             )
@@ -166,7 +165,9 @@ class PreparedRun:
 
 def _file_handler(path: Path) -> logging.Handler:
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
+    from theseus.core.console import RunLogHandler
+
+    handler = RunLogHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
     if logging.getLogger().level > logging.INFO or logging.getLogger().level == 0:
