@@ -79,18 +79,28 @@ def write_atomic(path: Path, text: str) -> None:
 
 def read_record(record_path: Path) -> dict[str, Any]:
     """A run's ``job.json`` as a dict; ``JobError`` naming the file if it is not one."""
+    from theseus.core.regular_files import read_small
+
     try:
-        record = json.loads(record_path.read_bytes().decode("utf-8"))
+        data = read_small(record_path)  # a FIFO or a huge file is named, never waited on
     except FileNotFoundError as error:
         raise JobError(f"{record_path} is missing") from error
+    except OSError as error:
+        raise JobError(f"{record_path} cannot be read: {error.strerror or error}") from error
+    return parse_record(record_path, data)
+
+
+def parse_record(record_path: Path, data: bytes) -> dict[str, Any]:
+    """The bytes of a run's ``job.json`` as a dict; ``JobError`` naming the file if they are
+    not a JSON object."""
+    try:
+        record = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as error:
         raise JobError(
             f"{record_path} is not UTF-8 text (byte {error.start}: {error.reason})"
         ) from error
     except json.JSONDecodeError as error:
         raise JobError(f"{record_path} is not valid JSON: {error}") from error
-    except OSError as error:
-        raise JobError(f"{record_path} cannot be read: {error.strerror or error}") from error
     if not isinstance(record, dict):
         raise JobError(f"{record_path} holds a JSON {type(record).__name__}, not an object")
     return record
