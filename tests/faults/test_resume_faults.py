@@ -120,6 +120,12 @@ def test_after_a_kill_metrics_hold_each_step_once(shared_root):
     args = [*ARGS, "training.total_steps=8"]
     kill_after(shared_root, name, args, steps=5, sig=signal.SIGKILL)
     rows_before = metrics(shared_root, name)
+    # killed without a word: job.json still says running, the listing says died (issue 24)
+    record = json.loads((shared_root / "runs" / name / "job.json").read_text())
+    assert record["status"] == "running"
+    listed = run_cli(shared_root, "runs")
+    row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(name + " "))
+    assert row[2] == "died", listed.stdout
     done = run_cli(shared_root, *args, "--name", name)
     assert done.returncode == 0, done.stderr[-3000:]
     assert train_steps(shared_root, name) == list(range(8))

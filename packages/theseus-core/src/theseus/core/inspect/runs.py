@@ -104,10 +104,14 @@ def tail_rows(path: Path, metric: str, chunk: int = 64 * 1024) -> list[dict[str,
 
 
 def table_rows(run_path: Path) -> list[dict[str, Any]]:
-    """The rows a runs table needs: the end of ``metrics.jsonl`` (never a whole long file);
-    none when it cannot be read (the run's own page or ``show`` names the problem)."""
+    """The rows a runs table needs: all of ``metrics.jsonl`` up to :data:`TAIL_LIMIT` (its
+    unreadable lines named, as ``show`` names them), only its end beyond (a long file is never
+    read whole for one row); none when it cannot be read (``show`` names the problem)."""
+    path = run_path / "metrics.jsonl"
     try:
-        return tail_rows(run_path / "metrics.jsonl", "train/loss")
+        if path.stat().st_size <= TAIL_LIMIT:
+            return read_metrics(run_path)
+        return tail_rows(path, "train/loss")
     except OSError:
         return []
 
