@@ -124,7 +124,7 @@ def test_after_a_kill_metrics_hold_each_step_once(shared_root):
     record = json.loads((shared_root / "runs" / name / "job.json").read_text())
     assert record["status"] == "running"
     listed = run_cli(shared_root, "runs")
-    row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(name + " "))
+    row = next(line.split() for line in listed.stdout.splitlines() if line.split()[:1] == [name])
     assert row[2] == "died", listed.stdout
     done = run_cli(shared_root, *args, "--name", name)
     assert done.returncode == 0, done.stderr[-3000:]
