@@ -186,3 +186,26 @@ def test_a_disk_that_fills_during_tokenization_is_one_line(small_root):
         filler.unlink()
     disk_full_line(done)
     assert {p.name: snapshot(p) for p in datasets} == before  # the tokenized data untouched
+
+
+def test_installing_both_cuda_plugins_is_refused_by_uv():
+    """Before (issue 24): ``uv sync --all-packages --all-extras`` installed the cuda12 and
+    cuda13 JAX plugins together, and every run then segfaulted without a message. The
+    extras are declared conflicting, so uv refuses (checked against the lockfile, offline,
+    installing nothing: ``--dry-run``)."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    if shutil.which("uv") is None:
+        pytest.skip("uv is not on PATH")
+    done = subprocess.run(
+        ["uv", "sync", "--all-packages", "--all-extras", "--dry-run", "--offline", "--locked"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    said = " ".join(done.stderr.split())  # uv wraps its lines to the terminal's width
+    assert "Extras `cuda12` and `cuda13` are incompatible with the declared conflicts" in said, said
