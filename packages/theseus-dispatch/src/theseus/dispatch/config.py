@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -195,6 +196,24 @@ def _check_type(where: str, value: Any, tp: Any) -> Any:
     return value
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_no_control(where: str, value: Any) -> None:
+    """No control character in a target's strings: they end up in generated scripts, where a
+    newline would end the line (a comment, an #SBATCH directive) that holds them."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_no_control(f"{where[:-1]}.{key}'" if where.endswith("'") else where, key)
+            _check_no_control(f"{where[:-1]}.{key}'" if where.endswith("'") else where, item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_no_control(where, item)
+    elif isinstance(value, str) and _CONTROL.search(value):
+        found = _CONTROL.search(value).group(0)
+        raise ConfigError(f"{where} holds a control character ({found!r}); use one line")
+
+
 def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str) -> Any:
     """Validate one target's mapping against the schema its ``type`` picks."""
     prefix = f"{path}: target {name!r}"
@@ -214,6 +233,7 @@ def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"{prefix}: unknown key {key!r} for type {kind}{hint}")
         values[key] = _check_type(f"{prefix}: key {key!r}", value, hints[key])
+        _check_no_control(f"{prefix}: key {key!r}", values[key])
         declared = range_of(fields[key].metadata)
         problem = declared.problem(values[key]) if declared is not None else None
         if problem is not None:
