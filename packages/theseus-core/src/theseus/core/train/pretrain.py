@@ -18,7 +18,11 @@ log = logging.getLogger(__name__)
 
 def check_init(config: TrainJobConfig, root: str) -> None:
     """``init.checkpoint`` must name a run with checkpoints; ``init.hf`` a folder with a
-    config.json that the model config agrees with (the config filled it, see ``hf_init``)."""
+    config.json that the model config agrees with (the config filled it, see ``hf_init``);
+    LoRA and DPO need one of them (:mod:`theseus.core.train.starting_weights`)."""
+    from theseus.core.train.starting_weights import check_starting_weights
+
+    check_starting_weights(config)
     if config.init.checkpoint:
         name, _ = parse_reference(config.init.checkpoint, "init.checkpoint")
         if not RunDir(root, name).checkpoint_dir.is_dir():

@@ -148,7 +148,10 @@ class Trainer:
         if main_process:  # rows past the resumed step are redone: keep each step once
             supersede_rows(self.run.metrics_path, start)
         writer = MetricsWriter(self.run.metrics_path, enabled=main_process, loggers=loggers)
-        tracker = _Tracker(self, writer, peak * devices)
+        from theseus.core.train.peak import Peak
+
+        cache_dir = Path(self.context.root) / ".theseus"
+        tracker = _Tracker(self, writer, Peak(peak, peak_source, devices, cache_dir))
         profiler = StepProfiler(self.config.logging.profile_steps, self.run.path / "profile")
         batches = self.data.iterator(start)
         last_saved = start
@@ -254,7 +257,7 @@ class Trainer:
 class _Tracker:
     """Reads step metrics one step late, checks the loss, and writes records."""
 
-    def __init__(self, trainer: Trainer, writer: MetricsWriter, peak_flops: float) -> None:
+    def __init__(self, trainer: Trainer, writer: MetricsWriter, peak_flops: Any) -> None:
         self.trainer = trainer
         self.writer = writer
         self.peak_flops = peak_flops
@@ -334,8 +337,8 @@ class _Tracker:
             tokens_per_sec = self.window_tokens / elapsed
             record["perf/tokens_per_sec"] = tokens_per_sec
             record["perf/step_time"] = elapsed / self.window_steps
-            record["perf/mfu"] = (
-                self.trainer.setup.flops_per_token * tokens_per_sec / self.peak_flops
+            record["perf/mfu"] = self.peak_flops.mfu(  # <= 1: the peak is raised to the rate
+                self.trainer.setup.flops_per_token * tokens_per_sec
             )
         for name, value in metrics["model"].items():  # an objective's own: train/...
             record[name if name.startswith("train/") else f"model/{name}"] = float(value)
