@@ -90,7 +90,9 @@ def test_config_save_writes_a_file_that_reproduces_the_run(tmp_path):
     assert f"theseus run {FIT} --config {saved}" in done.stdout
     text = saved.read_text()
     assert text.startswith(f"# {FIT}: the resolved config")
-    assert "  steps: 3  # int in [1, inf): optimizer steps" in text  # types and help ride along as comments
+    assert (
+        "  steps: 3  # int in [1, inf): optimizer steps" in text
+    )  # types and help ride along as comments
     assert yaml.safe_load(text)["optimizer"]["name"] == "lion"
     assert resolve(FIT, [], [saved]).to_container() == resolve(FIT, overrides).to_container()
 
