@@ -48,7 +48,11 @@ class ConsoleFilter(logging.Filter):
             self.environment_failed = True
             return False
         if not record.name.startswith("theseus") and record.levelno >= logging.WARNING:
-            if explain(RuntimeError(record.getMessage())) is not None:
+            try:
+                message = record.getMessage()
+            except Exception:  # a record whose arguments do not fit: shown as logging shows it
+                return True
+            if explain(RuntimeError(message)) is not None:
                 self.environment_failed = True
             return not self.environment_failed
         return True
