@@ -107,7 +107,7 @@ def test_every_registered_component_choice_builds_a_valid_tree():
 def test_config_command_prints_types_and_help_as_yaml_and_json():
     result = theseus("config", "example/fit-line", "optimizer.name=adamw", "task.steps=7")
     assert result.returncode == 0, result.stderr
-    assert "  steps: 7  # int: optimizer steps" in result.stdout
+    assert "  steps: 7  # int in [1, inf): optimizer steps" in result.stdout
     assert "  name: adamw  # str:" in result.stdout
     as_json = theseus("config", "example/fit-line", "--json")
     rows = {row["key"]: row for row in json.loads(as_json.stdout)}
@@ -116,6 +116,7 @@ def test_config_command_prints_types_and_help_as_yaml_and_json():
         "value": 256,
         "type": "int",
         "help": "number of data points",
+        "range": "[1, inf)",
     }
 
 

@@ -57,7 +57,8 @@ def test_files_merge_left_to_right_then_the_command_line(tmp_path):
     # the same through the CLI; a key twice on the command line is still an error
     shown = theseus("config", FIT, "-c", str(first), "--config", str(second), "task.seed=5")
     assert shown.returncode == 0, shown.stderr
-    assert "  steps: 9  # int:" in shown.stdout and "  seed: 5  # int:" in shown.stdout
+    assert "  steps: 9  # int in [1, inf):" in shown.stdout
+    assert "  seed: 5  # int in [0, inf):" in shown.stdout
     twice = theseus("config", FIT, "--config", str(first), "task.seed=2", "task.seed=3")
     one_line_error(twice, "'task.seed' is given twice on the command line")
 
@@ -89,7 +90,9 @@ def test_config_save_writes_a_file_that_reproduces_the_run(tmp_path):
     assert f"theseus run {FIT} --config {saved}" in done.stdout
     text = saved.read_text()
     assert text.startswith(f"# {FIT}: the resolved config")
-    assert "  steps: 3  # int: optimizer steps" in text  # types and help ride along as comments
+    assert (
+        "  steps: 3  # int in [1, inf): optimizer steps" in text
+    )  # types and help ride along as comments
     assert yaml.safe_load(text)["optimizer"]["name"] == "lion"
     assert resolve(FIT, [], [saved]).to_container() == resolve(FIT, overrides).to_container()
 
@@ -221,7 +224,7 @@ def test_dry_run_shows_the_config_with_dict_keys_then_the_plan(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "  mixture: {python-stdlib: 1.0}  # dict[str, float]:" in done.stdout
     assert "  tasks: [val-ppl]  # list[str]:" in done.stdout
-    assert "  n_layers: 2  # int:" in done.stdout  # the command line's values
+    assert "  n_layers: 2  # int in [1, inf):" in done.stdout  # the command line's values
     assert "activations + temps" in done.stdout  # then the job's own plan
     assert not (tmp_path / "runs").exists()
 

@@ -23,6 +23,22 @@ def k8s():
     server.stop()
 
 
+def joined_bundle(k8s, ns: str, job: str, pod: dict) -> bytes:
+    """The bundle as the pod sees it: the projected ConfigMaps' parts joined in name order
+    (``cat bundle.tar.gz.part-*``), each ConfigMap within the 1 MiB a ConfigMap holds."""
+    sources = next(v for v in pod["volumes"] if v["name"] == "bundle")["projected"]["sources"]
+    files: dict[str, bytes] = {}
+    for source in sources:
+        configmap = k8s.objects[("configmaps", ns, source["configMap"]["name"])]
+        size = sum(len(base64.b64decode(v)) for v in configmap.get("binaryData", {}).values())
+        size += sum(len(v.encode()) for v in configmap.get("data", {}).values())
+        assert size <= 1024 * 1024, source
+        for key, value in configmap.get("binaryData", {}).items():
+            files[key] = base64.b64decode(value)
+    assert all(key.startswith("bundle.tar.gz.part-") for key in files)
+    return b"".join(files[key] for key in sorted(files))
+
+
 def volcano_target(k8s, tmp, **extra) -> dict:
     target = {
         "type": "volcano",
@@ -84,11 +100,11 @@ def test_job_manifest_and_lifecycle(k8s, cli, tmp_path):
     }
     assert {"name": "root", "mountPath": "/shared"} in container["volumeMounts"]
 
-    configmap = k8s.objects[("configmaps", "ml", "theseus-vk-run-bundle")]
+    configmap = k8s.objects[("configmaps", "ml", "theseus-vk-run-launch")]
     bootstrap = configmap["data"]["bootstrap.sh"]
     assert "--group cuda12" in bootstrap and "--root /shared/theseus --name vk-run" in bootstrap
     subprocess.run(["bash", "-n"], input=bootstrap, text=True, check=True)
-    archive = base64.b64decode(configmap["binaryData"]["bundle.tar.gz"])
+    archive = joined_bundle(k8s, "ml", "theseus-vk-run", pod)
     names = tarfile.open(fileobj=io.BytesIO(archive)).getnames()
     assert (
         "uv.lock" in names
@@ -97,9 +113,8 @@ def test_job_manifest_and_lifecycle(k8s, cli, tmp_path):
     assert not any(n.startswith((".venv/", "runs/")) for n in names)
     secret = k8s.objects[("secrets", "ml", "theseus-vk-run-secrets")]
     assert SECRET in base64.b64decode(secret["data"]["secrets.env"]).decode()
-    assert (
-        SECRET.encode() not in archive and SECRET not in str(configmap) and SECRET not in str(job)
-    )
+    assert SECRET.encode() not in archive and SECRET not in str(k8s.objects)
+    assert SECRET not in str(job)
     assert all(auth == f"Bearer {TOKEN}" for _, _, auth in k8s.requests)
 
     assert "vk-run  vk  core/info  pending" in cli("status", "vk-run").stdout
@@ -136,5 +151,42 @@ def test_closed_queue_and_rollback(k8s, cli, tmp_path):
     done = cli("submit", JOB, "--to", "vk", "--name", "stale", check=False)
     assert done.returncode == 2
     assert 'create Job: 409 jobs "theseus-stale" already exists' in done.stderr
-    assert ("configmaps", "ml", "theseus-stale-bundle") not in k8s.objects
+    assert not [k for k in k8s.objects if k[0] == "configmaps" and "theseus-stale" in k[2]]
     assert not cli.state.exists()
+
+
+def test_a_bundle_above_one_mebibyte_travels_in_several_configmaps(k8s, tmp_path):
+    """Before (issue 24): the bundle travelled in one ConfigMap (976 KiB at most) and was at
+    921 KiB; the next dependency would have broken Kubernetes dispatch. A 1.5 MiB bundle of
+    incompressible bytes goes through the real kubernetes client in two parts, and the pod
+    joins them into the same archive."""
+    import os
+
+    from theseus.dispatch.bootstrap import Submission
+    from theseus.dispatch.bundle import make_bundle
+    from theseus.dispatch.config import BUILTIN_SCHEMAS, build_target
+    from theseus.dispatch.targets.volcano import PART_BYTES, VolcanoBackend
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    for name in ("pyproject.toml", "uv.lock"):
+        (workspace / name).write_text(f"# {name}\n")
+    big = os.urandom(1536 * 1024)
+    (workspace / "big.bin").write_bytes(big)
+    bundle = make_bundle(workspace)
+    assert len(bundle.data) > 1024 * 1024
+    target = volcano_target(k8s, tmp_path, secrets=[], nodes=1, chips_per_node=1)
+    backend = VolcanoBackend("vk", build_target("vk", target, BUILTIN_SCHEMAS, "test"))
+    sub = Submission(job=JOB, overrides=[], name="big", target="vk", config_yaml="a: 1\n")
+    handle = backend.launch(sub, bundle, {})
+    pod = k8s.objects[("jobs", "ml", "theseus-big")]["spec"]["tasks"][0]["template"]["spec"]
+    parts = [k for k in k8s.objects if k[0] == "configmaps" and k[2].startswith("theseus-big-b")]
+    assert len(parts) == -(-len(bundle.data) // PART_BYTES) == 2
+    archive = joined_bundle(k8s, "ml", "theseus-big", pod)
+    assert archive == bundle.data
+    member = tarfile.open(fileobj=io.BytesIO(archive)).extractfile("big.bin")
+    assert member is not None and member.read() == big
+    command = pod["containers"][0]["command"][2]
+    assert "cat /theseus-bundle/bundle.tar.gz.part-* | tar -xz -C" in command
+    backend.cancel(handle)
+    assert not [k for k in k8s.objects if "theseus-big" in k[2]]

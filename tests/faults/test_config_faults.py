@@ -26,6 +26,13 @@ BASE = ["run", "gpt/train/pretrain", *TINY]
         ("training.global_batch_size=-4", "training.global_batch_size=-4: must be at least 1"),
         ("training.seq_len=0", "training.seq_len=0: must be at least 1"),
         ("checkpoint.every=-1", "checkpoint.every=-1: must be 0 or more"),
+        # issue 24: these trained (gradient ascent), failed at step 1, or failed after training
+        ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be greater than 0"),
+        (
+            "optimizer.learning_rate=nan",
+            "optimizer.learning_rate=nan: must be a finite number greater than 0",
+        ),
+        ("data.validation_fraction=-0.5", "data.validation_fraction=-0.5: must be in [0, 1)"),
         (
             "init.checkpoint=trunk@abc",
             "init.checkpoint='trunk@abc': 'abc' is not a step number (use RUN@STEP)",
@@ -73,3 +80,68 @@ def test_summary_json_stays_valid_json_when_a_finished_run_is_rerun(shared_root)
         (shared_root / "runs/twice/summary.json").read_text(), parse_constant=refuse
     )
     assert summary == first  # the finished run's own summary, not a NaN loss
+
+
+def test_mfu_never_exceeds_one_whatever_the_peak_said(shared_root, tmp_path):
+    """Before (issue 24): MFU reached 6.22, the CPU peak having been measured once per root
+    under load. A peak far below what the run reaches (here given as 1 MFLOP/s) is raised
+    to the rate reached: MFU <= 1, with one warning."""
+    done = run_cli(
+        shared_root, *BASE, "training.total_steps=6", "eval.every=0", "logging.peak_flops=1e6",
+        "--name", "mfu-low-peak",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(x) for x in (shared_root / "runs/mfu-low-peak/metrics.jsonl").open()]
+    mfu = [row["perf/mfu"] for row in rows if "perf/mfu" in row]
+    assert mfu and all(0 < value <= 1.0 for value in mfu), mfu
+    assert done.stderr.count("above the peak of 1e+06 (config)") == 1
+
+
+def test_a_measured_peak_in_the_cache_is_only_ever_raised(tmp_path):
+    from theseus.core.train.metrics import machine_key
+    from theseus.core.train.peak import Peak
+
+    cache = tmp_path / "peak_flops.json"
+    cache.write_text(json.dumps({machine_key(): 4.0e10, "other-machine": 1.0}))
+    peak = Peak(4.0e10, "measured f32 matmul (cpu), cached", devices=2, cache_dir=tmp_path)
+    assert peak.mfu(4.0e10) == 0.5  # half of two devices' peak
+    assert peak.mfu(1.2e11) == 1.0  # faster than the cached peak: it is raised to the rate
+    assert peak.mfu(6.0e10) == 0.5
+    assert json.loads(cache.read_text()) == {machine_key(): 6.0e10, "other-machine": 1.0}
+    Peak(1.0, "measured", 1, tmp_path).mfu(1.0)  # a slower rate never lowers the cache
+    assert json.loads(cache.read_text())[machine_key()] == 6.0e10
+
+
+FIX = "set init.checkpoint=RUN[@STEP] (a run of yours) or init.hf=DIR (Hugging Face weights)"
+
+
+@pytest.mark.parametrize(
+    ("job", "extra", "message"),
+    [
+        (
+            "gpt/train/dpo",
+            ["lora.rank=8"],
+            "lora.rank=8 trains adapters on a frozen base, but no base is given and a random "
+            f"one would be adapted: {FIX}",
+        ),
+        (
+            "gpt/train/sft",
+            ["lora.rank=4"],
+            "lora.rank=4 trains adapters on a frozen base, but no base is given and a random "
+            f"one would be adapted: {FIX}",
+        ),
+        (
+            "gpt/train/dpo",
+            [],
+            "dpo.loss=sigmoid compares the policy with a frozen reference, the starting "
+            f"weights, but none are given and a random model would be both: {FIX}",
+        ),
+    ],
+)
+def test_fine_tuning_without_starting_weights_is_refused(tmp_path, job, extra, message):
+    """Before (issue 24): DPO with lora.rank and no init.checkpoint trained adapters on a
+    random base without a word (refused rather than warned: see starting_weights.py)."""
+    done = run_cli(tmp_path, "run", job, *TINY, *extra, "--name", "no-base")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()

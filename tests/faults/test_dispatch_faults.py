@@ -48,3 +48,89 @@ def test_a_host_without_sftp_is_refused_in_one_line(tmp_path):
     work = tmp_path / "remote-work"
     assert not list(work.rglob("*.partial.*")) and not (work / "launches").exists()
     assert not cli.state.exists()
+
+
+# ---------------------------------------------------------------- secrets (issue 24)
+# Before: `logging.wandb.project=$WANDB_API_KEY` (expanded by the shell) was written into the
+# dry-run plan, bootstrap.sh (mode 0755), submission.json, config.yaml and the local state;
+# the bundle check caught a *file* holding the secret, not this path.
+UNREACHABLE_SSH = {
+    "type": "ssh",
+    "hosts": ["127.0.0.1:1"],  # nothing listens: any attempt to connect would fail
+    "root": "/nowhere/root",
+    "python": "/usr/bin/python3",
+    "connect_timeout": 1,
+}
+
+
+@pytest.mark.parametrize(
+    ("variable", "listed"),
+    [("WANDB_API_KEY", True), ("HF_TOKEN", False)],  # listed in secrets:, or named like one
+)
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_secret_in_an_override_never_leaves(tmp_path, variable, listed, dry_run):
+    value = "sk-" + "7" * 24
+    cli = CLI(tmp_path)
+    cli.write({"box": {**UNREACHABLE_SSH, "secrets": [variable] if listed else []}})
+    cli.env[variable] = value
+    args = ["submit", "gpt/train/pretrain", f"logging.wandb.project={value}", "--to", "box"]
+    done = cli(*args, "--name", "leaky", *(["--dry-run"] if dry_run else []), check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: override logging.wandb.project=... holds the value of the secret ${variable}: "
+        "it would be written in the clear (dispatch plan, bootstrap.sh, submission.json, "
+        f"config.yaml, local state); list {variable} under the target's 'secrets:' and read it "
+        "from the environment on the target instead"
+    ]
+    assert value not in done.stdout + done.stderr
+    assert not cli.state.exists()
+
+
+# ------------------------------------------------- values in generated scripts (issue 24)
+@pytest.mark.parametrize(
+    ("target", "override", "message"),
+    [
+        (
+            {"workdir": "/w\ntouch /tmp/theseus-pwned"},
+            None,
+            "target 'box': key 'workdir' holds a control character ('\\n')",
+        ),
+        (
+            {"env": {"NOTE": "a\rb"}},
+            None,
+            "target 'box': key 'env.NOTE' holds a control character ('\\r')",
+        ),
+        ({}, 'eval.options={a: "x\ny"}', "override 'eval.options' holds a control character"),
+    ],
+)
+def test_a_value_that_would_end_a_script_line_is_refused(tmp_path, target, override, message):
+    cli = CLI(tmp_path)
+    cli.write({"box": {**UNREACHABLE_SSH, **target}})
+    args = ["submit", "gpt/train/pretrain", *([override] if override else []), "--to", "box"]
+    done = cli(*args, "--name", "odd", "--dry-run", check=False)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert not done.stdout and not cli.state.exists()
+
+
+def test_an_sbatch_line_takes_only_plain_words(tmp_path):
+    from theseus.dispatch import config
+    from theseus.dispatch.bootstrap import Submission
+    from theseus.dispatch.script_values import ScriptValueError
+    from theseus.dispatch.targets.slurm import SlurmBackend
+
+    target = config.build_target(
+        "hpc",
+        {"type": "slurm", "root": "/r", "workdir": "/scratch/my work"},
+        config.BUILTIN_SCHEMAS,
+        "f",
+    )
+    backend = SlurmBackend("hpc", target)
+    sub = Submission(job="core/info", overrides=[], name="r", target="hpc")
+    with pytest.raises(ScriptValueError) as caught:
+        backend.batch_script(sub, "/scratch/my work/launches/r")
+    assert str(caught.value).startswith(
+        "target 'hpc': the launch folder (workdir/launches/<run>) '/scratch/my work/launches/r/"
+        "slurm.out' cannot be written on an #SBATCH line"
+    )

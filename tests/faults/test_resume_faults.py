@@ -120,6 +120,12 @@ def test_after_a_kill_metrics_hold_each_step_once(shared_root):
     args = [*ARGS, "training.total_steps=8"]
     kill_after(shared_root, name, args, steps=5, sig=signal.SIGKILL)
     rows_before = metrics(shared_root, name)
+    # killed without a word: job.json still says running, the listing says died (issue 24)
+    record = json.loads((shared_root / "runs" / name / "job.json").read_text())
+    assert record["status"] == "running"
+    listed = run_cli(shared_root, "runs")
+    row = next(line.split() for line in listed.stdout.splitlines() if line.split()[:1] == [name])
+    assert row[2] == "died", listed.stdout
     done = run_cli(shared_root, *args, "--name", name)
     assert done.returncode == 0, done.stderr[-3000:]
     assert train_steps(shared_root, name) == list(range(8))
@@ -132,3 +138,61 @@ def test_after_a_kill_metrics_hold_each_step_once(shared_root):
     kept = [row for row in rows_before if row not in moved]
     assert all(row["step"] < restored for row in kept if "train/loss" in row)
     assert len(moved) + len(kept) == len(rows_before)  # nothing lost: moved aside
+
+
+def assert_missing_record_refusal(done, run: Path, root: Path, first: list[str]) -> None:
+    """One line: no job.json, what the folder holds (its first entries named), the two ways
+    forward. (Other files a run writes may follow the names given.)"""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(
+        f"error: run '{run.name}' under {root} has no job.json (its record) but its folder "
+        f"holds {', '.join(first)}"
+    ), lines[0]
+    assert lines[0].endswith(
+        ": restore job.json to resume it, or rerun with --fresh to start it over (the folder "
+        "is replaced)"
+    )
+
+
+def test_a_run_without_job_json_is_refused_untouched_whatever_the_config(shared_root, finished):
+    """Before: with job.json deleted, a resume with another d_model rewrote config.yaml, and
+    the original command was then refused with a false diff."""
+    run = clone(finished, "resume-no-record")
+    (run / "job.json").unlink()
+    before = snapshot(run)
+    for args in (args_with("model.d_model=32"), args_with("training.total_steps=4")):
+        done = run_cli(shared_root, *args, "--name", run.name)
+        assert_missing_record_refusal(done, run, shared_root, ["checkpoints", "config.yaml"])
+        assert snapshot(run) == before  # nothing refused wrote anything
+    branched = run_cli(shared_root, *ARGS, "--name", run.name, "--branch", finished.name)
+    assert branched.returncode == 2 and "has no job.json" in last_line(branched)
+    assert snapshot(run) == before
+
+
+def test_a_run_without_job_json_and_checkpoints_does_not_restart_from_zero(shared_root, finished):
+    """Before: with checkpoints and job.json both deleted the run restarted from step 0."""
+    run = clone(finished, "resume-no-record-no-ckpt")
+    (run / "job.json").unlink()
+    shutil.rmtree(run / "checkpoints")
+    before = snapshot(run)
+    done = run_cli(shared_root, *ARGS, "training.total_steps=4", "--name", run.name)
+    assert_missing_record_refusal(done, run, shared_root, ["config.yaml", "logs"])
+    assert snapshot(run) == before
+
+
+def test_a_run_without_config_yaml_is_refused_and_fresh_starts_it_over(shared_root, finished):
+    run = clone(finished, "resume-no-config")
+    (run / "config.yaml").unlink()
+    before = snapshot(run)
+    done = run_cli(shared_root, *args_with("model.d_model=32"), "--name", run.name)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert last_line(done) == (
+        f"error: run '{run.name}' under {shared_root} has progress but its config.yaml is gone: "
+        "its config is unknown, so it cannot be resumed; restore config.yaml, or rerun with "
+        "--fresh to start it over"
+    )
+    assert snapshot(run) == before
+    fresh = run_cli(shared_root, *ARGS, "training.total_steps=2", "--name", run.name, "--fresh")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert train_steps(shared_root, run.name) == [0, 1]

@@ -185,7 +185,7 @@ def test_config_is_shown_with_credentials_redacted(api):
     assert gamma["values"]["data.dataset_options.hf_token"] == "<redacted>"
     assert gamma["values"]["data.dataset_options.revision"] == "main"
     assert gamma["values"]["auth.password"] == "<redacted>"
-    assert gamma["values"]["auth.user"] == "me"
+    assert gamma["values"]["auth.user"] == "<redacted>"  # under a key named auth (issue 24)
     assert yaml.safe_load(gamma["text"])["data"]["dataset_options"]["hf_token"] == "<redacted>"
 
 

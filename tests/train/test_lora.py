@@ -147,10 +147,11 @@ def test_trainable_fraction_at_rank_8_is_the_adapters_formula(preset, capsys):
         )
 
 
-def test_an_unknown_target_is_one_line(shared_root):
+def test_an_unknown_target_is_one_line(shared_root, base_run):
     done = run_cli(
-        shared_root, *ARGS, "lora.rank=4", "lora.targets=[qq_proj]", "--name", "lora-bad"
-    )
+        shared_root, *ARGS, "lora.rank=4", "lora.targets=[qq_proj]", f"init.checkpoint={base_run}",
+        "--name", "lora-bad",
+    )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("error: lora.targets: 'qq_proj' names no linear layer of ")

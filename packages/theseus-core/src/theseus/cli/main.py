@@ -264,13 +264,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
     default_to_cpu()  # the aot extra's compilers on a machine without accelerators: quiet CPU
+    from theseus.core.console import install
+
+    console, restore = (None, lambda: None) if verbose else install(_console_handler())
     try:
         _add_plugin_commands()
         app(args=args, prog_name="theseus", standalone_mode=False)
+        _note(console)
     except TheseusError as error:
         if verbose:
             traceback.print_exc()
         typer.echo(f"error: {error}", err=True)
+        _note(console, error)
         _exit_quietly(error.exit_code, verbose)
     except typer.Exit as done:
         sys.exit(done.exit_code)
@@ -287,11 +292,32 @@ def main(argv: list[str] | None = None) -> None:
 
         problem = explain(error)  # a full disk, a read-only root: one line, exit 2
         if problem is None:
+            restore()  # Python prints this uncaught error of the command itself
+            _note(console)
             raise
         if verbose:
             traceback.print_exc()
         typer.echo(f"error: {problem}", err=True)
         _exit_quietly(2, verbose)
+
+
+def _console_handler() -> logging.Handler:
+    """The handler ``logging.basicConfig`` gave the root logger (the terminal)."""
+    handlers = logging.getLogger().handlers
+    streams = [h for h in handlers if type(h) is logging.StreamHandler]
+    return streams[0] if streams else handlers[0]
+
+
+def _note(console, error: BaseException | None = None) -> None:
+    """The one line saying that background exceptions went to the run's log, if any."""
+    from theseus.core.console import background_note
+    from theseus.core.environment import explain
+
+    if console is None or (error is not None and explain(error) is not None):
+        return
+    note = background_note(console)
+    if note:
+        typer.echo(note, err=True)
 
 
 def _exit_quietly(code: int, verbose: bool) -> None:

@@ -10,18 +10,35 @@ from typing import Any
 
 from omegaconf import MISSING
 from theseus.core.errors import PluginError
+from theseus.core.ranges import Range
 
 
 def option(
-    default: Any = MISSING, help: str = "", *, factory: Any = None, resume_safe: bool = False
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    factory: Any = None,
+    resume_safe: bool = False,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    finite: bool = False,
 ) -> Any:
     """A config field with a default (or required when no default) and a one-line help.
 
     ``resume_safe``: the value may change when a run resumes (logging, evaluation,
     checkpoint cadence, how long to train, how the work is laid out); a change to any
     other field changes the model or the training and is refused on resume.
+
+    ``ge``/``gt``/``le``/``lt``: the valid range of a number (``>=``, ``>``, ``<=``, ``<``),
+    checked when the config is built and shown by ``theseus config``; a float with a range
+    (or ``finite=True``, for a float any finite value of which is valid) must be finite.
+    Every int and float option declares one (``tests/core/test_ranges.py`` checks).
     """
-    metadata = {"help": help, "resume_safe": resume_safe}
+    metadata: dict[str, Any] = {"help": help, "resume_safe": resume_safe}
+    if finite or any(bound is not None for bound in (ge, gt, le, lt)):
+        metadata["range"] = Range(ge=ge, gt=gt, le=le, lt=lt)
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf import errors as oc_errors
+from theseus.core import safe_yaml
 from theseus.core.components import Choice, JobSpec, option
 from theseus.core.errors import ConfigError, ConfigKeyError, ConfigTypeError, MissingConfigError
+from theseus.core.ranges import check_value, range_of
 
 if TYPE_CHECKING:
     from theseus.core.plugins import Registries
@@ -59,15 +61,18 @@ def parse_overrides(overrides: Iterable[str]) -> list[tuple[str, Any]]:
                 f"({seen[key]!r} and {text!r}); give it once"
             )
         seen[key] = text
-        parsed.append((key, _parse_value(raw)))
+        try:
+            parsed.append((key, _parse_value(raw)))
+        except safe_yaml.YAMLLimitError as error:
+            raise ConfigError(f"override {key}=...: {safe_yaml.problem(error)}") from error
     return parsed
 
 
 ConfigSource = str | os.PathLike | Mapping[str, Any]
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML where a key given twice in one mapping is an error (not: the last wins)."""
+class _StrictLoader(safe_yaml.BoundedLoader):
+    """Bounded safe YAML where a key given twice in one mapping is an error (not: the last wins)."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
@@ -104,12 +109,13 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     except OSError as error:
         raise ConfigError(f"config file {path} cannot be read ({error.strerror})") from error
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader
+        data = safe_yaml.load(text, _StrictLoader)
+    except safe_yaml.YAMLLimitError as error:
+        raise ConfigError(f"config file {path} is refused: {safe_yaml.problem(error)}") from error
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid YAML: {problem}{where}") from error
+        raise ConfigError(
+            f"config file {path} is not valid YAML: {safe_yaml.problem(error)}"
+        ) from error
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -128,7 +134,9 @@ def read_config_source(source: ConfigSource) -> tuple[dict[str, Any], str]:
 
 def _parse_value(raw: str) -> Any:
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_yaml.load(raw) if raw.strip() else ""
+    except safe_yaml.YAMLLimitError:
+        raise
     except yaml.YAMLError:
         return raw
     if ":" in raw and isinstance(value, (int, float)):
@@ -241,6 +249,7 @@ class ConfigTree:
             self.apply(flatten(dict(value), key, self))
             return
         value = _coerce(self._field_type(key), value)
+        self.check_range(key, value)
         try:
             parent[leaf] = value
         except (oc_errors.ValidationError, oc_errors.KeyValidationError) as error:
@@ -348,6 +357,21 @@ class ConfigTree:
             schema = field_type
         return field_type, found
 
+    def check_range(self, key: str, value: Any) -> None:
+        """Refuse ``value`` for ``key`` in one line when it is outside the field's range."""
+        found = self._schema_field(key)[1]
+        if found is None or value is MISSING:
+            return
+        problem = check_value(key, value, found.metadata)
+        if problem is not None:
+            raise ConfigError(problem)
+
+    def range_text(self, key: str) -> str:
+        """The declared range of ``key`` as an interval (``[1, inf)``); "" when none."""
+        found = self._schema_field(key)[1]
+        declared = range_of(found.metadata) if found is not None else None
+        return declared.interval() if declared is not None else ""
+
     def resume_safe(self, key: str) -> bool:
         """Whether ``key`` may change when a run resumes (declared by its schema field)."""
         found = self._schema_field(key)[1]
@@ -407,14 +431,15 @@ class ConfigTree:
         """One entry per leaf: key, value, type and help."""
         rows = []
         for key, value in self._leaves():
-            rows.append(
-                {
-                    "key": key,
-                    "value": value,
-                    "type": _type_name(self._field_type(key)),
-                    "help": self._field(key)[1],
-                }
-            )
+            row = {
+                "key": key,
+                "value": value,
+                "type": _type_name(self._field_type(key)),
+                "help": self._field(key)[1],
+            }
+            if self.range_text(key):
+                row["range"] = self.range_text(key)
+            rows.append(row)
         return rows
 
     def annotated_yaml(self) -> str:
@@ -429,7 +454,8 @@ class ConfigTree:
             last_path = parts[:-1]
             value = row["value"]
             shown = "???" if value is MISSING else _flow(value)
-            comment = f"# {row['type']}" + (f": {row['help']}" if row["help"] else "")
+            kind = row["type"] + (f" in {row['range']}" if "range" in row else "")
+            comment = f"# {kind}" + (f": {row['help']}" if row["help"] else "")
             lines.append("  " * (len(parts) - 1) + f"{parts[-1]}: {shown}  {comment}")
         return "\n".join(lines) + "\n"
 

@@ -40,10 +40,3 @@ class PreemptedError(TheseusError):
 def one_line(error: BaseException) -> str:
     """An exception's message on one line (YAML, Orbax and XLA messages span several)."""
     return " ".join(str(error).split()) or type(error).__name__
-
-
-def yaml_problem(error: Exception) -> str:
-    """A YAML parse error as ``<problem> at line N``."""
-    mark = getattr(error, "problem_mark", None)
-    where = f" at line {mark.line + 1}" if mark is not None else ""
-    return f"{getattr(error, 'problem', None) or one_line(error)}{where}"

@@ -12,7 +12,10 @@ saved one, key by key, before anything in the run directory is touched:
   or result), in which case the change is only recorded.
 
 A run that has checkpointed a step > 0 but whose checkpoints are gone is refused too: it
-would otherwise start again from step 0 under the same name.
+would otherwise start again from step 0 under the same name. So is a run folder whose records
+are gone (:func:`check_records`): without ``job.json`` a run's progress is unknown, and
+without ``config.yaml`` its config is, so a start would overwrite what is left with another
+config, or start it over under the same name.
 """
 
 from __future__ import annotations
@@ -90,6 +93,36 @@ def check_checkpoints(run: RunDir, record: dict[str, Any]) -> None:
             f"{run.checkpoint_dir} holds no checkpoint: it will not restart from step 0 under "
             "the same name; rerun with --fresh to start it over"
         )
+
+
+def check_records(run: RunDir, fresh: bool) -> None:
+    """Refuse (unless ``fresh``) a run folder that holds files but lost ``job.json``, or a run
+    with progress whose ``config.yaml`` is gone; before anything is written."""
+    if fresh or not run.path.is_dir():
+        return
+    if not run.record_path.exists():
+        held = sorted(entry.name for entry in run.path.iterdir())
+        if not held:
+            return  # an empty folder holds nothing to lose
+        listing = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
+        raise ResumeRefusedError(
+            f"run {run.name!r} under {run.root} has no job.json (its record) but its folder "
+            f"holds {listing}: restore {run.record_path.name} to resume it, or rerun with "
+            "--fresh to start it over (the folder is replaced)"
+        )
+    if not run.config_path.exists():
+        from theseus.core.rundir import read_record
+
+        try:
+            record = read_record(run.record_path)
+        except JobError:
+            return  # the caller names a damaged job.json itself
+        if has_progress(run, record):
+            raise ResumeRefusedError(
+                f"run {run.name!r} under {run.root} has progress but its config.yaml is gone: "
+                "its config is unknown, so it cannot be resumed; restore config.yaml, or rerun "
+                "with --fresh to start it over"
+            )
 
 
 def history_entry(attempt: int, started: str, changes: list[Change]) -> dict[str, Any]:

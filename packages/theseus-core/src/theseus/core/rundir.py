@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from theseus.core.errors import JobError, yaml_problem
+from theseus.core.errors import JobError
 
 
 def now() -> str:
@@ -109,18 +109,28 @@ def checkpoint_step(
 
 def read_record(record_path: Path) -> dict[str, Any]:
     """A run's ``job.json`` as a dict; ``JobError`` naming the file if it is not one."""
+    from theseus.core.regular_files import read_small
+
     try:
-        record = json.loads(record_path.read_bytes().decode("utf-8"))
+        data = read_small(record_path)  # a FIFO or a huge file is named, never waited on
     except FileNotFoundError as error:
         raise JobError(f"{record_path} is missing") from error
+    except OSError as error:
+        raise JobError(f"{record_path} cannot be read: {error.strerror or error}") from error
+    return parse_record(record_path, data)
+
+
+def parse_record(record_path: Path, data: bytes) -> dict[str, Any]:
+    """The bytes of a run's ``job.json`` as a dict; ``JobError`` naming the file if they are
+    not a JSON object."""
+    try:
+        record = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as error:
         raise JobError(
             f"{record_path} is not UTF-8 text (byte {error.start}: {error.reason})"
         ) from error
     except json.JSONDecodeError as error:
         raise JobError(f"{record_path} is not valid JSON: {error}") from error
-    except OSError as error:
-        raise JobError(f"{record_path} cannot be read: {error.strerror or error}") from error
     if not isinstance(record, dict):
         raise JobError(f"{record_path} holds a JSON {type(record).__name__}, not an object")
     return record
@@ -172,6 +182,7 @@ class RunDir:
     def read_config(self) -> dict[str, Any]:
         """The saved ``config.yaml`` as a mapping; a ``JobError`` naming the file if not."""
         import yaml
+        from theseus.core import safe_yaml
 
         path = self.config_path
         try:
@@ -186,9 +197,9 @@ class RunDir:
             line = data[: error.start].count(b"\n") + 1
             raise JobError(f"{path} is not UTF-8 text (line {line})") from error
         try:
-            saved = yaml.safe_load(text)
+            saved = safe_yaml.load(text)  # aliases expanded within bounds
         except yaml.YAMLError as error:
-            raise JobError(f"{path} is not valid YAML: {yaml_problem(error)}") from error
+            raise JobError(f"{path} is not valid YAML: {safe_yaml.problem(error)}") from error
         if not isinstance(saved, dict) or not saved:
             what = "empty" if not saved else f"a YAML {type(saved).__name__}, not a mapping"
             raise JobError(f"{path} is {what}")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
+from theseus.core import safe_yaml
 from theseus.core.components import JobSpec
 from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
 from theseus.core.environment import check_root
@@ -30,6 +30,7 @@ from theseus.core.resume import (
     Change,
     check_changes,
     check_checkpoints,
+    check_records,
     config_changes,
     history_entry,
 )
@@ -153,8 +154,8 @@ class PreparedRun:
             self.run_dir.update_record(status="preempted", stopped=now(), error=str(error))
             raise
         except BaseException as error:
-            if not isinstance(error, TheseusError):
-                log.error("job %s failed:\n%s", self.spec.key, traceback.format_exc())
+            if not isinstance(error, TheseusError):  # the console shows an explained one in a line
+                log.error("job %s failed", self.spec.key, exc_info=True)
             self.run_dir.update_record(
                 status="failed", stopped=now(), error=f"{type(error).__name__}: {error}"
             )
@@ -168,7 +169,9 @@ class PreparedRun:
 
 def _file_handler(path: Path) -> logging.Handler:
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
+    from theseus.core.console import RunLogHandler
+
+    handler = RunLogHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
     if logging.getLogger().level > logging.INFO or logging.getLogger().level == 0:
@@ -198,6 +201,7 @@ def prepare(
     name = check_run_name(name or default_run_name(key))
     run_dir = RunDir(root, name)
     overrides, configs = list(overrides), list(configs)
+    check_records(run_dir, fresh)  # a folder that lost its records is never written into
     if branch is not None:
         if run_dir.exists() and not fresh:
             raise JobError(
@@ -240,10 +244,11 @@ def _saved_config(run_dir: RunDir) -> dict | None:
     if not run_dir.config_path.exists():
         return None
     try:
-        saved = yaml.safe_load(run_dir.config_path.read_text())
+        saved = safe_yaml.load(run_dir.config_path.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as error:
+        why = safe_yaml.problem(error) if isinstance(error, yaml.YAMLError) else "not UTF-8"
         raise JobError(
-            f"{run_dir.config_path} is not readable YAML ({type(error).__name__}); restore it, "
+            f"{run_dir.config_path} is not readable YAML ({why}); restore it, "
             "or rerun with --fresh to start the run over"
         ) from error
     if saved is not None and not isinstance(saved, dict):

@@ -5,7 +5,8 @@ It installs uv if missing, runs ``uv sync --frozen`` with the target's dependenc
 ``THESEUS_COORDINATOR_ADDRESS`` / ``THESEUS_NUM_PROCESSES`` / ``THESEUS_PROCESS_ID``
 (from the launcher, else from SLURM's variables), and runs
 ``theseus run <job> <overrides> --root <root> --name <name>``. It writes its exit code
-to ``exit.<process id>`` next to itself. Every value is quoted with :func:`shlex.quote`.
+to ``exit.<process id>`` next to itself. Every value is quoted with :func:`shlex.quote`, and
+none may hold a control character (:mod:`theseus.dispatch.script_values`).
 """
 
 from __future__ import annotations
@@ -77,7 +78,14 @@ def script(
     workdir: str,
     coordinator: str | None = None,
 ) -> str:
-    """The bash bootstrap. ``coordinator`` is ``host:port`` (None: derived by the launcher)."""
+    """The bash bootstrap. ``coordinator`` is ``host:port`` (None: derived by the launcher).
+    Every value is quoted; one with a control character is refused (it could end a line)."""
+    from theseus.dispatch.script_values import check_plain, check_submission
+
+    check_submission(sub, target, sub.target)
+    for where, value in (("bundle_dir", bundle_dir), ("launch_dir", launch_dir), ("root", root),
+                         ("workdir", workdir), ("coordinator", coordinator)):  # fmt: skip
+        check_plain(where, value)
     env_lines = "\n".join(f"export {check_env_name(k)}={q(v)}" for k, v in target.env.items())
     python = target.python or ""
     run_words = " ".join(q(w) for w in theseus_command(sub, root))
@@ -112,7 +120,7 @@ if [ -z "$PYTHON" ]; then
     fi
     UV="$WORKDIR/uv/bin/uv"
   fi
-  echo "theseus: uv sync --frozen {sync} in $BUNDLE"
+  echo theseus: uv sync --frozen {sync} in "$BUNDLE"
   (
     cd "$BUNDLE" || exit 1
     if command -v flock >/dev/null 2>&1; then exec 9>"$BUNDLE/.sync.lock"; flock 9; fi

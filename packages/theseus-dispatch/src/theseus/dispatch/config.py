@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -32,16 +33,25 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from theseus.core import safe_yaml
 from theseus.core.errors import ConfigError
+from theseus.core.ranges import Range, range_of
 
 CONFIG_ENV = "THESEUS_DISPATCH_CONFIG"
 GROUPS = ("cpu", "cuda12", "cuda13", "tpu")
 
 
-def _opt(default: Any = dataclasses.MISSING, help: str = "", factory: Any = None) -> Any:
+def _opt(
+    default: Any = dataclasses.MISSING, help: str = "", factory: Any = None, **bounds: float
+) -> Any:
+    """A target key: its default, a one-line help and, for a number, its valid range
+    (``ge``/``gt``/``le``/``lt``, as ``option(...)`` of the job configs)."""
+    metadata: dict[str, Any] = {"help": help}
+    if bounds:
+        metadata["range"] = Range(**bounds)
     if factory is not None:
-        return field(default_factory=factory, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(kw_only=True)
@@ -53,8 +63,8 @@ class TargetConfig:
     workdir: str = _opt("~/theseus-work", "where bundles, venvs and launch logs live")
     group: str = _opt("cpu", "uv dependency group to install: cpu, cuda12, cuda13, tpu")
     chip: str = _opt("cpu", "accelerator type per node (cpu, h100, a100, v5e ...)")
-    chips_per_node: int = _opt(1, "accelerators per node (CPU hosts: 1)")
-    nodes: int = _opt(1, "nodes the target can give one run")
+    chips_per_node: int = _opt(1, "accelerators per node (CPU hosts: 1)", ge=1)
+    nodes: int = _opt(1, "nodes the target can give one run", ge=1)
     env: dict[str, str] = _opt(help="extra environment for the job", factory=dict)
     secrets: list[str] = _opt(
         help="names of local environment variables sent to the job (never logged; 0600)",
@@ -64,8 +74,10 @@ class TargetConfig:
         None, "reuse this Python (its environment must have theseus) instead of uv sync"
     )
     uv: str = _opt("uv", "uv executable on the target; installed into the workdir if missing")
-    coordinator_port: int = _opt(47123, "port of the jax.distributed coordinator (multi-host)")
-    timeout: float = _opt(20.0, "seconds allowed for one remote operation")
+    coordinator_port: int = _opt(
+        47123, "port of the jax.distributed coordinator (multi-host)", ge=1, le=65535
+    )
+    timeout: float = _opt(20.0, "seconds allowed for one remote operation", gt=0)
 
 
 @dataclass(kw_only=True)
@@ -73,11 +85,11 @@ class SSHConfig:
     """How to reach a host over SSH (ssh targets, SLURM login nodes, TPU workers)."""
 
     user: str | None = _opt(None, "login user (default: the local user)")
-    port: int = _opt(22, "SSH port")
+    port: int = _opt(22, "SSH port", ge=1, le=65535)
     key_file: str | None = _opt(None, "private key; default: the agent and ~/.ssh keys")
     known_hosts: str = _opt("~/.ssh/known_hosts", "host keys are verified against this file")
     insecure_skip_host_key_check: bool = _opt(False, "accept unknown host keys (NOT for prod)")
-    connect_timeout: float = _opt(10.0, "seconds to connect and authenticate")
+    connect_timeout: float = _opt(10.0, "seconds to connect and authenticate", gt=0)
 
 
 @dataclass(kw_only=True)
@@ -94,7 +106,7 @@ class SlurmTargetConfig(TargetConfig, SSHConfig):
     qos: str | None = _opt(None, "quality of service (--qos)")
     time: str | None = _opt(None, "time limit (-t), e.g. 04:00:00")
     mem: str | None = _opt(None, "memory per node (--mem), e.g. 64G")
-    cpus_per_task: int | None = _opt(None, "CPUs per task (-c)")
+    cpus_per_task: int | None = _opt(None, "CPUs per task (-c)", ge=1)
     gres: str | None = _opt(None, "GRES name for chips (default gpu); chips become gpu:N")
     sbatch_args: list[str] = _opt(help="extra sbatch options", factory=list)
 
@@ -184,6 +196,24 @@ def _check_type(where: str, value: Any, tp: Any) -> Any:
     return value
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_no_control(where: str, value: Any) -> None:
+    """No control character in a target's strings: they end up in generated scripts, where a
+    newline would end the line (a comment, an #SBATCH directive) that holds them."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_no_control(f"{where[:-1]}.{key}'" if where.endswith("'") else where, key)
+            _check_no_control(f"{where[:-1]}.{key}'" if where.endswith("'") else where, item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_no_control(where, item)
+    elif isinstance(value, str) and _CONTROL.search(value):
+        found = _CONTROL.search(value).group(0)
+        raise ConfigError(f"{where} holds a control character ({found!r}); use one line")
+
+
 def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str) -> Any:
     """Validate one target's mapping against the schema its ``type`` picks."""
     prefix = f"{path}: target {name!r}"
@@ -203,6 +233,11 @@ def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"{prefix}: unknown key {key!r} for type {kind}{hint}")
         values[key] = _check_type(f"{prefix}: key {key!r}", value, hints[key])
+        _check_no_control(f"{prefix}: key {key!r}", values[key])
+        declared = range_of(fields[key].metadata)
+        problem = declared.problem(values[key]) if declared is not None else None
+        if problem is not None:
+            raise ConfigError(f"{prefix}: key {key!r} {problem}")
     missing = [
         n
         for n, f in fields.items()
@@ -215,9 +250,6 @@ def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str
     config = schema(**values)
     if config.group not in GROUPS:
         raise ConfigError(f"{prefix}: key 'group' must be one of {', '.join(GROUPS)}")
-    for key in ("chips_per_node", "nodes"):
-        if getattr(config, key) < 1:
-            raise ConfigError(f"{prefix}: key {key!r} must be at least 1")
     for secret in config.secrets:
         if secret in config.env:
             raise ConfigError(f"{prefix}: {secret!r} is both in 'env' and 'secrets'")
@@ -234,9 +266,11 @@ def load(path: str | os.PathLike | None = None, schemas: dict[str, type] | None 
             "or pass --dispatch-config"
         )
     try:
-        data = yaml.safe_load(file.read_text()) or {}
+        data = safe_yaml.load(file.read_text()) or {}
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{file}: cannot be read as text ({error})") from error
     except yaml.YAMLError as error:
-        raise ConfigError(f"{file}: not valid YAML: {error}") from error
+        raise ConfigError(f"{file}: not valid YAML: {safe_yaml.problem(error)}") from error
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a mapping with 'targets'")
     unknown = set(data) - {"targets", "priority"}

@@ -77,10 +77,16 @@ def launch_files(
         "config.yaml": (sub.config_yaml.encode(), 0o644),
         "submission.json": (json.dumps(sub.record(), indent=2).encode(), 0o644),
     }
-    if secrets:
-        files["secrets.env"] = (secrets_file(secrets), 0o600)
     for name, text in (extra or {}).items():
         files[name] = (text.encode(), 0o755 if name.endswith(".sh") else 0o644)
+    from theseus.dispatch.leaks import MIN_LENGTH, SecretLeakError
+
+    for name, (data, _) in files.items():  # the last look before they leave, in the clear
+        for key, value in secrets.items():
+            if len(value) >= MIN_LENGTH and value.encode() in data:
+                raise SecretLeakError(f"{name} would hold the value of the secret ${key}")
+    if secrets:
+        files["secrets.env"] = (secrets_file(secrets), 0o600)
     return files
 
 

@@ -56,6 +56,16 @@ def submit_run(
     dry_run: bool,
 ) -> dict[str, Any] | None:
     run_name, config_yaml = resolve(session.registries, job, overrides, name)
+    from theseus.dispatch import leaks, script_values
+
+    # before any target is asked anything: what the command line brings, against the secrets
+    # of every target and the environment's credential-named variables
+    everyone = type("AllTargets", (), {"secrets": _all_secrets(session)})()
+    unsent = Submission(
+        job=job, overrides=overrides, name=run_name, target="", config_yaml=config_yaml
+    )
+    leaks.check_values(leaks.leaving_values(unsent, object()), leaks.known_secrets(everyone))
+    script_values.check_submission(unsent, object(), "")
     request = Request(chips=chips, chip=chip, nodes=nodes)
     target_name, node_count = solve(
         session.config.targets, session.config.priority, to, request, session.backend
@@ -72,6 +82,8 @@ def submit_run(
         config_yaml=config_yaml,
         attempt=uuid.uuid4().hex[:12],
     )
+    leaks.check_submission(sub, target)  # the target's keys too, before anything is written
+    script_values.check_submission(sub, target, target_name)
     backend = session.backend(target_name)
     _refuse_if_active_elsewhere(session, run_name, target_name)
     if dry_run:
@@ -108,6 +120,10 @@ def submit_run(
         f"({len(bundle.files)} files, {len(bundle.data) // 1024} KiB)"
     )
     return handle
+
+
+def _all_secrets(session: Any) -> list[str]:
+    return sorted({n for t in session.config.targets.values() for n in t.secrets})
 
 
 def _refuse_if_active_elsewhere(session: Any, run_name: str, target_name: str) -> None:

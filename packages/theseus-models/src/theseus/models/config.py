@@ -34,18 +34,18 @@ class ModelConfig:
     """
 
     preset: str = option("", "size preset applied (see `theseus jobs`); '' for none")
-    vocab_size: int = option(0, "vocabulary size; 0 takes it from the tokenized data")
-    max_seq_len: int = option(256, "longest sequence the model accepts (positions)")
+    vocab_size: int = option(0, "vocabulary size; 0 takes it from the tokenized data", ge=0)
+    max_seq_len: int = option(256, "longest sequence the model accepts (positions)", ge=1)
     dtype: str = option(
         "auto",
         "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU), float32, bfloat16, "
         "float16; params and optimizer state stay float32, softmax, norms and loss float32",
         resume_safe=True,
     )
-    n_layers: int = option(6, "number of transformer blocks")
-    d_model: int = option(384, "width of the residual stream")
-    n_heads: int = option(6, "number of query heads")
-    init_std: float = option(0.02, "standard deviation of the normal weight init")
+    n_layers: int = option(6, "number of transformer blocks", ge=1)
+    d_model: int = option(384, "width of the residual stream", ge=1)
+    n_heads: int = option(6, "number of query heads", ge=1)
+    init_std: float = option(0.02, "standard deviation of the normal weight init", gt=0)
     attention: str = option(
         "auto",
         "attention implementation: auto | reference | flash | cudnn | splash (auto: cudnn on "

@@ -17,11 +17,13 @@ class GenerateConfig:
     tokenizer: str = option(
         "", "tokenizer.json to encode/decode; '' = the run's, or <hf_dir>/tokenizer.json if any"
     )
-    max_new_tokens: int = option(32, "tokens to generate per prompt")
-    temperature: float = option(0.0, "0 is greedy; otherwise the softmax temperature")
-    top_k: int = option(0, "sample among the k most likely tokens; 0 = all")
-    top_p: float = option(1.0, "sample among the most likely tokens holding this much mass")
-    seed: int = option(0, "sampling seed")
+    max_new_tokens: int = option(32, "tokens to generate per prompt", ge=1)
+    temperature: float = option(0.0, "0 is greedy; otherwise the softmax temperature", ge=0)
+    top_k: int = option(0, "sample among the k most likely tokens; 0 = all", ge=0)
+    top_p: float = option(
+        1.0, "sample among the most likely tokens holding this much mass", gt=0, le=1
+    )
+    seed: int = option(0, "sampling seed", ge=0)
     stop_tokens: list[int] = option(
-        help="token ids that end a generation (kept); [] = the checkpoint's eos", factory=list
+        help="token ids that end a generation (kept); [] = the checkpoint's eos", factory=list, ge=0
     )

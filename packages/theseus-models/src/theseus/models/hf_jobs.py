@@ -46,15 +46,9 @@ from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.opening import open_run, params_from_hf
 from theseus.core.train.step_zero import write_step_zero
 from theseus.models.errors import ModelError
-from theseus.models.hf.checkpoint import (
-    family_for,
-    family_of,
-    model_values,
-    read_config,
-    resolve,
-    save_hf,
-    unsupported,
-)
+from theseus.models.hf.checkpoint import family_for, family_of, model_values, save_hf, unsupported
+from theseus.models.hf.export_folder import check_target, staged
+from theseus.models.hf.files import check_tensor_files, read_config, resolve
 from theseus.models.lora_jobs import merged_model, saved_lora_rank
 from theseus.models.peft_export import save_peft
 from theseus.models.special_tokens import RUN_SOURCE, read_json_object, special_tokens
@@ -100,6 +94,9 @@ def inspect_source(config: Any, registries: Registries) -> Source:
     if not path.is_dir():
         raise ModelError(f"hf.dir: {config.dir} is not a folder")
     hf = read_config(path)
+    if list(path.glob("*.safetensors")):
+        check_tensor_files(path)  # a truncated or foreign file: one line, before the run exists
+
     family = family_for(hf)
     if family is None:
         raise unsupported(hf)
@@ -117,6 +114,15 @@ def inspect_source(config: Any, registries: Registries) -> Source:
             "with AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR), or give "
             "hf.tokenizer=PATH"
         )
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(tokenizer))
+    except Exception as error:  # tokenizers raises its own (Rust) exceptions
+        raise ModelError(
+            f"{tokenizer} is not a tokenizer file the tokenizers library reads "
+            f"({' '.join(str(error).split())[:200]})"
+        ) from error
     return Source(path, hf, family.name, key, tokenizer)
 
 
@@ -261,6 +267,8 @@ def check_export(config: Any, root: str) -> None:
     trained); a plain run has no adapters to export. One line, before any work."""
     if config.merge and config.peft:
         raise ModelError("hf.merge=true and hf.peft=true: choose one (merged weights, or adapters)")
+    if config.dir:  # another folder than this job's own: never replaced without hf.overwrite
+        check_target(Path(config.dir), config.overwrite)
 
     rank = saved_lora_rank(root, config.run, "hf.run")
     if rank is None:
@@ -321,26 +329,34 @@ class ExportJob(Job):
         model.special_tokens = tuple(
             (k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(specials.items())
         )
-        mine = "adapter_config.json" if cfg.peft else "config.json"
-        if out.exists() and any(out.iterdir()) and not (out / mine).is_file():
-            raise ModelError(f"hf.dir: {out} is a folder with other files; choose an empty one")
-        result: dict[str, Any] = {"run": opened.run.name, "step": opened.step, "dir": str(out)}
+        if cfg.dir:
+            check_target(out, cfg.overwrite)  # again: the folder may have changed meanwhile
+        with staged(out) as stage:
+            result = self.export(model, stage, out, opened, specials)
+        what = result.pop("what")
+        print(f"exported {what} of run {opened.run.name} at step {opened.step} to {out}")
+        return result
+
+    def export(
+        self, model: Any, out: Path, final: Path, opened: Any, specials: dict
+    ) -> dict[str, Any]:
+        """Write the export into ``out`` (a staging folder that becomes ``final``)."""
+        cfg = self.config.hf
+        result: dict[str, Any] = {"run": opened.run.name, "step": opened.step, "dir": str(final)}
         if cfg.peft:
             base = peft_base(opened)
-            if not base:
-                base = str((out / "base").resolve())
+            if not base:  # named where it will be once the staging folder is moved in
+                base = str((final / "base").resolve())
                 self.write_folder(model, out / "base", opened, specials)
             save_peft(model, opened.config.lora, out, base)
             if cfg.tokenizer:
                 self.write_tokenizer(out, opened, specials)
             result["base"] = base
-            print(f"exported the adapters of run {opened.run.name} at step {opened.step} to {out}")
-            return result
+            return {**result, "what": "the adapters"}
         if cfg.merge and opened.config.lora.rank > 0:
             model = merged_model(model)
         self.write_folder(model, out, opened, specials)
-        print(f"exported run {opened.run.name} at step {opened.step} to {out}")
-        return result
+        return {**result, "what": "the weights"}
 
     def write_folder(self, model: Any, out: Path, opened: Any, specials: dict) -> None:
         """config.json, model.safetensors, generation_config.json and the tokenizer."""

@@ -28,6 +28,11 @@ class ExportConfig:
     run: str = option(help="the run to export: RUN (its newest checkpoint) or RUN@STEP")
     dir: str = option("", "the folder to write; '' = <this job's run folder>/hf")
     tokenizer: bool = option(True, "also write the run's tokenizer (tokenizer.json and config)")
+    overwrite: bool = option(
+        False,
+        "export into a folder that holds files: replace its model files (old shards, index "
+        "and tokenizer included; other files stay)",
+    )
     merge: bool = option(
         False, "a LoRA run: write one model, its adapters folded into the base weights"
     )

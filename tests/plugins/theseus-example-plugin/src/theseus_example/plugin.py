@@ -17,34 +17,34 @@ class SignumConfig(OptimizerBase):
     """Signum's options; ``weight_decay`` and ``grad_clip`` come from the base class, and core
     applies them around ``signum`` (which reads neither)."""
 
-    learning_rate: float = option(0.01, "step size of each signed update")
+    learning_rate: float = option(0.01, "step size of each signed update", gt=0)
     grad_clip: float = option(
-        0.0, "clip the global gradient norm first (0: off; the sign drops the scale anyway)"
+        0.0, "clip the global gradient norm first (0: off; the sign drops the scale anyway)", ge=0
     )
-    momentum: float = option(0.9, "momentum applied before taking the sign")
+    momentum: float = option(0.9, "momentum applied before taking the sign", ge=0, lt=1)
 
 
 @dataclass
 class StepDecayConfig(ScheduleBase):
-    every: int = option(100, "multiply the rate by `factor` every this many steps")
-    factor: float = option(0.5, "decay factor")
+    every: int = option(100, "multiply the rate by `factor` every this many steps", ge=1)
+    factor: float = option(0.5, "decay factor", gt=0, le=1)
 
 
 @dataclass
 class RhymesConfig:
-    documents: int = option(2000, "how many rhymes to generate")
-    seed: int = option(0, "seed of the generator")
-    max_documents: int = option(0, "use at most this many rhymes (0: all)")
+    documents: int = option(2000, "how many rhymes to generate", ge=1)
+    seed: int = option(0, "seed of the generator", ge=0)
+    max_documents: int = option(0, "use at most this many rhymes (0: all)", ge=0)
 
 
 @dataclass
 class FitLineConfig:
-    slope: float = option(3.0, "slope of the line the data is drawn from")
-    intercept: float = option(-1.0, "intercept of the line")
-    noise: float = option(0.1, "standard deviation of the noise")
-    points: int = option(256, "number of data points")
-    steps: int = option(300, "optimizer steps")
-    seed: int = option(0, "random seed for the data")
+    slope: float = option(3.0, "slope of the line the data is drawn from", finite=True)
+    intercept: float = option(-1.0, "intercept of the line", finite=True)
+    noise: float = option(0.1, "standard deviation of the noise", ge=0)
+    points: int = option(256, "number of data points", ge=1)
+    steps: int = option(300, "optimizer steps", ge=1)
+    seed: int = option(0, "random seed for the data", ge=0)
 
 
 @hookimpl

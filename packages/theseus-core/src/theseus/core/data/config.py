@@ -16,13 +16,13 @@ VERIFY_MODES = ("full", "size")
 class DataConfig:
     dataset: str = option(DEFAULT_DATASET, "registered dataset to train on (tokenized on demand)")
     tokenizer: str = option("bpe", "registered tokenizer kind: bpe, byte, tiktoken, hf, ...")
-    vocab_size: int = option(8192, "vocabulary size of trained tokenizers (bpe)")
+    vocab_size: int = option(8192, "vocabulary size of trained tokenizers (bpe)", ge=1)
     tokenizer_options: dict[str, Any] = option(
         help="extra tokenizer options, e.g. {path: tok.json} for hf, {encoding: cl100k_base}",
         factory=dict,
     )
     files: str = option("", "comma-separated globs of local files, for datasets that read files")
-    max_documents: int = option(0, "use at most this many documents (0: all)")
+    max_documents: int = option(0, "use at most this many documents (0: all)", ge=0)
     dataset_options: dict[str, Any] = option(
         help="extra options of the dataset, passed as data.<key>=<value> to its tokenize job",
         factory=dict,
@@ -32,12 +32,18 @@ class DataConfig:
         help="weighted mixture {dataset: weight}; empty means the single `dataset`",
         factory=dict,
     )
-    validation_fraction: float = option(0.01, "fraction of documents held out for validation")
-    num_workers: int = option(0, "tokenization worker processes (0: all cores)", resume_safe=True)
+    validation_fraction: float = option(
+        0.01, "fraction of documents held out for validation", ge=0, lt=1
+    )
+    num_workers: int = option(
+        0, "tokenization worker processes (0: all cores)", resume_safe=True, ge=0
+    )
     document_masking: bool = option(True, "restart positions and mask attention per document")
     padding_side: str = option("right", "padded layout: pad on the 'left' or 'right'")
     loss_on: str = option("assistant", "chat data: learn 'assistant' turns only, or 'all' tokens")
-    prefetch: int = option(4, "batches prepared ahead in background threads", resume_safe=True)
+    prefetch: int = option(
+        4, "batches prepared ahead in background threads", resume_safe=True, ge=0
+    )
     verify: str = option(
         "full",
         "check the tokenized files when a run first opens them: 'full' (sha256 and token ids, "

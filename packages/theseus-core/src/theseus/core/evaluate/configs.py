@@ -16,9 +16,9 @@ class EvaluateConfig:
     hf_dir: str = option("", "or evaluate the Hugging Face weights in this directory")
     tokenizer: str = option("", "with hf_dir: a tokenizer.json ('' = <hf_dir>/tokenizer.json)")
     tasks: list[str] = option(help="registered evaluations to run", factory=lambda: ["val-ppl"])
-    batch_size: int = option(8, "sequences per forward pass (scores do not depend on it)")
+    batch_size: int = option(8, "sequences per forward pass (scores do not depend on it)", ge=1)
     padding_side: str = option("right", "pad batched sequences on the 'left' or 'right'")
-    limit: int = option(0, "at most this many examples per task (0: all)")
+    limit: int = option(0, "at most this many examples per task (0: all)", ge=0)
     options: dict[str, Any] = option(
         help="per-task options, e.g. {hellaswag: {files: hs.jsonl}, addition: {max_digits: 2}}",
         factory=dict,
@@ -31,8 +31,10 @@ class EvaluateConfig:
 
 @dataclass
 class PerplexityConfig:
-    rows: int = option(64, "validation rows to score (capped at the split's size)")
-    seq_len: int = option(0, "tokens per row (0: the run's training.seq_len, else max_seq_len)")
+    rows: int = option(64, "validation rows to score (capped at the split's size)", ge=1)
+    seq_len: int = option(
+        0, "tokens per row (0: the run's training.seq_len, else max_seq_len)", ge=0
+    )
     dataset: str = option(
         "", "a tokenized dataset directory under <root>/data ('' = the run's training data)"
     )
@@ -44,7 +46,7 @@ class ChoiceConfig:
     hf_path: str = option("", "Hugging Face dataset read when no files are given (online)")
     hf_name: str = option("", "the Hugging Face dataset's configuration name")
     split: str = option("validation", "split of the Hugging Face dataset")
-    limit: int = option(0, "at most this many examples (0: all)")
+    limit: int = option(0, "at most this many examples (0: all)", ge=0)
 
 
 def choice_config(path: str, name: str, split_name: str) -> type:
@@ -65,17 +67,17 @@ class GSM8KConfig(ChoiceConfig):
     hf_path: str = option("openai/gsm8k", "Hugging Face dataset read when no files are given")
     hf_name: str = option("main", "the Hugging Face dataset's configuration name")
     split: str = option("test", "split of the Hugging Face dataset")
-    max_new_tokens: int = option(256, "tokens generated per question")
+    max_new_tokens: int = option(256, "tokens generated per question", ge=1)
     chat: bool = option(False, "wrap the question in the chat template (SFT models)")
 
 
 @dataclass
 class AdditionEvalConfig:
-    num_examples: int = option(100, "how many a+b problems")
-    max_digits: int = option(1, "operands have 1 to this many digits")
-    seed: int = option(1234, "generator seed (same seed, same problems)")
-    max_new_tokens: int = option(8, "tokens generated per problem")
-    limit: int = option(0, "at most this many examples (0: all)")
+    num_examples: int = option(100, "how many a+b problems", ge=1)
+    max_digits: int = option(1, "operands have 1 to this many digits", ge=1)
+    seed: int = option(1234, "generator seed (same seed, same problems)", ge=0)
+    max_new_tokens: int = option(8, "tokens generated per problem", ge=1)
+    limit: int = option(0, "at most this many examples (0: all)", ge=0)
 
 
 LM_EVAL_FEATURE = "evaluating with lm-evaluation-harness"
@@ -86,12 +88,12 @@ LM_EVAL_EXTRA = "theseus-core[lm-eval]"
 class LmEvalConfig:
     tasks: list[str] = option(help="lm-eval task or group names", factory=list)
     include_path: str = option("", "a folder of lm-eval task YAMLs (searched before lm-eval's own)")
-    num_fewshot: int = option(-1, "few-shot examples per prompt (-1: each task's default)")
-    limit: int = option(0, "at most this many examples per task (0: all)")
+    num_fewshot: int = option(-1, "few-shot examples per prompt (-1: each task's default)", ge=-1)
+    limit: int = option(0, "at most this many examples per task (0: all)", ge=0)
     apply_chat_template: bool = option(False, "render prompts in the SFT chat template")
-    max_gen_toks: int = option(256, "tokens generated when a task sets no max_gen_toks")
+    max_gen_toks: int = option(256, "tokens generated when a task sets no max_gen_toks", ge=1)
     log_samples: bool = option(False, "keep every example's inputs and outputs in the JSON")
-    bootstrap_iters: int = option(0, "bootstrap iterations for standard errors (0: none)")
+    bootstrap_iters: int = option(0, "bootstrap iterations for standard errors (0: none)", ge=0)
 
     def check(self) -> None:
         """Before any work: lm-eval is installed and tasks are named."""

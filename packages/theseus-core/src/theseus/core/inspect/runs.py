@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from theseus.core.errors import JobError, yaml_problem
+from theseus.core import safe_yaml
+from theseus.core.errors import JobError
+from theseus.core.liveness import shown_status
+from theseus.core.regular_files import open_regular, read_all, read_small
 from theseus.core.rundir import RunDir, read_record
 
 log = logging.getLogger(__name__)
@@ -60,7 +64,7 @@ def read_metrics(run_path: Path) -> list[dict[str, Any]]:
     """
     path = run_path / "metrics.jsonl"
     try:
-        data = path.read_bytes()
+        data = read_all(path)  # not a FIFO: a listing never hangs
     except FileNotFoundError:
         return []
     except OSError as error:
@@ -71,6 +75,45 @@ def read_metrics(run_path: Path) -> list[dict[str, Any]]:
         shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         log.warning("%s: skipped unreadable line%s %s", path, "s" if len(bad) > 1 else "", shown)
     return rows
+
+
+TAIL_LIMIT = 16 * 1024 * 1024
+
+
+def tail_rows(path: Path, metric: str, chunk: int = 64 * 1024) -> list[dict[str, Any]]:
+    """Rows from the end of ``path``, read backwards until one holds ``metric`` (or the file
+    is read whole, or :data:`TAIL_LIMIT` bytes were): what a runs table needs without reading
+    long logs in full. Only a regular file is read (NotServed otherwise)."""
+    try:
+        descriptor, size = open_regular(path)
+    except FileNotFoundError:
+        return []
+    try:
+        while True:
+            start = max(0, size - chunk)
+            os.lseek(descriptor, start, os.SEEK_SET)
+            data = os.read(descriptor, size - start)
+            if start > 0:
+                data = data[data.find(b"\n") + 1 :]  # the first line read may be cut
+            rows, _ = parse_metric_lines(data)
+            if start == 0 or chunk >= TAIL_LIMIT or any(metric in row for row in rows):
+                return rows
+            chunk *= 4
+    finally:
+        os.close(descriptor)
+
+
+def table_rows(run_path: Path) -> list[dict[str, Any]]:
+    """The rows a runs table needs: all of ``metrics.jsonl`` up to :data:`TAIL_LIMIT` (its
+    unreadable lines named, as ``show`` names them), only its end beyond (a long file is never
+    read whole for one row); none when it cannot be read (``show`` names the problem)."""
+    path = run_path / "metrics.jsonl"
+    try:
+        if path.stat().st_size <= TAIL_LIMIT:
+            return read_metrics(run_path)
+        return tail_rows(path, "train/loss")
+    except OSError:
+        return []
 
 
 def is_number(value: Any) -> bool:
@@ -102,7 +145,7 @@ def unreadable_row(name: str, problem: str) -> dict[str, Any]:
 
 
 def run_summaries(
-    root: str | Path, metrics: Callable[[Path], list[dict[str, Any]]] = read_metrics
+    root: str | Path, metrics: Callable[[Path], list[dict[str, Any]]] | None = None
 ) -> list[dict[str, Any]]:
     """One dict per run: name, job key, status, step, last loss, parent, start time, where it
     was dispatched.
@@ -114,7 +157,7 @@ def run_summaries(
     runs_dir = Path(root) / "runs"
     if not runs_dir.is_dir():
         raise JobError(f"no runs under {root} (expected a folder {runs_dir})")
-    return [run_summary(path, metrics) for path in run_folders(runs_dir)]
+    return [run_summary(path, metrics or table_rows) for path in run_folders(runs_dir)]
 
 
 def run_folders(runs_dir: Path) -> list[Path]:
@@ -123,21 +166,24 @@ def run_folders(runs_dir: Path) -> list[Path]:
 
 
 def run_summary(
-    path: Path, metrics: Callable[[Path], list[dict[str, Any]]] = read_metrics
+    path: Path,
+    metrics: Callable[[Path], list[dict[str, Any]]] = read_metrics,
+    read: Callable[[Path], dict[str, Any]] = read_record,
 ) -> dict[str, Any]:
-    """One run folder's row of the runs table (status ``unreadable`` with a ``problem``)."""
+    """One run folder's row of the runs table (status ``unreadable`` with a ``problem``).
+    ``read`` reads ``job.json`` (``theseus serve`` passes its bounded reader)."""
     record_path = path / "job.json"
     if not record_path.exists():
         return unreadable_row(path.name, f"{record_path} is missing")
     try:
-        record = read_record(record_path)
+        record = read(record_path)
     except JobError as error:
         return unreadable_row(path.name, str(error))
     step, loss = last_value(metrics(path), "train/loss")
     return {
         "name": path.name,
         "key": record.get("key"),
-        "status": record.get("status"),
+        "status": shown_status(path, record.get("status")),  # "died": running, lock free
         "step": step,
         "loss": loss,
         "parent": record.get("parent"),
@@ -148,8 +194,13 @@ def run_summary(
     }
 
 
-def lineage(root: str | Path, record: dict[str, Any]) -> list[str]:
-    """Parents as ``RUN@STEP``, nearest first; a parent whose record is damaged ends it."""
+def lineage(
+    root: str | Path,
+    record: dict[str, Any],
+    read: Callable[[Path], dict[str, Any]] = read_record,
+) -> list[str]:
+    """Parents as ``RUN@STEP``, nearest first; a parent whose record is damaged ends it.
+    ``read`` reads a ``job.json`` (``theseus serve`` passes its bounded reader)."""
 
     lineage: list[str] = []
     parent = record.get("parent")
@@ -159,7 +210,7 @@ def lineage(root: str | Path, record: dict[str, Any]) -> list[str]:
         if not parent_run.exists():
             break
         try:
-            parent = read_record(parent_run.record_path).get("parent")
+            parent = read(parent_run.record_path).get("parent")
         except JobError as error:
             log.warning("lineage stops at %s: %s", parent, error)
             break
@@ -171,9 +222,12 @@ def _config_text(config_path: Path) -> str:
     import yaml
 
     try:
-        data = config_path.read_bytes()
+        data = read_small(config_path)
     except FileNotFoundError:
         log.warning("%s is missing", config_path)
+        return ""
+    except OSError as error:  # a FIFO, a huge file, no permission
+        log.warning("%s cannot be read: %s", config_path, error.strerror or error)
         return ""
     try:
         text = data.decode("utf-8")
@@ -182,9 +236,9 @@ def _config_text(config_path: Path) -> str:
         log.warning("%s is not UTF-8 text (line %d); shown with replacements", config_path, line)
         return data.decode("utf-8", errors="replace")
     try:
-        yaml.safe_load(text)
+        safe_yaml.load(text)
     except yaml.YAMLError as error:
-        log.warning("%s is not valid YAML: %s", config_path, yaml_problem(error))
+        log.warning("%s is not valid YAML: %s", config_path, safe_yaml.problem(error))
     return text
 
 
@@ -194,6 +248,7 @@ def run_details(root: str | Path, name: str) -> dict[str, Any]:
     if not run.exists():
         raise JobError(f"no run named {name!r} under {root}")
     record = read_record(run.record_path)
+    record["status"] = shown_status(run.path, record.get("status"))  # shown, never written
     finals = {}
     for row in read_metrics(run.path):
         for key, value in row.items():

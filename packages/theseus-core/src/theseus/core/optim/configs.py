@@ -44,56 +44,60 @@ class OptimizerBase:
 
     applies_weight_decay: ClassVar[bool] = False  # True: the build reads weight_decay itself
 
-    learning_rate: float = option(3e-4, "peak learning rate (the schedule scales it)")
+    learning_rate: float = option(3e-4, "peak learning rate (the schedule scales it)", gt=0)
     weight_decay: float = option(
-        0.0, "decoupled weight decay (times the learning rate) on matrices, not norms or biases"
+        0.0,
+        "decoupled weight decay (times the learning rate) on matrices, not norms or biases",
+        ge=0,
     )
-    grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables")
+    grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables", ge=0)
 
 
 @dataclass
 class AdamWConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True  # optax.adamw, masked by decay_mask
-    learning_rate: float = option(6e-4, "peak learning rate (the schedule scales it)")
-    weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded")
-    b1: float = option(0.9, "Adam beta1")
-    b2: float = option(0.95, "Adam beta2")
-    eps: float = option(1e-8, "Adam epsilon")
+    learning_rate: float = option(6e-4, "peak learning rate (the schedule scales it)", gt=0)
+    weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded", ge=0)
+    b1: float = option(0.9, "Adam beta1", ge=0, lt=1)
+    b2: float = option(0.95, "Adam beta2", ge=0, lt=1)
+    eps: float = option(1e-8, "Adam epsilon", ge=0)
 
 
 @dataclass
 class LionConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True
-    learning_rate: float = option(1e-4, "peak learning rate (Lion wants ~3-10x lower than AdamW)")
-    weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded")
-    b1: float = option(0.9, "Lion beta1 (update interpolation)")
-    b2: float = option(0.99, "Lion beta2 (momentum decay)")
+    learning_rate: float = option(
+        1e-4, "peak learning rate (Lion wants ~3-10x lower than AdamW)", gt=0
+    )
+    weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded", ge=0)
+    b1: float = option(0.9, "Lion beta1 (update interpolation)", ge=0, le=1)
+    b2: float = option(0.99, "Lion beta2 (momentum decay)", ge=0, lt=1)
 
 
 @dataclass
 class SGDConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True  # added to the gradient (PyTorch's SGD)
-    learning_rate: float = option(0.1, "peak learning rate")
-    momentum: float = option(0.9, "momentum; 0 for plain SGD")
+    learning_rate: float = option(0.1, "peak learning rate", gt=0)
+    momentum: float = option(0.9, "momentum; 0 for plain SGD", ge=0, lt=1)
     nesterov: bool = option(False, "use Nesterov momentum")
 
 
 @dataclass
 class AdafactorConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True
-    learning_rate: float = option(1e-3, "peak learning rate")
-    decay_rate: float = option(0.8, "second-moment decay exponent")
-    clipping_threshold: float = option(1.0, "update clipping threshold")
+    learning_rate: float = option(1e-3, "peak learning rate", gt=0)
+    decay_rate: float = option(0.8, "second-moment decay exponent", gt=0, le=1)
+    clipping_threshold: float = option(1.0, "update clipping threshold", gt=0)
 
 
 @dataclass
 class MuonConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True  # on the Muon matrices only
-    learning_rate: float = option(0.02, "peak learning rate for the orthogonalized updates")
-    beta: float = option(0.95, "momentum decay")
-    ns_steps: int = option(5, "Newton-Schulz iterations")
+    learning_rate: float = option(0.02, "peak learning rate for the orthogonalized updates", gt=0)
+    beta: float = option(0.95, "momentum decay", ge=0, lt=1)
+    ns_steps: int = option(5, "Newton-Schulz iterations", ge=1)
     adam_learning_rate: float = option(
-        3e-4, "peak learning rate of the AdamW for embeddings, norms and biases (no decay)"
+        3e-4, "peak learning rate of the AdamW for embeddings, norms and biases (no decay)", gt=0
     )
 
 
@@ -108,7 +112,7 @@ class ScheduleBase:
     ``optimizer.learning_rate``; ``total_steps`` the run's length. Honour ``warmup_steps``.
     """
 
-    warmup_steps: int = option(0, "linear warmup from 0 over this many steps")
+    warmup_steps: int = option(0, "linear warmup from 0 over this many steps", ge=0)
 
 
 @dataclass
@@ -118,20 +122,24 @@ class ConstantConfig(ScheduleBase):
 
 @dataclass
 class CosineConfig(ScheduleBase):
-    warmup_steps: int = option(10, "linear warmup from 0 over this many steps")
-    final_fraction: float = option(0.1, "final learning rate as a fraction of the peak")
+    warmup_steps: int = option(10, "linear warmup from 0 over this many steps", ge=0)
+    final_fraction: float = option(0.1, "final learning rate as a fraction of the peak", ge=0, le=1)
 
 
 @dataclass
 class WSDConfig(ScheduleBase):
-    warmup_steps: int = option(10, "linear warmup from 0 over this many steps")
-    decay_fraction: float = option(0.2, "fraction of the steps spent in the final decay")
-    final_fraction: float = option(0.0, "final learning rate as a fraction of the peak")
+    warmup_steps: int = option(10, "linear warmup from 0 over this many steps", ge=0)
+    decay_fraction: float = option(
+        0.2, "fraction of the steps spent in the final decay", ge=0, le=1
+    )
+    final_fraction: float = option(0.0, "final learning rate as a fraction of the peak", ge=0, le=1)
 
 
 @dataclass
 class LinearWarmupConfig(ScheduleBase):
-    warmup_steps: int = option(100, "linear warmup from 0 over this many steps, then constant")
+    warmup_steps: int = option(
+        100, "linear warmup from 0 over this many steps, then constant", ge=0
+    )
 
 
 #: Registry kind (``Registry.kind``) -> the class a component's config must subclass.

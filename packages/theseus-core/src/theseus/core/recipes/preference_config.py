@@ -21,13 +21,16 @@ class PreferenceConfig:
         "sigmoid (DPO), ipo (IPO, per-token averaged log-ratios) or simpo (reference-free SimPO)",
     )
     beta: float = option(
-        0.1, "β: DPO/SimPO reward scale; for ipo the regulariser τ (target margin 1/(2β))"
+        0.1, "β: DPO/SimPO reward scale; for ipo the regulariser τ (target margin 1/(2β))", gt=0
     )
     label_smoothing: float = option(
-        0.0, "ε in [0, 0.5): probability that a pair's label is flipped (cDPO); sigmoid/simpo"
+        0.0,
+        "ε in [0, 0.5): probability that a pair's label is flipped (cDPO); sigmoid/simpo",
+        ge=0,
+        lt=0.5,
     )
     simpo_gamma: float = option(
-        0.5, "SimPO target reward margin γ itself (as TRL's simpo_gamma), not the paper's γ/β"
+        0.5, "SimPO target reward margin γ itself (as TRL's simpo_gamma), not the paper's γ/β", ge=0
     )
 
     def __post_init__(self) -> None:

@@ -15,13 +15,16 @@ from theseus.core.rundir import RunDir, checkpoint_step
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.loggers import check_loggers
 from theseus.core.train.profile import parse_steps
+from theseus.core.train.starting_weights import check_starting_weights
 
 log = logging.getLogger(__name__)
 
 
 def check_init(config: TrainJobConfig, root: str) -> None:
     """``init.checkpoint`` must name a run with checkpoints; ``init.hf`` a folder with a
-    config.json that the model config agrees with (the config filled it, see ``hf_model_config``)."""
+    config.json that the model config agrees with (the config filled it, see
+    ``hf_model_config``); LoRA and DPO need one of them (``train/starting_weights.py``)."""
+    check_starting_weights(config)
     if config.init.checkpoint:
         name, at = parse_reference(config.init.checkpoint, "init.checkpoint")
         checkpoint_step(RunDir(root, name), at, "init.checkpoint: ")

@@ -1,10 +1,13 @@
 """Saved configs as the web view shows them: flattened to dotted keys, secrets redacted,
 compared across runs.
 
-A key whose last part names a credential (``token``, ``hf_token``, ``api_key``,
-``password``, ``secret``, ``credentials``, ``private_key``...) has its value replaced by
-:data:`REDACTED`, in the flattened values and in the text alike. ``tokenizer`` or
-``total_tokens`` are not credentials and are shown.
+A key any part of which names a credential (:func:`theseus.core.redaction.is_secret_name`:
+``token``, ``hf_token``, ``api_key``, ``wandb_key``, ``auth``, ``bearer``, ``password``,
+``secret``, ``credentials``...) has its value replaced by :data:`REDACTED`, in the
+flattened values and in the text alike (a block under such a key is dropped from the text,
+and each value below it is redacted); URL credentials (``user:password@``) and bearer
+tokens are redacted in every value. ``tokenizer`` or ``total_tokens`` are not credentials
+and are shown.
 """
 
 from __future__ import annotations
@@ -13,19 +16,29 @@ import re
 from typing import Any
 
 import yaml
-from theseus.core.errors import yaml_problem
+from theseus.core import safe_yaml
+from theseus.core.redaction import REDACTED, is_secret_name, redact_line, redact_string, redact_tree
 
-REDACTED = "<redacted>"
-_SECRET_KEY = re.compile(
-    r"^(.*[_-])?(token|secret|secrets|password|passwd|api_key|apikey|credential|credentials|"
-    r"private_key|authorization|access_key|secret_key)$",
-    re.IGNORECASE,
-)
 _YAML_KEY_LINE = re.compile(r"^(\s*(?:-\s+)?)([^\s:#][^:#]*?)(\s*:\s*)(\S.*)?$")
 
 
 def is_secret_key(key: str) -> bool:
-    return bool(_SECRET_KEY.match(key.rsplit(".", 1)[-1].strip("'\"")))
+    """Whether any part of the dotted ``key`` names a credential."""
+    return any(is_secret_name(part) for part in key.split("."))
+
+
+__all__ = ["REDACTED", "diff", "flatten", "parse", "redact_json", "redact_lines", "redact_tree"]
+
+
+def redact_json(record: dict[str, Any]) -> dict[str, Any]:
+    """A record (``job.json``) as shown: secret-named keys at any depth (``history``'s
+    config changes are keyed by config keys) and URL credentials redacted."""
+    return redact_tree(record)
+
+
+def redact_lines(lines: list[str]) -> list[str]:
+    """Log lines as shown (secret assignments, URL credentials, bearer tokens redacted)."""
+    return [redact_line(line) for line in lines]
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -41,7 +54,8 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 def redact_values(flat: dict[str, Any]) -> dict[str, Any]:
     return {
-        k: (REDACTED if is_secret_key(k) and v not in ("", None) else v) for k, v in flat.items()
+        k: (REDACTED if is_secret_key(k) and v not in ("", None) else redact_tree(v))
+        for k, v in flat.items()
     }
 
 
@@ -64,7 +78,7 @@ def redact_text(text: str) -> str:
             if not value:  # a block below it
                 hiding_deeper_than = indent
             continue
-        out.append(line)
+        out.append(redact_string(line))
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
@@ -72,9 +86,9 @@ def parse(text: str) -> tuple[dict[str, Any], str | None]:
     """Flattened, redacted values of a config's text, and the problem if it is not a YAML
     mapping."""
     try:
-        data = yaml.safe_load(text) if text else {}
+        data = safe_yaml.load(text) if text else {}
     except yaml.YAMLError as error:
-        return {}, f"not valid YAML: {yaml_problem(error)}"
+        return {}, f"not valid YAML: {safe_yaml.problem(error)}"
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -9,11 +9,16 @@ whole again and gets a new ``version``, so a client knows to start over.
 Rows are kept as columns (a step per row; per metric, row numbers and float64 values), about
 a tenth of the memory of dicts, and at most :data:`MAX_FILES` files are kept (least recently
 used first out), so a server left running on a root of long runs stays small.
+
+Only a regular file is read, at most :data:`~theseus.core.serve.files.METRICS_CHUNK` per
+request (a long file is caught up over several polls), and each file has its own lock: a
+slow read of one run's metrics never holds up a request for another's.
 """
 
 from __future__ import annotations
 
 import os
+import stat as stat_module
 import threading
 from array import array
 from collections import OrderedDict
@@ -23,6 +28,13 @@ from typing import Any
 
 import numpy as np
 from theseus.core.inspect.runs import is_number, parse_metric_lines
+from theseus.core.serve.files import (
+    MAX_METRICS_FILE,
+    METRICS_CHUNK,
+    open_regular,
+    read_range,
+    too_large,
+)
 
 MAX_FILES = 64
 NO_STEP = -(2**62)
@@ -105,42 +117,61 @@ class MetricsFile:
         return steps[has_step], y[has_step]
 
 
+@dataclass
+class _Slot:
+    """One path's file as last read, and the lock its reads and uses hold."""
+
+    file: MetricsFile
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class MetricsCache:
     """Thread-safe, size-bounded cache of parsed metric files, keyed by path."""
 
     def __init__(self, max_files: int = MAX_FILES) -> None:
-        self._files: OrderedDict[Path, MetricsFile] = OrderedDict()
-        self._lock = threading.Lock()
+        self._slots: OrderedDict[Path, _Slot] = OrderedDict()
+        self._lock = threading.Lock()  # the table of slots only, never held while reading
         self._generations = 0
         self.max_files = max_files
 
     def read(self, path: Path, use) -> Any:
-        """``use(file)`` on ``path``'s rows as they are now, under the cache's lock (an empty
-        file when it does not exist)."""
+        """``use(file)`` on ``path``'s rows as they are now, under that file's lock (an empty
+        file when it does not exist); NotServed for what is not a regular file or too big."""
         try:
             stat = os.stat(path)
         except FileNotFoundError:
             return use(MetricsFile())
+        if not stat_module.S_ISREG(stat.st_mode):
+            os.close(open_regular(path)[0])  # raises NotServed, naming what it is
+        if stat.st_size > MAX_METRICS_FILE:
+            raise too_large(path, stat.st_size, MAX_METRICS_FILE)
         with self._lock:
-            cached = self._files.get(path)
-            if cached is None or cached.inode != stat.st_ino or stat.st_size < cached.complete:
-                self._generations += 1
-                cached = MetricsFile(inode=stat.st_ino, generation=self._generations)
-                self._files[path] = cached
-            self._files.move_to_end(path)
-            while len(self._files) > self.max_files:
-                self._files.popitem(last=False)
+            slot = self._slots.get(path)
+            if slot is None:
+                slot = self._slots[path] = _Slot(MetricsFile())
+            self._slots.move_to_end(path)
+            while len(self._slots) > self.max_files:
+                self._slots.popitem(last=False)
+        with slot.lock:
+            cached = slot.file
+            if cached.inode != stat.st_ino or stat.st_size < cached.complete:
+                with self._lock:
+                    self._generations += 1
+                    generation = self._generations
+                cached = slot.file = MetricsFile(inode=stat.st_ino, generation=generation)
             if stat.st_size != cached.size:
                 self._extend(path, cached)
             return use(cached)
 
     @staticmethod
     def _extend(path: Path, cached: MetricsFile) -> None:
-        with path.open("rb") as handle:
-            handle.seek(cached.complete)
-            data = handle.read()
+        data, _ = read_range(path, cached.complete, METRICS_CHUNK)
         cached.size = cached.complete + len(data)
         end = data.rfind(b"\n") + 1  # an unfinished last line is read when it is finished
+        if end == 0 and len(data) == METRICS_CHUNK:  # one line longer than a whole chunk
+            cached.bad_lines.append(f"{cached.lines + 1} (longer than {METRICS_CHUNK} bytes)")
+            cached.complete += len(data)
+            return
         rows, bad = parse_metric_lines(data[:end])
         for entry in bad:  # "N (problem)", N counted within this chunk
             number, _, problem = entry.partition(" ")
@@ -175,23 +206,3 @@ def decimate(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray,
         keep.extend(sorted(picks))
     index = np.unique(np.asarray([0, *keep, n - 1], dtype=np.int64))
     return x[index], y[index]
-
-
-def tail_rows(path: Path, metric: str, chunk: int = 64 * 1024) -> list[dict[str, Any]]:
-    """Rows from the end of ``path``, read backwards until one holds ``metric`` (or the file
-    is read whole): what a runs table needs without reading long logs in full."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return []
-    with path.open("rb") as handle:
-        while True:
-            start = max(0, size - chunk)
-            handle.seek(start)
-            data = handle.read(size - start)
-            if start > 0:
-                data = data[data.find(b"\n") + 1 :]  # the first line read may be cut
-            rows, _ = parse_metric_lines(data)
-            if start == 0 or any(metric in row for row in rows):
-                return rows
-            chunk *= 4

@@ -5,10 +5,16 @@ redacted), ``metrics.jsonl``, ``summary.json``, ``evaluations/step-<k>.json``,
 ``results.json``, the tail of ``logs/run.log`` and the names of ``checkpoints/<step>``.
 Nothing else is served: there is no route that takes a file path. A run name is checked
 like any run name (no separators, no ``..``) and a run folder or file that resolves outside
-the root (a symlink) is refused.
+the root (a symlink) is refused. Each is read only if it is a regular file, and only up to
+a bound (:mod:`theseus.core.serve.files`): a FIFO, a device or a huge file is a problem
+shown, never a request that hangs. The runs table and the lineage read each run beside the
+request (:mod:`theseus.core.serve.background`): a run that is slow to read is shown as
+"reading" while the others are answered.
 
 A damaged file never fails a page: each answer carries ``problems`` naming the file and what
-is wrong, and what could be read is still shown.
+is wrong, and what could be read is still shown. Records and configs are shown with
+credentials redacted (:mod:`theseus.core.serve.config_view`). A run whose record says
+"running" but whose lock no process holds is shown as ``died`` (:mod:`theseus.core.liveness`).
 """
 
 from __future__ import annotations
@@ -22,12 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from theseus.core.errors import JobError, TheseusError
-from theseus.core.inspect.runs import lineage, run_folders, run_summary, unreadable_row
+from theseus.core.inspect.runs import (
+    lineage,
+    run_folders,
+    run_summary,
+    tail_rows,
+    unreadable_row,
+)
 from theseus.core.jobs import check_run_name, parse_reference
-from theseus.core.rundir import RunDir, read_record
+from theseus.core.liveness import shown_status
+from theseus.core.rundir import RunDir, parse_record
 from theseus.core.serve import config_view
+from theseus.core.serve.background import Background
 from theseus.core.serve.file_memo import FileMemo
-from theseus.core.serve.metrics_cache import MetricsCache, MetricsFile, decimate, tail_rows
+from theseus.core.serve.files import NotServed, open_regular, read_small
+from theseus.core.serve.metrics_cache import MetricsCache, MetricsFile, decimate
 
 LOG_TAIL_BYTES = 256 * 1024
 TABLE_METRIC = "train/loss"
@@ -51,6 +66,7 @@ class RootView:
         self.runs_dir = self.root / "runs"
         self.metrics = MetricsCache()
         self.memo = FileMemo()  # table rows, records and config references by file stamps
+        self.reads = Background()  # per-run reads of the table and the lineage
 
     # where things are
     def inside(self, path: Path) -> bool:
@@ -75,17 +91,35 @@ class RootView:
             problems.append(f"{path.name} resolves outside the root; it is not served")
             return None
         try:
-            return path.read_bytes().decode("utf-8", errors="replace")
+            return read_small(path).decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+        except NotServed as error:
+            problems.append(str(error))
+            return None
         except OSError as error:
             problems.append(f"{path.name} cannot be read: {error.strerror or error}")
             return None
+
+    @staticmethod
+    def read_record(record_path: Path) -> dict[str, Any]:
+        """A ``job.json`` read as the view reads files (regular, bounded); ``JobError``."""
+        try:
+            data = read_small(record_path)
+        except FileNotFoundError as error:
+            raise JobError(f"{record_path} is missing") from error
+        except NotServed as error:
+            raise JobError(str(error)) from error
+        except OSError as error:
+            raise JobError(f"{record_path} cannot be read: {error.strerror or error}") from error
+        return parse_record(record_path, data)
 
     def _read_json(self, path: Path, problems: list[str]) -> Any:
         text = self._read_text(path, problems)
         if text is None:
             return None
         try:
-            return json.loads(text)
+            return config_view.redact_tree(json.loads(text))
         except json.JSONDecodeError as error:
             problems.append(f"{path.name} is not valid JSON: {error}")
             return None
@@ -94,22 +128,31 @@ class RootView:
     def runs(self) -> list[dict[str, Any]]:
         if not self.runs_dir.is_dir():
             return []
+        deadline = Background.deadline()
+        pending = [
+            (path.name, self.reads.start(("row", path.name), partial(self._row, path)))
+            for path in run_folders(self.runs_dir)
+            if self.inside(path)  # a symlink out of the root is not a run of this root
+        ]
         rows = []
-        for path in run_folders(self.runs_dir):
-            if not self.inside(path):
-                continue  # a symlink out of the root is not a run of this root
-            outside = [f.name for f in self._run_files(path) if f.exists() and not self.inside(f)]
-            if outside:
-                rows.append(unreadable_row(path.name, f"{outside[0]} resolves outside the root"))
-                continue
-            rows.append(
-                self.memo.get(
-                    ("row", path.name),
-                    self._run_files(path),
-                    partial(run_summary, path, _table_rows),
-                )
-            )
+        for name, future in pending:
+            done, row = Background.wait(future, deadline)
+            rows.append(row if done else _still_reading(name))
         return rows
+
+    def _row(self, path: Path) -> dict[str, Any]:
+        """One run's row of the table (on a worker of ``self.reads``)."""
+        outside = [f.name for f in self._run_files(path) if f.exists() and not self.inside(f)]
+        if outside:
+            return unreadable_row(path.name, f"{outside[0]} resolves outside the root")
+        row = self.memo.get(
+            ("row", path.name),
+            self._run_files(path),
+            partial(run_summary, path, _table_rows, self.read_record),
+        )
+        if row.get("status") == "running":  # asked again each time: the files do not change
+            row = {**row, "status": shown_status(path, "running")}  # when a process dies
+        return row
 
     @staticmethod
     def _run_files(path: Path) -> list[Path]:
@@ -125,11 +168,19 @@ class RootView:
             problems.append("job.json is missing")
         elif self.inside(run.record_path):
             try:
-                record = read_record(run.record_path)
+                record = self.read_record(run.record_path)
             except JobError as error:
                 problems.append(str(error).replace(str(run.path) + "/", ""))
         else:
             problems.append("job.json resolves outside the root; it is not served")
+        if record is not None:
+            status = shown_status(run.path, record.get("status"))
+            if status != record.get("status"):
+                problems.append(
+                    "job.json says running, but no process holds the run's lock: it died "
+                    "without a word (killed, or crashed); run the same command to resume it"
+                )
+            record = config_view.redact_json({**record, "status": status})
         children, used_by = self._derived(name)
         try:
             row_count, bad_lines, names = self._metrics(
@@ -162,14 +213,14 @@ class RootView:
         if record_path.exists() and not self.inside(record_path):
             return None
         try:
-            return read_record(record_path)
+            return self.read_record(record_path)
         except JobError:
             return None
 
     def _lineage(self, record: dict[str, Any] | None) -> list[str]:
         """Parents as ``RUN@STEP``, nearest first, up to the first whose folder resolves
         outside the root (its own record is not read)."""
-        chain = lineage(self.root, record) if record else []
+        chain = lineage(self.root, record, self.read_record) if record else []
         for i, reference in enumerate(chain):
             folder = self.runs_dir / reference.split("@", 1)[0]
             if folder.exists() and not self.inside(folder):
@@ -226,7 +277,10 @@ class RootView:
     def _metrics(self, run: RunDir, use: Callable[[MetricsFile], Any]) -> Any:
         if run.metrics_path.exists() and not self.inside(run.metrics_path):
             raise Forbidden(f"{run.name}/metrics.jsonl resolves outside the root; not served")
-        return self.metrics.read(run.metrics_path, use)
+        try:
+            return self.metrics.read(run.metrics_path, use)
+        except NotServed as error:
+            raise Forbidden(f"{run.name}/{error}") from error
 
     def metrics_since(
         self, name: str, offset: int = 0, since: int | None = None, version: str = ""
@@ -295,12 +349,18 @@ class RootView:
             return {"name": name, "lines": [], "truncated": False, "problems": []}
         if not self.inside(path):
             raise Forbidden(f"{name}/logs/run.log resolves outside the root; it is not served")
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - LOG_TAIL_BYTES))
-            data = handle.read()
-        text = data.decode("utf-8", errors="replace").splitlines()
+        try:
+            descriptor, size = open_regular(path)
+        except FileNotFoundError:
+            return {"name": name, "lines": [], "truncated": False, "problems": []}
+        except NotServed as error:
+            return {"name": name, "lines": [], "truncated": False, "problems": [str(error)]}
+        try:
+            os.lseek(descriptor, max(0, size - LOG_TAIL_BYTES), os.SEEK_SET)
+            data = os.read(descriptor, LOG_TAIL_BYTES)
+        finally:
+            os.close(descriptor)
+        text = config_view.redact_lines(data.decode("utf-8", errors="replace").splitlines())
         if size > LOG_TAIL_BYTES:
             text = text[1:]  # the first line read may be cut
         return {
@@ -321,18 +381,22 @@ class RootView:
         rows = config_view.diff(configs)
         return {"runs": names, "rows": rows, "same": same - len(rows), "problems": problems}
 
-    def _records(self) -> list[tuple[str, dict[str, Any] | None]]:
-        """(name, record or None when unreadable) of every run folder inside the root."""
+    def _records(self, deadline: float) -> list[tuple[str, dict[str, Any] | None]]:
+        """(name, record or None when unreadable or still being read at ``deadline``) of
+        every run folder inside the root."""
         if not self.runs_dir.is_dir():
             return []
-        records = []
+        pending = []
         for path in run_folders(self.runs_dir):
             if self.inside(path):
-                record = self.memo.get(
-                    ("record", path.name), [path / "job.json"], partial(self._record, path)
+                read = partial(
+                    self.memo.get,
+                    ("record", path.name),
+                    [path / "job.json"],
+                    partial(self._record, path),
                 )
-                records.append((path.name, record))
-        return records
+                pending.append((path.name, self.reads.start(("record", path.name), read)))
+        return [(name, Background.wait(future, deadline)[1]) for name, future in pending]
 
     def _references(self, name: str) -> dict[str, tuple[str, int | None]]:
         """The runs a run's saved config names (``init.checkpoint``, ``evaluate.checkpoint``,
@@ -343,9 +407,10 @@ class RootView:
 
     def _read_references(self, path: Path) -> dict[str, tuple[str, int | None]]:
         references: dict[str, tuple[str, int | None]] = {}
-        if not path.exists() or not self.inside(path):
+        text = self._read_text(path, [])
+        if not text:
             return references
-        values, _ = config_view.parse(path.read_bytes().decode("utf-8", errors="replace"))
+        values, _ = config_view.parse(text)
         for key, value in values.items():
             if key.rsplit(".", 1)[-1] in REFERENCE_KEYS and isinstance(value, str) and value:
                 try:
@@ -360,8 +425,15 @@ class RootView:
         (``via``: the key). A branch inherits its parent's config, so what it names only
         because its parent did is left to the parent's edge."""
         nodes, edges = [], []
-        records = self._records()
-        references = {name: self._references(name) for name, _ in records}
+        deadline = Background.deadline()
+        records = self._records(deadline)
+        started = {
+            name: self.reads.start(("references", name), partial(self._references, name))
+            for name, _ in records
+        }
+        references = {
+            name: Background.wait(future, deadline)[1] or {} for name, future in started.items()
+        }
         for name, record in records:
             record = record or {}
             parent = record.get("parent")
@@ -375,7 +447,9 @@ class RootView:
                 {
                     "name": name,
                     "key": record.get("key"),
-                    "status": record.get("status", "unreadable") if record else "unreadable",
+                    "status": shown_status(self.runs_dir / name, record.get("status"))
+                    if record
+                    else "unreadable",
                     "started": record.get("started") or record.get("created"),
                     "parent_run": parent_run,
                     "parent_step": parent_step,
@@ -394,4 +468,23 @@ class RootView:
 
 
 def _table_rows(run_path: Path) -> list[dict[str, Any]]:
-    return tail_rows(run_path / "metrics.jsonl", TABLE_METRIC)
+    try:
+        return tail_rows(run_path / "metrics.jsonl", TABLE_METRIC)
+    except (NotServed, OSError):
+        return []  # the run's page names the problem; the table shows no loss
+
+
+def _still_reading(name: str) -> dict[str, Any]:
+    """The row of a run whose files were not read by the deadline (the read goes on)."""
+    return {
+        "name": name,
+        "key": None,
+        "status": "reading",
+        "step": None,
+        "loss": None,
+        "parent": None,
+        "started": None,
+        "dispatched": None,
+        "host": None,
+        "problem": "its files are slow to read; shown when they are read",
+    }

@@ -30,13 +30,19 @@ class ShardingConfig:
         resume_safe=True,
     )
     data: int = option(
-        0, "data mesh axis size; -1: the rest; 0: the rest unless fsdp takes it", resume_safe=True
+        0,
+        "data mesh axis size; -1: the rest; 0: the rest unless fsdp takes it",
+        resume_safe=True,
+        ge=-1,
     )
     fsdp: int = option(
-        0, "fsdp mesh axis size; -1: the rest; 0: the rest under fsdp, else 1", resume_safe=True
+        0,
+        "fsdp mesh axis size; -1: the rest; 0: the rest under fsdp, else 1",
+        resume_safe=True,
+        ge=-1,
     )
     tensor: int = option(
-        1, "tensor mesh axis size (heads and MLP width); -1: the rest", resume_safe=True
+        1, "tensor mesh axis size (heads and MLP width); -1: the rest", resume_safe=True, ge=-1
     )
     expert: int = option(
         1,

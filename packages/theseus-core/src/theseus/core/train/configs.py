@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,24 +11,26 @@ from theseus.core.data.config import DataConfig
 from theseus.core.errors import ConfigError
 from theseus.core.model import ModelConfig
 from theseus.core.optim.configs import OptimizerBase, ScheduleBase
+from theseus.core.ranges import check_config
 from theseus.core.sharding.config import ShardingConfig
 
 
 @dataclass
 class TrainingConfig:
-    seed: int = option(0, "the one seed; params, data and dropout streams are split from it")
+    seed: int = option(0, "the one seed; params, data and dropout streams are split from it", ge=0)
     total_steps: int = option(
-        100, "optimizer steps to train for (ignored when total_tokens > 0)", resume_safe=True
+        100, "optimizer steps to train for (ignored when total_tokens > 0)", resume_safe=True, ge=1
     )
     total_tokens: int = option(
-        0, "train for this many tokens instead of total_steps (0: off)", resume_safe=True
+        0, "train for this many tokens instead of total_steps (0: off)", resume_safe=True, ge=0
     )
-    seq_len: int = option(128, "tokens per training sequence")
-    global_batch_size: int = option(16, "sequences per optimizer step, across all devices")
+    seq_len: int = option(128, "tokens per training sequence", ge=1)
+    global_batch_size: int = option(16, "sequences per optimizer step, across all devices", ge=1)
     per_device_batch_size: int = option(
         0,
         "sequences per device per micro-step (0: global batch / devices, no accumulation)",
         resume_safe=True,
+        ge=0,
     )
     skip_nonfinite: bool = option(
         False, "skip steps whose loss is not finite instead of stopping", resume_safe=True
@@ -36,17 +39,21 @@ class TrainingConfig:
         10,
         "with skip_nonfinite: stop the run once more steps than this were skipped",
         resume_safe=True,
+        ge=0,
     )
 
 
 @dataclass
 class CheckpointConfig:
     every: int = option(
-        50, "save a checkpoint every this many steps (and at the end)", resume_safe=True
+        50, "save a checkpoint every this many steps (and at the end)", resume_safe=True, ge=0
     )
-    keep_last: int = option(3, "keep the last this many checkpoints", resume_safe=True)
+    keep_last: int = option(3, "keep the last this many checkpoints", resume_safe=True, ge=1)
     keep_every: int = option(
-        0, "also keep every checkpoint whose step is a multiple of this (0: off)", resume_safe=True
+        0,
+        "also keep every checkpoint whose step is a multiple of this (0: off)",
+        resume_safe=True,
+        ge=0,
     )
     asynchronous: bool = option(True, "write checkpoints in the background", resume_safe=True)
 
@@ -83,7 +90,7 @@ class WandbConfig:
 
 @dataclass
 class LoggingConfig:
-    every: int = option(10, "record metrics every this many steps", resume_safe=True)
+    every: int = option(10, "record metrics every this many steps", resume_safe=True, ge=0)
     progress: bool = option(
         True, "show a progress bar when the output is a terminal", resume_safe=True
     )
@@ -96,6 +103,7 @@ class LoggingConfig:
         0.0,
         "peak FLOP/s per device for MFU (0: chip table, or measured once per machine)",
         resume_safe=True,
+        ge=0,
     )
     profile_steps: str = option(
         "",
@@ -112,9 +120,11 @@ class LoggingConfig:
 @dataclass
 class EvalConfig:
     every: int = option(
-        25, "validation loss every this many steps (0: only at the end)", resume_safe=True
+        25, "validation loss every this many steps (0: only at the end)", resume_safe=True, ge=0
     )
-    batches: int = option(4, "validation batches per evaluation (a fixed set)", resume_safe=True)
+    batches: int = option(
+        4, "validation batches per evaluation (a fixed set)", resume_safe=True, ge=1
+    )
     tasks: list[str] = option(
         help="registered evaluations run at each evaluation (e.g. [val-ppl, addition])",
         factory=list,
@@ -147,9 +157,13 @@ class InitConfig:
 
 @dataclass
 class LoRAConfig:
-    rank: int = option(0, "LoRA rank; 0 trains every parameter, > 0 only adapters on a frozen base")
-    alpha: float = option(16.0, "LoRA scale numerator: the update is (alpha / rank) * x @ A @ B")
-    dropout: float = option(0.0, "dropout on the adapters' input during training")
+    rank: int = option(
+        0, "LoRA rank; 0 trains every parameter, > 0 only adapters on a frozen base", ge=0
+    )
+    alpha: float = option(
+        16.0, "LoRA scale numerator: the update is (alpha / rank) * x @ A @ B", gt=0
+    )
+    dropout: float = option(0.0, "dropout on the adapters' input during training", ge=0, lt=1)
     targets: list[str] = option(
         help="linear layers that get adapters, by name (q_proj, k_proj, v_proj, o_proj, "
         "up_proj, gate_proj, down_proj) or group (attention, mlp)",
@@ -158,10 +172,6 @@ class LoRAConfig:
     base_dtype: str = option("", "store the frozen base in this dtype ('' keeps float32)")
 
     def __post_init__(self) -> None:
-        if self.rank < 0:
-            raise ConfigError(f"lora.rank={self.rank}: must be 0 (off) or more")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"lora.dropout={self.dropout}: must be in [0, 1)")
         if self.base_dtype not in ("", "float32", "bfloat16", "float16"):
             raise ConfigError(
                 f"lora.base_dtype={self.base_dtype!r}: expected '', float32, bfloat16 or float16"
@@ -192,27 +202,7 @@ class TrainJobConfig:
     lora: LoRAConfig
 
     def __post_init__(self) -> None:
-        """Counts that cannot be negative (or zero) are refused here, naming the key."""
-        positive = {
-            "training.seq_len": self.training.seq_len,
-            "training.global_batch_size": self.training.global_batch_size,
-            "eval.batches": self.eval.batches,
-            "checkpoint.keep_last": self.checkpoint.keep_last,
-        }
-        if not self.training.total_tokens:
-            positive["training.total_steps"] = self.training.total_steps
-        at_least_zero = {
-            "training.total_tokens": self.training.total_tokens,
-            "training.per_device_batch_size": self.training.per_device_batch_size,
-            "training.max_skipped_steps": self.training.max_skipped_steps,
-            "checkpoint.every": self.checkpoint.every,
-            "checkpoint.keep_every": self.checkpoint.keep_every,
-            "eval.every": self.eval.every,
-            "logging.every": self.logging.every,
-        }
-        for key, value in positive.items():
-            if value <= 0:
-                raise ConfigError(f"{key}={value}: must be at least 1")
-        for key, value in at_least_zero.items():
-            if value < 0:
-                raise ConfigError(f"{key}={value}: must be 0 or more")
+        """Every group's numbers within their declared ranges (also for a config built in
+        Python rather than by the config tree, which checks each value as it is set)."""
+        for group in dataclasses.fields(self):
+            check_config(getattr(self, group.name), group.name)

@@ -55,11 +55,12 @@ def as_dict(config: Any) -> dict[str, Any]:
 def saved_config(run_dir: Any) -> dict[str, Any]:
     """The resolved config the runner wrote to ``<run>/config.yaml`` for this attempt."""
     import yaml
+    from theseus.core import safe_yaml
 
     path = Path(run_dir.path) / "config.yaml"
     try:
-        return yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        return safe_yaml.load(path.read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
 
 

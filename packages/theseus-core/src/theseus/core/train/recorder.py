@@ -14,6 +14,7 @@ from typing import Any
 
 from theseus.core.train.callbacks import Callback
 from theseus.core.train.metrics import MetricsWriter
+from theseus.core.train.peak import Peak
 
 
 class Recorder(Callback):
@@ -27,7 +28,7 @@ class Recorder(Callback):
         total_steps: int,
         tokens_per_step: int,
         flops_per_token: float,
-        peak_flops: float,
+        peak_flops: Peak,
         with_skipped: bool,
     ) -> None:
         self.writer = writer
@@ -98,7 +99,8 @@ class Recorder(Callback):
             tokens_per_sec = self.window_tokens / elapsed
             record["perf/tokens_per_sec"] = tokens_per_sec
             record["perf/step_time"] = elapsed / self.window_steps
-            record["perf/mfu"] = self.flops_per_token * tokens_per_sec / self.peak_flops
+            # at most 1: the peak is raised to any rate the run reaches (train/peak.py)
+            record["perf/mfu"] = self.peak_flops.mfu(self.flops_per_token * tokens_per_sec)
         for name, value in metrics["model"].items():  # an objective's own: train/...
             record[name if name.startswith("train/") else f"model/{name}"] = float(value)
         if self.with_skipped:

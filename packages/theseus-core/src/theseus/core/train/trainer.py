@@ -32,6 +32,7 @@ from theseus.core.train.loggers import build_loggers
 from theseus.core.train.metrics import MetricsWriter, device_peak_flops, supersede_rows
 from theseus.core.train.nonfinite import NonFinitePolicy
 from theseus.core.train.opening import frozen_weights, open_run, start_state
+from theseus.core.train.peak import Peak
 from theseus.core.train.profile import StepProfiler
 from theseus.core.train.recorder import Recorder
 from theseus.core.train.setup import TrainSetup
@@ -158,7 +159,7 @@ class Trainer:
             total_steps=self.total_steps,
             tokens_per_step=setup.tokens_per_step,
             flops_per_token=setup.flops_per_token,
-            peak_flops=peak * devices,
+            peak_flops=Peak(peak, peak_source, devices, Path(self.root) / ".theseus"),
             with_skipped=config.training.skip_nonfinite,
         )
         callbacks = [

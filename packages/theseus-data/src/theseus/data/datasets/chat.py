@@ -14,7 +14,7 @@ from theseus.data.datasets.files import expand, read_jsonl
 @dataclass
 class AlpacaConfig:
     files: str = option(help="comma-separated globs of jsonl files (instruction, input, output)")
-    max_documents: int = option(0, "use at most this many examples (0: all)")
+    max_documents: int = option(0, "use at most this many examples (0: all)", ge=0)
 
 
 class Alpaca(Dataset):
@@ -46,9 +46,9 @@ class Alpaca(Dataset):
 
 @dataclass
 class AdditionConfig:
-    num_examples: int = option(2000, "how many problems to generate")
-    max_digits: int = option(3, "operands have 1 to this many digits")
-    seed: int = option(0, "generator seed (same seed, same examples)")
+    num_examples: int = option(2000, "how many problems to generate", ge=1)
+    max_digits: int = option(3, "operands have 1 to this many digits", ge=1)
+    seed: int = option(0, "generator seed (same seed, same examples)", ge=0)
 
 
 def addition_problems(seed: int, max_digits: int, count: int) -> Iterator[tuple[int, int]]:

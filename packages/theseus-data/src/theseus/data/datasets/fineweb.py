@@ -20,7 +20,7 @@ class FinewebConfig:
     subset: str = option(
         "sample-10BT", "hub config name (snapshot or sample), e.g. CC-MAIN-2024-10"
     )
-    max_documents: int = option(0, "use at most this many documents (0: all)")
+    max_documents: int = option(0, "use at most this many documents (0: all)", ge=0)
     repo: str = option("", "hub dataset id or a local clone of it (empty: the HuggingFaceFW one)")
 
 

@@ -112,7 +112,7 @@ class PreferenceDataset(Dataset):
 @dataclass
 class PreferenceJsonlConfig:
     files: str = option(help="comma-separated globs of jsonl files (prompt, chosen, rejected)")
-    max_documents: int = option(0, "use at most this many pairs (0: all)")
+    max_documents: int = option(0, "use at most this many pairs (0: all)", ge=0)
 
 
 class PreferenceJsonl(PreferenceDataset):
@@ -135,10 +135,10 @@ class PreferenceJsonl(PreferenceDataset):
 # ----------------------------------------------------------------------------- addition
 @dataclass
 class AdditionPreferenceConfig:
-    num_examples: int = option(2000, "how many problems to generate")
-    max_digits: int = option(3, "operands have 1 to this many digits")
-    seed: int = option(0, "generator seed: the problems of `addition` with the same seed")
-    max_documents: int = option(0, "use at most this many pairs (0: all)")
+    num_examples: int = option(2000, "how many problems to generate", ge=1)
+    max_digits: int = option(3, "operands have 1 to this many digits", ge=1)
+    seed: int = option(0, "generator seed: the problems of `addition` with the same seed", ge=0)
+    max_documents: int = option(0, "use at most this many pairs (0: all)", ge=0)
 
 
 def carry_dropped(a: int, b: int) -> int:

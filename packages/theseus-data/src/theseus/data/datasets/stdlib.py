@@ -17,7 +17,7 @@ EXCLUDED_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests
 
 @dataclass
 class StdlibConfig:
-    max_documents: int = option(0, "use at most this many files (0: all)")
+    max_documents: int = option(0, "use at most this many files (0: all)", ge=0)
     include_tests: bool = option(False, "also include the standard library's test suites")
 
 

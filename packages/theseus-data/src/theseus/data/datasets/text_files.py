@@ -14,7 +14,7 @@ from theseus.data.datasets.files import expand, read_texts
 class TextFilesConfig:
     files: str = option(help="comma-separated globs of .txt, .jsonl or .parquet files")
     field: str = option("text", "the text field of jsonl lines / column of parquet files")
-    max_documents: int = option(0, "use at most this many documents (0: all)")
+    max_documents: int = option(0, "use at most this many documents (0: all)", ge=0)
 
 
 class TextFiles(Dataset):

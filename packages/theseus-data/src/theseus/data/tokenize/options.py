@@ -15,12 +15,14 @@ RUNTIME_ONLY = ("num_workers", "unit_bytes", "suffix")
 
 @dataclass
 class TokenizeOptions:
-    num_workers: int = option(0, "worker processes that tokenize in parallel (0: all cores)")
+    num_workers: int = option(0, "worker processes that tokenize in parallel (0: all cores)", ge=0)
     suffix: str = option("", "write to <root>/data/<dataset>-<suffix> instead of <dataset>")
-    validation_fraction: float = option(0.01, "fraction of documents in the validation split")
-    max_tokens: int = option(0, "keep the first documents up to this many tokens (0: all)")
-    shard_tokens: int = option(100_000_000, "start a new shard after this many tokens")
-    unit_bytes: int = option(500_000, "text per work unit (the grain of parallelism/resume)")
+    validation_fraction: float = option(
+        0.01, "fraction of documents in the validation split", ge=0, lt=1
+    )
+    max_tokens: int = option(0, "keep the first documents up to this many tokens (0: all)", ge=0)
+    shard_tokens: int = option(100_000_000, "start a new shard after this many tokens", ge=1)
+    unit_bytes: int = option(500_000, "text per work unit (the grain of parallelism/resume)", ge=1)
     skip_bad_records: bool = option(False, "skip (and count) malformed records instead of failing")
 
 

@@ -53,9 +53,9 @@ class HFConfig:
 
 @dataclass
 class BPEConfig:
-    vocab_size: int = option(8192, "vocabulary size, special tokens included")
-    min_frequency: int = option(2, "merge only pairs seen at least this often")
-    train_bytes: int = option(50_000_000, "train on at most this many bytes of the corpus")
+    vocab_size: int = option(8192, "vocabulary size, special tokens included", ge=1)
+    min_frequency: int = option(2, "merge only pairs seen at least this often", ge=1)
+    train_bytes: int = option(50_000_000, "train on at most this many bytes of the corpus", ge=1)
 
 
 class HFTokenizer(Tokenizer):

@@ -22,6 +22,7 @@ from theseus.dispatch.launch import (
     write_launch,
 )
 from theseus.dispatch.remote import DispatchError, LocalShell, Shell, SSHShell, q
+from theseus.dispatch.script_values import check_sbatch
 from theseus.dispatch.targets.base import (
     CANCELLED,
     FAILED,
@@ -120,26 +121,35 @@ class SlurmBackend(Backend):
     def batch_script(self, sub: Submission, launch_dir: str) -> str:
         c = self.config
         d = launch_dir
+        where = f"target {self.name!r}: the launch folder (workdir/launches/<run>)"
         lines = [
             "#!/bin/bash",
-            f"#SBATCH --job-name={job_name(sub.name)}",
-            f"#SBATCH --nodes={sub.nodes}",
+            f"#SBATCH --job-name={check_sbatch('the job name', job_name(sub.name))}",
+            f"#SBATCH --nodes={int(sub.nodes)}",
             "#SBATCH --ntasks-per-node=1",
-            f"#SBATCH --output={d}/slurm.out",
+            f"#SBATCH --output={check_sbatch(where, d + '/slurm.out')}",
         ]
         options = {
             "partition": c.partition, "account": c.account, "qos": c.qos, "time": c.time,
             "mem": c.mem, "cpus-per-task": c.cpus_per_task,
         }  # fmt: skip
-        lines += [f"#SBATCH --{k}={v}" for k, v in options.items() if v is not None]
+        lines += [
+            f"#SBATCH --{k}={check_sbatch(f'target {self.name!r}: key {k!r}', str(v))}"
+            for k, v in options.items()
+            if v is not None
+        ]
         if c.chip != "cpu":
-            lines.append(f"#SBATCH --gres={c.gres or 'gpu'}:{c.chips_per_node}")
-        lines += [f"#SBATCH {a}" for a in c.sbatch_args]
+            gres = check_sbatch(f"target {self.name!r}: key 'gres'", c.gres or "gpu")
+            lines.append(f"#SBATCH --gres={gres}:{int(c.chips_per_node)}")
+        lines += [
+            f"#SBATCH {check_sbatch(f'target {self.name!r}: sbatch_args', a)}"
+            for a in c.sbatch_args
+        ]
         lines += [
             "unset THESEUS_PROCESS_ID THESEUS_NUM_PROCESSES",
             'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             "addr=$(scontrol show node \"$first\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
-            f'export THESEUS_COORDINATOR_ADDRESS="${{addr:-$first}}:{c.coordinator_port}"',
+            f'export THESEUS_COORDINATOR_ADDRESS="${{addr:-$first}}:{int(c.coordinator_port)}"',
             f"srun --kill-on-bad-exit=1 --output={q(d)}/log.%t bash {q(d)}/bootstrap.sh",
             "",
         ]

@@ -3,8 +3,14 @@
 One Job per run (``theseus-<run>``) with one task of ``nodes`` replicas, gang-scheduled
 (``minAvailable``), with the ``svc`` plugin (stable host names: process 0 is the
 coordinator) and the ``env`` plugin (``VC_TASK_INDEX`` becomes the process id). The bundle
-and launch files travel in a ConfigMap, secrets in a Secret mounted 0400; the shared root
+and launch files travel in ConfigMaps, secrets in a Secret mounted 0400; the shared root
 is a PersistentVolumeClaim mounted at ``mount_path``.
+
+A ConfigMap holds at most 1 MiB, and the bundle grows with the workspace (921 KiB of 976
+when this was written). So the launch files go in one ConfigMap (``<job>-launch``) and the
+bundle is cut into parts of :data:`PART_BYTES` (``<job>-bundle-0``, ``-1``...), all labelled
+``theseus.run=<run>`` and projected into one folder; the pod joins the parts in order
+(``cat bundle.tar.gz.part-*``). Cancelling deletes every ConfigMap with the run's label.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from theseus.dispatch.targets.base import (
 )
 
 GROUP, VERSION, PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
-MAX_CONFIGMAP = 1_000_000
+PART_BYTES = 900 * 1024  # of the bundle per ConfigMap (1 MiB each at most; base64 in transit)
+MAX_BUNDLE = 64 * 1024 * 1024  # more is a workspace that should exclude large files
 PHASES = {
     "Pending": PENDING, "Running": RUNNING, "Restarting": RUNNING, "Completing": RUNNING,
     "Completed": FINISHED, "Failed": FAILED, "Aborted": CANCELLED, "Aborting": CANCELLED,
@@ -109,7 +116,9 @@ class VolcanoBackend(Backend):
     def _root(self) -> str:
         return self.config.root
 
-    def manifest(self, sub: Submission, bundle_sha: str, has_secrets: bool) -> dict[str, Any]:
+    def manifest(
+        self, sub: Submission, bundle_sha: str, has_secrets: bool, parts: int = 1
+    ) -> dict[str, Any]:
         c = self.config
         name = job_name(sub.name)
         launch = f"{WORK}/launches/{sub.name}"
@@ -118,7 +127,7 @@ class VolcanoBackend(Backend):
         start = " && ".join(
             [
                 f"mkdir -p {q(bundle_dir)} {q(launch)}",
-                f"tar -xzf /theseus-bundle/bundle.tar.gz -C {q(bundle_dir)}",
+                f"cat /theseus-bundle/bundle.tar.gz.part-* | tar -xz -C {q(bundle_dir)}",
                 f"cp /theseus-bundle/bootstrap.sh /theseus-bundle/config.yaml "
                 f"/theseus-bundle/submission.json {q(launch)}/",
                 *(
@@ -142,8 +151,10 @@ class VolcanoBackend(Backend):
             {"name": "bundle", "mountPath": "/theseus-bundle", "readOnly": True},
             {"name": "work", "mountPath": WORK},
         ]
+        sources = [{"configMap": {"name": f"{name}-launch"}}]
+        sources += [{"configMap": {"name": f"{name}-bundle-{i}"}} for i in range(parts)]
         volumes: list[dict[str, Any]] = [
-            {"name": "bundle", "configMap": {"name": f"{name}-bundle", "defaultMode": 0o755}},
+            {"name": "bundle", "projected": {"sources": sources, "defaultMode": 0o755}},
             {"name": "work", "emptyDir": {}},
         ]
         if has_secrets:
@@ -220,24 +231,40 @@ class VolcanoBackend(Backend):
 
         core, custom = self.api()
         ns, name = self.config.namespace, job_name(sub.name)
-        if len(bundle.data) > MAX_CONFIGMAP:
+        if len(bundle.data) > MAX_BUNDLE:
             raise DispatchError(
-                f"{self.name}: the bundle is {len(bundle.data) // 1024} KiB; a ConfigMap holds at most "
-                f"{MAX_CONFIGMAP // 1024} KiB (exclude large files from the workspace)"
+                f"{self.name}: the bundle is {len(bundle.data) // 1024} KiB, more than the "
+                f"{MAX_BUNDLE // 1024} KiB sent through ConfigMaps (exclude large files from "
+                "the workspace)"
             )
-        configmap = {
-            "metadata": {"name": f"{name}-bundle", "labels": {"theseus.run": sub.name}},
-            "binaryData": {"bundle.tar.gz": base64.b64encode(bundle.data).decode()},
-            "data": {
-                "bootstrap.sh": self._bootstrap(sub, bundle.sha),
-                "config.yaml": sub.config_yaml,
-                "submission.json": json.dumps(sub.record(), indent=2),
-            },
-        }
-        created: list[tuple[str, Any]] = []
+        labels = {"theseus.run": sub.name}
+        pieces = [
+            bundle.data[start : start + PART_BYTES]
+            for start in range(0, max(len(bundle.data), 1), PART_BYTES)
+        ]
+        configmaps = [
+            {
+                "metadata": {"name": f"{name}-launch", "labels": labels},
+                "data": {
+                    "bootstrap.sh": self._bootstrap(sub, bundle.sha),
+                    "config.yaml": sub.config_yaml,
+                    "submission.json": json.dumps(sub.record(), indent=2),
+                },
+            }
+        ] + [
+            {
+                "metadata": {"name": f"{name}-bundle-{index}", "labels": labels},
+                "binaryData": {f"bundle.tar.gz.part-{index:04d}": base64.b64encode(piece).decode()},
+            }
+            for index, piece in enumerate(pieces)
+        ]
+        created: list[tuple[str, str, Any]] = []
         try:
-            self.call("create ConfigMap", core.create_namespaced_config_map, ns, configmap)
-            created.append(("configmap", core.delete_namespaced_config_map))
+            for configmap in configmaps:
+                self.call("create ConfigMap", core.create_namespaced_config_map, ns, configmap)
+                created.append(
+                    ("configmap", configmap["metadata"]["name"], core.delete_namespaced_config_map)
+                )
             if secrets:
                 secret = {
                     "metadata": {"name": f"{name}-secrets", "labels": {"theseus.run": sub.name}},
@@ -245,8 +272,8 @@ class VolcanoBackend(Backend):
                     "data": {"secrets.env": base64.b64encode(secrets_file(secrets)).decode()},
                 }
                 self.call("create Secret", core.create_namespaced_secret, ns, secret)
-                created.append(("secret", core.delete_namespaced_secret))
-            body = self.manifest(sub, bundle.sha, bool(secrets))
+                created.append(("secret", f"{name}-secrets", core.delete_namespaced_secret))
+            body = self.manifest(sub, bundle.sha, bool(secrets), len(pieces))
             self.call(
                 "create Job",
                 custom.create_namespaced_custom_object,
@@ -257,14 +284,18 @@ class VolcanoBackend(Backend):
                 body,
             )
         except BaseException:
-            for kind, delete in created:
-                suffix = "bundle" if kind == "configmap" else "secrets"
-                self.call(f"delete {kind}", delete, f"{name}-{suffix}", ns, missing_ok=True)
+            for kind, object_name, delete in created:
+                self.call(f"delete {kind}", delete, object_name, ns, missing_ok=True)
             raise
-        return {"job": name, "namespace": ns, "nodes": sub.nodes}
+        return {"job": name, "namespace": ns, "nodes": sub.nodes, "run": sub.name}
 
     def find(self, sub: Submission) -> dict[str, Any] | None:
-        handle = {"job": job_name(sub.name), "namespace": self.config.namespace, "nodes": sub.nodes}
+        handle = {
+            "job": job_name(sub.name),
+            "namespace": self.config.namespace,
+            "nodes": sub.nodes,
+            "run": sub.name,
+        }
         state = self.status(handle).state
         return None if state in (UNKNOWN, FAILED, CANCELLED) else handle
 
@@ -320,13 +351,19 @@ class VolcanoBackend(Backend):
             "delete Job", custom.delete_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, name,
             propagation_policy="Background", missing_ok=True,
         )  # fmt: skip
-        self.call(
-            "delete ConfigMap",
-            core.delete_namespaced_config_map,
-            f"{name}-bundle",
-            ns,
-            missing_ok=True,
-        )
+        run = handle.get("run")
+        names = {f"{name}-bundle", f"{name}-launch"}  # the one-ConfigMap layout of before too
+        if run:
+            listed = self.call(
+                "list ConfigMaps", core.list_namespaced_config_map, ns,
+                label_selector=f"theseus.run={run}",
+            )  # fmt: skip
+            names |= {item.metadata.name for item in listed.items}
+        for configmap in sorted(names):
+            self.call(
+                "delete ConfigMap", core.delete_namespaced_config_map, configmap, ns,
+                missing_ok=True,
+            )  # fmt: skip
         self.call(
             "delete Secret", core.delete_namespaced_secret, f"{name}-secrets", ns, missing_ok=True
         )

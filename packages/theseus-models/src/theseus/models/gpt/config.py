@@ -10,10 +10,10 @@ from theseus.models.config import ModelConfig
 
 @dataclass(unsafe_hash=True)
 class GPTConfig(ModelConfig):
-    d_ff: int = option(0, "MLP hidden width; 0 means 4 * d_model")
+    d_ff: int = option(0, "MLP hidden width; 0 means 4 * d_model", ge=0)
     positions: str = option("learned", "position encoding: 'learned' (GPT-2) or 'rope'")
-    rope_theta: float = option(10000.0, "RoPE base when positions='rope'")
-    norm_eps: float = option(1e-5, "LayerNorm epsilon")
+    rope_theta: float = option(10000.0, "RoPE base when positions='rope'", gt=0)
+    norm_eps: float = option(1e-5, "LayerNorm epsilon", gt=0)
     bias: bool = option(True, "biases in linear layers and LayerNorms")
     tie_embeddings: bool = option(True, "share the token embedding with the output head")
 

@@ -17,20 +17,7 @@ named by its :class:`~theseus.models.family.Family` and holding:
 * ``rules(config) -> list[Rule]``: which HF tensors fill which parameters
 """
 
-from theseus.models.hf.checkpoint import (
-    config_from_hf,
-    config_to_hf,
-    family_for,
-    family_of,
-    load_hf,
-    params_from_hf,
-    params_to_hf,
-    read_config,
-    read_tensors,
-    resolve,
-    save_hf,
-)
-from theseus.models.hf_mapping import Rule
+from typing import Any
 
 __all__ = [
     "Rule",
@@ -46,3 +33,17 @@ __all__ = [
     "resolve",
     "save_hf",
 ]
+_JAX_FREE = {"read_config": "files", "resolve": "files"}
+
+
+def __getattr__(name: str) -> Any:
+    """Imported on first use: ``theseus.models.hf.files`` (reading a folder, what a
+    refusal needs) must not import JAX through this package."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    if name == "Rule":
+        return importlib.import_module("theseus.models.hf_mapping").Rule
+    module = importlib.import_module(f"{__name__}.{_JAX_FREE.get(name, 'checkpoint')}")
+    return getattr(module, name)

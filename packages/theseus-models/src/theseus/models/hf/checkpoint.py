@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from theseus.core.requirements import require
 from theseus.models.errors import CheckpointShapeError, ModelError, UnsupportedArchitectureError
 from theseus.models.families import FAMILIES, family_named
 from theseus.models.family import Family
+from theseus.models.hf.files import check_tensor_files, read_config, resolve  # noqa: F401
 from theseus.models.hf_mapping import ParamPath
 from theseus.models.layers.block import LAYERS
 
@@ -141,40 +141,21 @@ def family_of(model: nnx.Module) -> Family | None:
 # ---------------------------------------------------------------------------- files
 
 
-def resolve(directory: str | Path) -> Path:
-    """A local checkpoint directory; a hub id is downloaded when ``huggingface_hub`` can."""
-    path = Path(directory)
-    if path.exists() or str(directory).count("/") != 1:
-        return path
-    feature = f"{directory}: not a local directory; downloading it as a hub id"
-    hub = require("huggingface_hub", feature, error=ModelError)
-    try:
-        patterns = ["*.json", "*.safetensors", "*.jinja"]  # config, weights, tokenizer
-        return Path(hub.snapshot_download(str(directory), allow_patterns=patterns))
-    except Exception as error:  # offline, unknown id
-        raise ModelError(
-            f"{directory}: not a local directory and not downloadable as a hub id ({error})"
-        ) from error
-
-
-def read_config(directory: str | Path) -> dict:
-    path = Path(directory) / "config.json"
-    if not path.is_file():
-        raise ModelError(f"{directory}: no config.json (not a transformers checkpoint directory)")
-    return json.loads(path.read_text())
-
-
 def read_tensors(directory: str | Path) -> dict[str, np.ndarray]:
     from safetensors import safe_open
 
-    files = sorted(Path(directory).glob("*.safetensors"))
-    if not files:
-        raise ModelError(f"{directory}: no *.safetensors files")
     tensors: dict[str, np.ndarray] = {}
-    for file in files:
-        with safe_open(str(file), framework="flax") as f:
-            for key in f.keys():
-                tensors[key] = np.asarray(f.get_tensor(key).astype("float32"))
+    for file in check_tensor_files(directory):
+        try:
+            with safe_open(str(file), framework="flax") as f:
+                for key in f.keys():
+                    tensors[key] = np.asarray(f.get_tensor(key).astype("float32"))
+        except ModelError:
+            raise
+        except Exception as error:  # a file that changed since it was checked
+            raise ModelError(
+                f"{file} is not a readable safetensors file ({' '.join(str(error).split())})"
+            ) from error
     return tensors
 
 

@@ -13,21 +13,23 @@ from theseus.models.config import ModelConfig
 
 @dataclass(unsafe_hash=True)
 class LlamaConfig(ModelConfig):
-    n_kv_heads: int = option(2, "key/value heads (GQA); must divide n_heads; 1 is MQA")
-    head_dim: int = option(0, "width of one head; 0 means d_model // n_heads")
-    d_ff: int = option(1024, "SwiGLU hidden width")
-    norm_eps: float = option(1e-5, "RMSNorm epsilon")
-    rope_theta: float = option(10000.0, "RoPE base frequency")
+    n_kv_heads: int = option(2, "key/value heads (GQA); must divide n_heads; 1 is MQA", ge=1)
+    head_dim: int = option(0, "width of one head; 0 means d_model // n_heads", ge=0)
+    d_ff: int = option(1024, "SwiGLU hidden width", ge=1)
+    norm_eps: float = option(1e-5, "RMSNorm epsilon", gt=0)
+    rope_theta: float = option(10000.0, "RoPE base frequency", gt=0)
     rope_scaling: str = option("none", "RoPE frequency scaling: 'none' or 'llama3'")
-    rope_factor: float = option(8.0, "llama3 scaling: factor")
-    rope_low_freq_factor: float = option(1.0, "llama3 scaling: low frequency factor")
-    rope_high_freq_factor: float = option(4.0, "llama3 scaling: high frequency factor")
-    rope_original_max_len: int = option(8192, "llama3 scaling: original context length")
+    rope_factor: float = option(8.0, "llama3 scaling: factor", gt=0)
+    rope_low_freq_factor: float = option(1.0, "llama3 scaling: low frequency factor", gt=0)
+    rope_high_freq_factor: float = option(4.0, "llama3 scaling: high frequency factor", gt=0)
+    rope_original_max_len: int = option(8192, "llama3 scaling: original context length", ge=1)
     qkv_bias: bool = option(False, "biases on the q, k and v projections")
     out_bias: bool = option(False, "bias on the attention output projection")
     mlp_bias: bool = option(False, "biases in the MLP")
     qk_norm: bool = option(False, "RMSNorm on queries and keys per head (Qwen3)")
-    sliding_window: int = option(0, "attend to at most this many previous tokens; 0 = no limit")
+    sliding_window: int = option(
+        0, "attend to at most this many previous tokens; 0 = no limit", ge=0
+    )
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
 
 

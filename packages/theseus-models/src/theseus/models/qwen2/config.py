@@ -10,8 +10,8 @@ from theseus.models.llama.config import LlamaConfig
 
 @dataclass(unsafe_hash=True)
 class Qwen2Config(LlamaConfig):
-    norm_eps: float = option(1e-6, "RMSNorm epsilon")
-    rope_theta: float = option(1000000.0, "RoPE base frequency")
+    norm_eps: float = option(1e-6, "RMSNorm epsilon", gt=0)
+    rope_theta: float = option(1000000.0, "RoPE base frequency", gt=0)
     qkv_bias: bool = option(True, "biases on the q, k and v projections")
 
 

@@ -10,9 +10,9 @@ from theseus.models.llama.config import LlamaConfig
 
 @dataclass(unsafe_hash=True)
 class Qwen3Config(LlamaConfig):
-    norm_eps: float = option(1e-6, "RMSNorm epsilon")
-    rope_theta: float = option(1000000.0, "RoPE base frequency")
-    head_dim: int = option(64, "width of one head (Qwen3 sets it independently of d_model)")
+    norm_eps: float = option(1e-6, "RMSNorm epsilon", gt=0)
+    rope_theta: float = option(1000000.0, "RoPE base frequency", gt=0)
+    head_dim: int = option(64, "width of one head (Qwen3 sets it independently of d_model)", ge=1)
     qk_norm: bool = option(True, "RMSNorm on queries and keys per head")
 
 

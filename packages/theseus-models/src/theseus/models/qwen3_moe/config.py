@@ -10,14 +10,16 @@ from theseus.models.qwen3.config import Qwen3Config
 
 @dataclass(unsafe_hash=True)
 class Qwen3MoeConfig(Qwen3Config):
-    n_experts: int = option(8, "number of routed experts")
-    n_experts_per_token: int = option(2, "experts each token is routed to (top-k)")
-    moe_d_ff: int = option(256, "hidden width of each expert")
+    n_experts: int = option(8, "number of routed experts", ge=1)
+    n_experts_per_token: int = option(2, "experts each token is routed to (top-k)", ge=1)
+    moe_d_ff: int = option(256, "hidden width of each expert", ge=1)
     norm_topk_prob: bool = option(True, "renormalise the top-k router probabilities to sum to 1")
-    router_aux_loss_coef: float = option(0.001, "weight of the load-balancing loss")
-    shared_expert_d_ff: int = option(0, "hidden width of an always-on shared expert; 0 = none")
+    router_aux_loss_coef: float = option(0.001, "weight of the load-balancing loss", ge=0)
+    shared_expert_d_ff: int = option(
+        0, "hidden width of an always-on shared expert; 0 = none", ge=0
+    )
     capacity_factor: float = option(
-        0.0, "expert capacity = factor * tokens * k / experts; 0 = dropless"
+        0.0, "expert capacity = factor * tokens * k / experts; 0 = dropless", ge=0
     )
     moe_grouping: str = option(
         "tiles",

@@ -1,0 +1,125 @@
+"""The valid range of a numeric config option, declared in its schema with ``option(...)``.
+
+``option(3e-4, "peak learning rate", gt=0)`` stores a :class:`Range` in the field's
+metadata; the config tree checks every value set against it (``optimizer.learning_rate=-1``
+is refused in one line before anything runs) and ``theseus config`` shows it beside the type.
+A float with a range must also be finite: ``nan`` and ``inf`` are never a learning rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from theseus.core.errors import ConfigError
+
+
+def _number(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else repr(float(bound))
+
+
+@dataclass(frozen=True)
+class Range:
+    """``ge <= x``, ``gt < x``, ``x <= le``, ``x < lt`` (each optional); all None: any finite
+    number."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ge is not None and self.gt is not None:
+            raise ValueError("a range takes ge or gt, not both")
+        if self.le is not None and self.lt is not None:
+            raise ValueError("a range takes le or lt, not both")
+
+    @property
+    def low(self) -> float | None:
+        return self.ge if self.ge is not None else self.gt
+
+    @property
+    def high(self) -> float | None:
+        return self.le if self.le is not None else self.lt
+
+    def interval(self) -> str:
+        """``[1, inf)``, ``(0, 1]``, ``(-inf, inf)``: what ``theseus config`` shows."""
+        left = "[" if self.ge is not None else "("
+        right = "]" if self.le is not None else ")"
+        low = _number(self.low) if self.low is not None else "-inf"
+        high = _number(self.high) if self.high is not None else "inf"
+        return f"{left}{low}, {high}{right}"
+
+    def phrase(self) -> str:
+        """The range in words, for error messages: ``at least 1``, ``in [0, 1)``."""
+        if self.high is None:
+            if self.ge is not None:
+                return "0 or more" if self.ge == 0 else f"at least {_number(self.ge)}"
+            if self.gt is not None:
+                return f"greater than {_number(self.gt)}"
+            return "a finite number"
+        if self.low is None:
+            return (
+                f"at most {_number(self.le)}"
+                if self.le is not None
+                else f"less than {_number(self.lt)}"
+            )
+        return f"in {self.interval()}"
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is outside the range (one phrase), or None when it is valid."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None  # the type check names wrong types
+        if isinstance(value, float) and not math.isfinite(value):
+            shown = self.phrase()
+            return "must be a finite number" + ("" if shown == "a finite number" else f" {shown}")
+        below = (self.ge is not None and value < self.ge) or (
+            self.gt is not None and value <= self.gt
+        )
+        above = (self.le is not None and value > self.le) or (
+            self.lt is not None and value >= self.lt
+        )
+        return f"must be {self.phrase()}" if below or above else None
+
+
+def range_of(field_metadata: Any) -> Range | None:
+    """The :class:`Range` a dataclass field declares (None: none declared)."""
+    found = field_metadata.get("range") if field_metadata else None
+    return found if isinstance(found, Range) else None
+
+
+def check_value(key: str, value: Any, field_metadata: Any) -> str | None:
+    """``"KEY=VALUE: must be ..."`` when ``value`` is outside the field's range, else None."""
+    declared = range_of(field_metadata)
+    if declared is None:
+        return None
+    values = value if isinstance(value, list) else [value]  # list[int]: every item
+    for item in values:
+        problem = declared.problem(item)
+        if problem is not None:
+            return f"{key}={_show(item)}: {problem}"
+    return None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return str(value)
+
+
+def check_config(config: Any, prefix: str) -> None:
+    """Every ranged field of the dataclass ``config`` (nested ones too) within its range;
+    ``ConfigError`` naming the first that is not (configs built in Python, not by the tree)."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return
+    for found in dataclasses.fields(config):
+        value = getattr(config, found.name, None)
+        key = f"{prefix}.{found.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_config(value, key)
+            continue
+        problem = check_value(key, value, found.metadata)
+        if problem is not None:
+            raise ConfigError(problem)

@@ -1,0 +1,131 @@
+"""Every numeric option declares its valid range; values outside it are refused when set.
+
+The schemas of every package are walked here (job groups, every component a choice can
+swap in, the registered components themselves, the dispatch targets), so a new ``int`` or
+``float`` option without ``ge``/``gt``/``le``/``lt`` (or ``finite=True``) fails this test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+
+import pytest
+from theseus.core.components import Choice
+from theseus.core.config import ConfigTree, parse_overrides
+from theseus.core.errors import ConfigError
+from theseus.core.plugins import registries
+from theseus.core.ranges import Range, range_of
+from theseus.core.runner import config_for, job_spec
+
+NUMBERS = (int, float)
+
+
+def _numeric(tp: typing.Any) -> bool:
+    """int, float, ``int | None``, ``list[int]``: a field whose values are numbers."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) is list:
+        return bool(args) and args[0] in NUMBERS
+    if args and typing.get_origin(tp) is not dict:
+        return args[0] in NUMBERS
+    return tp in NUMBERS
+
+
+def numeric_fields(schema: type, prefix: str) -> typing.Iterator[tuple[str, dataclasses.Field]]:
+    hints = typing.get_type_hints(schema)
+    for found in dataclasses.fields(schema):
+        tp = hints[found.name]
+        if dataclasses.is_dataclass(tp):
+            yield from numeric_fields(tp, f"{prefix}.{found.name}")
+        elif _numeric(tp):
+            yield f"{prefix}.{found.name}", found
+
+
+def every_schema() -> dict[str, type]:
+    """Where a schema is used -> the schema, for every first-party and example schema."""
+    from theseus.dispatch.config import BUILTIN_SCHEMAS
+
+    regs = registries()
+    schemas: dict[str, type] = {}
+    for key, spec in regs.jobs.items():
+        for group, kind in spec.groups.items():
+            if isinstance(kind, Choice):
+                for name, component in regs.component(kind.registry).items():
+                    schemas[f"{key} {group}[{name}]"] = component.config
+            else:
+                schemas[f"{key} {group}"] = kind
+    for kind in ("evaluations", "loggers", "datasets", "tokenizers"):
+        for name, component in regs.component(kind).items():
+            schemas[f"{kind}[{name}]"] = component.config
+    for name, schema in BUILTIN_SCHEMAS.items():
+        schemas[f"dispatch target {name}"] = schema
+    return schemas
+
+
+def test_every_numeric_option_of_every_package_declares_a_range_that_holds_its_default():
+    missing, outside, seen = [], [], 0
+    for where, schema in every_schema().items():
+        for key, found in numeric_fields(schema, where):
+            seen += 1
+            declared = range_of(found.metadata)
+            if declared is None:
+                missing.append(key)
+                continue
+            default = found.default
+            if found.default_factory is not dataclasses.MISSING:
+                default = found.default_factory()
+            values = default if isinstance(default, list) else [default]
+            for value in values:
+                if value not in (None, dataclasses.MISSING, "???") and declared.problem(value):
+                    outside.append(f"{key}={value}: {declared.problem(value)}")
+    assert seen > 250  # the walk reached every package (266 fields when this was written)
+    assert not missing, f"numeric options without a range: {sorted(set(missing))[:20]}"
+    assert not outside, outside
+
+
+@pytest.mark.parametrize(
+    ("declared", "value", "problem"),
+    [
+        (Range(ge=1), 0, "must be at least 1"),
+        (Range(ge=1), 1, None),
+        (Range(ge=0), -1, "must be 0 or more"),
+        (Range(gt=0), 0.0, "must be greater than 0"),
+        (Range(gt=0), 1e-30, None),
+        (Range(gt=0), math.nan, "must be a finite number greater than 0"),
+        (Range(gt=0), math.inf, "must be a finite number greater than 0"),
+        (Range(ge=0, lt=1), 1.0, "must be in [0, 1)"),
+        (Range(ge=0, lt=1), 0.0, None),
+        (Range(gt=0, le=1), 1.0, None),
+        (Range(ge=1, le=65535), 65536, "must be in [1, 65535]"),
+        (Range(), -math.inf, "must be a finite number"),
+        (Range(), -3.5, None),
+        (Range(ge=0), True, None),  # a bool is the type check's business, not the range's
+    ],
+)
+def test_a_range_names_what_is_wrong(declared, value, problem):
+    assert declared.problem(value) == problem
+
+
+def test_values_outside_their_range_are_refused_when_set_and_the_range_is_shown():
+    regs = registries()
+    spec = job_spec("gpt/train/pretrain", regs)
+    for override, message in [
+        ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be greater than 0"),
+        ("optimizer.learning_rate=nan", "optimizer.learning_rate=nan: must be a finite number"),
+        ("data.validation_fraction=-0.5", "data.validation_fraction=-0.5: must be in [0, 1)"),
+        ("optimizer.b2=1", "optimizer.b2=1.0: must be in [0, 1)"),
+        ("sharding.tensor=-2", "sharding.tensor=-2: must be at least -1"),
+        ("model.d_model=0", "model.d_model=0: must be at least 1"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            config_for(spec, regs, [override])
+        assert str(caught.value).startswith(message), (override, str(caught.value))
+    tree = ConfigTree(spec, regs)
+    tree.apply(parse_overrides(["optimizer.name=sgd"]))  # a swapped-in component is checked too
+    with pytest.raises(ConfigError, match=r"optimizer.momentum=1.0: must be in \[0, 1\)"):
+        tree.set("optimizer.momentum", 1)
+    rows = {row["key"]: row for row in tree.describe()}
+    assert rows["optimizer.learning_rate"]["range"] == "(0, inf)"
+    assert rows["training.seq_len"]["range"] == "[1, inf)"
+    assert "# float in (0, inf): peak learning rate" in tree.annotated_yaml()

@@ -1,0 +1,115 @@
+"""Hugging Face folders: an export never replaces another model's files by surprise, and a
+damaged folder is one line naming the file, exit 2.
+
+Before (issue 24): ``hf/export`` into another model's folder replaced its config.json and
+model.safetensors with exit 0, and into a sharded folder left the old index and shards
+beside the new weights; a garbage ``config.json`` (57 lines), a ``config.json`` holding a
+JSON list (49), a truncated safetensors file (112) and ``hf.dir`` naming a file (61) all
+ended in tracebacks with exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.faults.test_locks import snapshot
+from tests.train.conftest import TINY, run_cli
+
+
+@pytest.fixture(scope="module")
+def exported(shared_root, tmp_path_factory) -> Path:
+    """A one-step tiny GPT run, exported once into a folder of its own."""
+    args = ["run", "gpt/train/pretrain", *TINY, "training.total_steps=1", "eval.every=0"]
+    done = run_cli(shared_root, *args, "--name", "hf-fault-base")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path_factory.mktemp("hf-faults") / "exported"
+    done = export(shared_root, folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+def export(root: Path, folder: Path, *extra: str):
+    """``hf/export`` of the base run into ``folder``, as a run of its own (one per folder)."""
+    name = f"export-{folder.parent.name}-{folder.name}"[:60]
+    args = ["run", "hf/export", "hf.run=hf-fault-base", f"hf.dir={folder}", "--name", name]
+    return run_cli(root, *args, *extra)
+
+
+def one_line(done) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    return lines[0]
+
+
+def test_an_export_into_another_models_folder_is_refused_untouched(shared_root, exported, tmp_path):
+    other = tmp_path / "someone-else"
+    shutil.copytree(exported, other)
+    (other / "config.json").write_text('{"architectures": ["SomethingElse"]}')
+    before = snapshot(other)
+    line = one_line(export(shared_root, other))
+    assert line.startswith(f"error: hf.dir: {other} is not empty (config.json, ")
+    assert line.endswith("set hf.overwrite=true to replace the model files there")
+    assert snapshot(other) == before
+
+
+def test_overwrite_replaces_the_whole_model_stale_shards_and_index_included(
+    shared_root, exported, tmp_path
+):
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    index = {"weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors"}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    for shard in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        (sharded / shard).write_bytes(b"old shard")
+    (sharded / "config.json").write_text("{}")
+    (sharded / "README.md").write_text("not a model file: kept")
+    done = export(shared_root, sharded, "hf.overwrite=true")
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = sorted(p.name for p in sharded.iterdir())
+    assert written == sorted([*(p.name for p in exported.iterdir()), "README.md"])
+    assert "model.safetensors.index.json" not in written
+    for name in ("config.json", "model.safetensors"):  # the same run: the same bytes
+        assert (sharded / name).read_bytes() == (exported / name).read_bytes(), name
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sharded.export-")]
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("garbage", "config.json is not a JSON config (Expecting value: line 1 column 1"),
+        ("list", "config.json holds a JSON list, not an object of config keys"),
+        ("truncated", "model.safetensors is not a readable safetensors file ("),
+    ],
+)
+def test_a_damaged_folder_is_one_line_naming_the_file(
+    shared_root, exported, tmp_path, damage, expected
+):
+    folder = tmp_path / f"damaged-{damage}"
+    shutil.copytree(exported, folder)
+    if damage == "garbage":
+        (folder / "config.json").write_text("this is { not json")
+    elif damage == "list":
+        (folder / "config.json").write_text("[1, 2, 3]")
+    else:
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    name = f"imported-{damage}"
+    line = one_line(run_cli(shared_root, "run", "hf/import", f"hf.dir={folder}", "--name", name))
+    assert line.startswith(f"error: {folder}/") and expected in line, line
+    assert not (shared_root / "runs" / name).exists()  # refused before the run folder exists
+
+
+def test_hf_dir_naming_a_file_is_one_line_for_import_and_export(shared_root, exported, tmp_path):
+    a_file = tmp_path / "weights.bin"
+    a_file.write_bytes(b"not a folder")
+    assert one_line(export(shared_root, a_file)) == (
+        f"error: hf.dir: {a_file} is a file, not a folder; choose a folder to export into"
+    )
+    imported = run_cli(shared_root, "run", "hf/import", f"hf.dir={a_file}", "--name", "from-file")
+    assert one_line(imported) == f"error: hf.dir: {a_file} is not a folder"
+    assert a_file.read_bytes() == b"not a folder"
