@@ -67,11 +67,10 @@ def pick_step(run: RunDir, at: int | None, what: str) -> int:
 
 
 def dataset_dir(root: str | Path, config: Any) -> Path:
-    """The run's (first) tokenized dataset: ``<root>/data/<dataset>[-<suffix>]``."""
-    from theseus.core.data import format as fmt
-    from theseus.core.data.api import mixture_entries
+    """The run's (first) tokenized dataset: ``<root>/data/<dataset>/<variant>``."""
+    from theseus.core.data.api import dataset_path
 
-    return fmt.dataset_dir(root, mixture_entries(config.data)[0][0], config.data.suffix)
+    return dataset_path(root, config.data)
 
 
 def tokenizer_dir(root: str | Path, run: RunDir, config: Any) -> Path | None:

@@ -1,27 +1,66 @@
-"""What the trainer calls: the tokenize prerequisites of a ``data`` config, and its batches."""
+"""What the trainer calls: the tokenize prerequisites of a ``data`` config, and its batches.
+
+Where a dataset lives is decided by the plugin that prepares it (``theseus_prepare_dataset``
+returns its tokenize job with ``output``: the folder named by what makes the data). A
+dataset another process is tokenizing right now is not tokenized again: the trainer
+reads it as it is published.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from theseus.core.data import format as fmt
 from theseus.core.data.config import DataConfig
-from theseus.core.data.errors import DataError, SettingsConflictError
+from theseus.core.data.errors import DataError, DataMissingError, SettingsConflictError
+from theseus.core.data.identity import DataRecord, dataset_entry, variant_name
 from theseus.core.data.loader import TrainingData
+from theseus.core.data.mixture import Stage, normalized, stage_ends
 from theseus.core.data.reader import TokenizedDataset, Verified
 from theseus.core.jobs import Prerequisite
 from theseus.core.plugins import registries as default_registries
 
+log = logging.getLogger(__name__)
+
 
 def mixture_entries(data: DataConfig) -> list[tuple[str, float]]:
-    """``[(dataset, weight), ...]``: the mixture, or the single dataset with weight 1."""
+    """``[(dataset, weight), ...]``: the mixture (the schedule's datasets, in order of first
+    mention, with the first stage's weights), or the single dataset with weight 1."""
+    if data.mixture_schedule:
+        if data.mixture:
+            raise DataError(
+                "data.mixture and data.mixture_schedule are both set: give the weights in one "
+                "of them (a schedule's stages each have their own)"
+            )
+        names: list[str] = []
+        for stage in data.mixture_schedule:
+            names += [name for name in stage.weights if name not in names]
+        first = data.mixture_schedule[0].weights
+        return [(name, float(first.get(name, 0.0))) for name in names]
     if not data.mixture:
         return [(data.dataset, 1.0)]
     for name, weight in data.mixture.items():
         if not weight > 0:
             raise DataError(f"data.mixture.{name} is {weight}; weights must be > 0")
     return list(data.mixture.items())
+
+
+def mixture_stages(
+    data: DataConfig, names: list[str], total_steps: int | None, tokens_per_step: int
+) -> list[Stage] | None:
+    """The stages of ``data.mixture_schedule`` over ``names`` (None without a schedule)."""
+    if not data.mixture_schedule:
+        return None
+    ends = stage_ends(data.mixture_schedule, total_steps, tokens_per_step)
+    stages, start = [], 0
+    for index, (stage, end) in enumerate(zip(data.mixture_schedule, ends, strict=True)):
+        weights = [float(stage.weights.get(name, 0.0)) for name in names]
+        stages.append(Stage(start, end, normalized(weights, f"data.mixture_schedule[{index}]")))
+        start = end or start
+    return stages
 
 
 def dataset_prerequisite(
@@ -46,23 +85,64 @@ def dataset_prerequisite(
     return found
 
 
+def dataset_path(
+    root: str | os.PathLike, data: DataConfig, name: str | None = None, registries: Any = None
+) -> Path:
+    """The folder of dataset ``name`` (default: the config's first) as ``data`` makes it."""
+    entries = mixture_entries(data)
+    primary = entries[0][0]
+    prepare = dataset_prerequisite(data, name or primary, primary, root, registries)
+    if not prepare.output:
+        raise DataMissingError(
+            f"dataset {name!r} takes its tokenizer from {primary!r}, which is not tokenized yet: "
+            f"run `theseus run {prepare.key}` after tokenizing {primary!r}"
+        )
+    return Path(prepare.output)
+
+
+def find_dataset(root: str | os.PathLike, name: str) -> Path:
+    """``<root>/data/<name>/<variant>`` when ``name`` has one tokenization there (or is
+    ``<name>/<variant>`` itself); several or none are one line listing what there is."""
+    base = fmt.data_root(root) / name
+    if (base / fmt.SETTINGS).exists():
+        return base
+    variants = sorted(p.name for p in base.glob("*") if (p / fmt.SETTINGS).exists())
+    if len(variants) == 1:
+        return base / variants[0]
+    if not variants:
+        raise DataMissingError(f"no tokenized dataset {name!r} under {fmt.data_root(root)}")
+    raise DataError(
+        f"dataset {name!r} has {len(variants)} tokenizations under {base} ({', '.join(variants)}): "
+        f"name one as {name}/<variant>"
+    )
+
+
 def tokenize_prerequisites(
     data: DataConfig, root: str | os.PathLike = ".", registries: Any = None
 ) -> list[Prerequisite]:
     """One prerequisite per dataset of the config (mixture order), e.g. its tokenize job.
 
     A dataset already tokenized is checked here (readable metadata, every file's size),
-    before the job touches its run directory: a damaged one is refused without a trace.
+    before the job touches its run directory: a damaged one is refused without a trace. A
+    dataset another process is tokenizing now has no prerequisite: the trainer reads it
+    while it is written.
     """
+    from theseus.core.locks import holder
+
     entries = mixture_entries(data)
     primary = entries[0][0]
     found = [dataset_prerequisite(data, name, primary, root, registries) for name, _ in entries]
-    for (name, _), prepare in zip(entries, found, strict=True):
-        path = fmt.dataset_dir(root, name, data.suffix)
-        if (path / fmt.METADATA).exists():
+    kept = []
+    for prepare in found:
+        path = Path(prepare.output) if prepare.output else None
+        if path is not None and (path / fmt.METADATA).exists():
             hint = " ".join([prepare.key, *prepare.overrides])
             TokenizedDataset(path, job_hint=hint, verify="size")
-    return found
+        elif path is not None and (path / fmt.SETTINGS).exists() and (who := holder(path)):
+            log.info("%s is being tokenized by %s: training reads it as it is written", path, who)
+            continue
+        kept.append(prepare)
+    return kept
 
 
 def open_dataset(
@@ -72,15 +152,22 @@ def open_dataset(
     primary: str,
     verified: Verified | None = None,
 ) -> TokenizedDataset:
-    path = fmt.dataset_dir(root, name, data.suffix)
     prepare = dataset_prerequisite(data, name, primary, root)
+    if not prepare.output:
+        raise DataMissingError(
+            f"dataset {name!r} takes its tokenizer from {primary!r}, which is not tokenized yet: "
+            f"run `theseus run {prepare.key}` after tokenizing {primary!r}"
+        )
+    path = Path(prepare.output)
     hint = " ".join([prepare.key, *prepare.overrides])
-    dataset = TokenizedDataset(path, job_hint=hint, verify=data.verify, verified=verified)
-    made_with = dataset.metadata.get("settings", {}).get("tokenizer", {}).get("name")
-    if name == primary and made_with != data.tokenizer:
+    dataset = TokenizedDataset(
+        path, job_hint=hint, verify=data.verify, verified=verified, wait=True
+    )
+    made = variant_name(dataset.settings)
+    if not (path.name == made or path.name.startswith(made + "-")):
         raise SettingsConflictError(
-            f"{path} was tokenized with tokenizer {made_with!r} but data.tokenizer is "
-            f"{data.tokenizer!r}: set data.suffix to keep both, or delete {path}"
+            f"{path} holds data made with other settings than its name says (they give "
+            f"{made}): it was moved or edited by hand; delete it and tokenize again"
         )
     return dataset
 
@@ -97,12 +184,20 @@ def open_training_data(
     process_count: int = 1,
     vocab_size: int | None = None,
     verified: Verified | None = None,
+    run_dir: str | os.PathLike | None = None,
+    total_steps: int | None = None,
 ) -> TrainingData:
-    """The batches of the (complete, verified) tokenized datasets named by ``data``.
+    """The batches of the tokenized datasets named by ``data`` (read as they are published
+    when another process is still tokenizing them).
 
     Files are checked as ``data.verify`` says (``verified``: the run's record of what it
     hashed already); token ids must be below ``vocab_size`` (default: the tokenizer's).
+    ``run_dir``: the run that trains on them, whose record of its data
+    (:class:`~theseus.core.data.identity.DataRecord`) must match. ``total_steps``: how
+    long the run trains (for ``data.mixture_schedule`` stages given as fractions).
     """
+    if verified is None and run_dir is not None:
+        verified = Verified.of_run(run_dir)
     entries = mixture_entries(data)
     primary = entries[0][0]
     datasets = [open_dataset(root, data, name, primary, verified) for name, _ in entries]
@@ -116,6 +211,10 @@ def open_training_data(
     if vocab_size is not None:
         for dataset in datasets:
             dataset.check_token_ids(vocab_size)
+    if run_dir is not None:
+        DataRecord(run_dir).check([dataset_entry(root, d) for d in datasets])
+    names = [name for name, _ in entries]
+    stages = mixture_stages(data, names, total_steps, global_batch_size * seq_len)
     return TrainingData(
         datasets,
         [w for _, w in entries],
@@ -129,4 +228,6 @@ def open_training_data(
         padding_side=data.padding_side,
         loss_on=data.loss_on,
         prefetch=data.prefetch,
+        shuffle_rows=data.shuffle_rows,
+        stages=stages,
     )

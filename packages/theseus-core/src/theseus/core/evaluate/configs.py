@@ -32,7 +32,9 @@ class PerplexityConfig:
     rows: int = option(64, "validation rows to score (capped at the split's size)")
     seq_len: int = option(0, "tokens per row (0: the run's training.seq_len, else max_seq_len)")
     dataset: str = option(
-        "", "a tokenized dataset directory under <root>/data ('' = the run's training data)"
+        "",
+        "a tokenized dataset under <root>/data: NAME (its one tokenization) or NAME/VARIANT "
+        "('' = the run's training data)",
     )
 
 

@@ -62,11 +62,11 @@ def open_data(
     """This process's view of the run's batches (packed documents or padded chat rows).
 
     The files are verified as ``data.verify`` says; ``run`` (its :class:`RunDir`) keeps
-    what this run hashed already, so its resumes check sizes only. Token ids are checked
+    what this run hashed already, so its resumes check sizes only, and what data it trained
+    on, which a resume must find again. Token ids are checked
     against the tokenizer's vocabulary, which is the model's (:func:`model_config`).
     """
     from theseus.core.data.api import open_training_data
-    from theseus.core.data.reader import Verified
 
     training = config.training
     return open_training_data(
@@ -78,7 +78,8 @@ def open_data(
         layout=layout,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
-        verified=Verified.of_run(run.path) if run is not None else None,
+        run_dir=run.path if run is not None else None,  # its data record and verifications
+        total_steps=total_steps(training),
     )
 
 

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from theseus.core.components import option
 from theseus.core.errors import PluginError
 
-# Options that do not change the output (left out of the recorded settings).
-RUNTIME_ONLY = ("num_workers", "unit_bytes", "suffix")
-
 
 @dataclass
 class TokenizeOptions:
     num_workers: int = option(0, "worker processes that tokenize in parallel (0: all cores)")
-    suffix: str = option("", "write to <root>/data/<dataset>-<suffix> instead of <dataset>")
+    suffix: str = option(
+        "", "a label added to the output folder's name (the folder is named by what makes it)"
+    )
     validation_fraction: float = option(0.01, "fraction of documents in the validation split")
     max_tokens: int = option(0, "keep the first documents up to this many tokens (0: all)")
     shard_tokens: int = option(100_000_000, "start a new shard after this many tokens")

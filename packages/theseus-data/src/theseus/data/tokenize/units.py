@@ -88,6 +88,7 @@ def remove_partial_units(work_dir: Path) -> int:
 # ----------------------------------------------------------------------------- workers
 # Module-level state and functions: workers start with spawn and import this module.
 _TOKENIZER: Any = None
+TEST_DELAY_ENV = "THESEUS_TEST_TOKENIZE_DELAY"  # seconds each worker sleeps per unit (tests)
 
 
 def init_worker(tokenizer_dir: str) -> None:
@@ -105,6 +106,11 @@ def encode_unit(
     index: int, kind: str, records: list[Any], work_dir: str, digest: str
 ) -> tuple[int, int, int, int]:
     """Tokenize one unit and write it; returns (index, documents, tokens, worker pid)."""
+    delay = float(os.environ.get(TEST_DELAY_ENV) or 0)
+    if delay:  # a test hook: a slow worker, so that readers wait for units
+        import time
+
+        time.sleep(delay)
     tokens, lengths, mask = encode_records(_TOKENIZER, kind, records)
     group = documents_per_record(kind)
     sizes = np.zeros(len(records) * group, np.int64)  # text per document: a pair's on its first
@@ -197,12 +203,6 @@ def unit_summary(path: Path) -> tuple[str, int]:
         return str(data["digest"]), int(data["lengths"].sum())
 
 
-def unit_lengths(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, text size) of each document of a finished unit."""
-    with np.load(path) as data:
-        return data["lengths"], data["sizes"]
-
-
 class Prefix:
     """Tokens in the longest run of finished units 0..k-1 (finish order varies; this not)."""
 
@@ -229,18 +229,8 @@ class Prefix:
         return self.units
 
 
-def unit_group(path: Path) -> int:
-    """Documents per record in a finished unit (2 for preference pairs, else 1)."""
-    with np.load(path) as data:
-        return int(data["group"]) if "group" in data.files else 1
-
-
-def unit_has_mask(path: Path) -> bool:
-    with np.load(path) as data:
-        return "mask" in data.files
-
-
-def read_unit(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def read_unit(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """(tokens, document lengths, document text sizes, loss mask or None) of a unit."""
     with np.load(path) as data:
         mask = data["mask"] if "mask" in data.files else None
-        return data["tokens"], data["lengths"], mask
+        return data["tokens"], data["lengths"], data["sizes"], mask
