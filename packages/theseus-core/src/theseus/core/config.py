@@ -472,7 +472,9 @@ def _structured(schema: Any, value: Mapping) -> DictConfig:
     for key in value:
         if key not in known:
             close = closest_name(str(key), sorted(known))
-            hint = f"; did you mean {close!r}?" if close else f" (known: {', '.join(sorted(known))})"
+            hint = (
+                f"; did you mean {close!r}?" if close else f" (known: {', '.join(sorted(known))})"
+            )
             raise ConfigKeyError(f"{schema.__name__} has no key {key!r}{hint}")
     try:
         return OmegaConf.merge(

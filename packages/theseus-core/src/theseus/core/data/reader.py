@@ -248,14 +248,14 @@ class TokenizedDataset:
         if holder(self.path) is not None or (self.path / fmt.METADATA).exists():
             return
         raise DataIncompleteError(
-            f"tokenization of {self.path} stopped before finishing ({self.units_line()} "
-            f"published, no process is writing it): run `theseus run {self.hint}` to finish it, "
-            "then run this command again"
+            f"tokenized data in {self.path} is incomplete and no process is writing it (the "
+            f"tokenization stopped at {self.units_line()}): run `theseus run {self.hint}` to "
+            "finish it, then run this command again"
         )
 
     def units_line(self) -> str:
         """``unit 12 of 40`` (``of >=40`` while the corpus is still being read)."""
-        meta = self.metadata
+        meta = getattr(self, "metadata", None) or {"units": 0}
         planned = meta.get("units_planned", "?")
         more = "" if meta.get("planning_done", True) else ">="
         return f"unit {meta.get('units', '?')} of {more}{planned}"

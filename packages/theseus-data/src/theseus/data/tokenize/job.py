@@ -29,6 +29,7 @@ from theseus.data.tokenize.publish import Publisher
 from theseus.data.tokenize.units import (
     Prefix,
     encode_unit,
+    finished_units,
     init_worker,
     plan_units,
     read_unit,
@@ -186,6 +187,8 @@ class TokenizeJob(Job):
         fmt.write_json_atomic(plan_file, {"unit_bytes": unit_bytes})
         if partial := remove_partial_units(work):
             log.info("removed %d unit files a stopped run left half written", partial)
+        if done := len(finished_units(work)):
+            log.info("resuming: %d of the units are already tokenized", done)
         context = multiprocessing.get_context("spawn")
         pending: dict[Future, int] = {}
         sizes: dict[int, int] = {}
