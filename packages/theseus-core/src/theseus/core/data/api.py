@@ -172,6 +172,15 @@ def open_dataset(
     return dataset
 
 
+def _complete(record: DataRecord, root: str | os.PathLike, datasets: list) -> None:
+    """Record the content of the datasets that are complete now (a run's data finished
+    tokenizing while it trained)."""
+    try:
+        record.check([dataset_entry(root, d) for d in datasets])
+    except OSError as error:  # a full or read-only disk: the next open records it
+        log.warning("cannot update %s (%s)", record.path, error)
+
+
 def open_training_data(
     root: str | os.PathLike,
     data: DataConfig,
@@ -212,7 +221,11 @@ def open_training_data(
         for dataset in datasets:
             dataset.check_token_ids(vocab_size)
     if run_dir is not None:
-        DataRecord(run_dir).check([dataset_entry(root, d) for d in datasets])
+        record = DataRecord(run_dir)
+        record.check([dataset_entry(root, d) for d in datasets])
+        for dataset in datasets:  # data still being tokenized: record its content once done
+            if not dataset.complete:
+                dataset.on_complete.append(lambda: _complete(record, root, datasets))
     names = [name for name, _ in entries]
     stages = mixture_stages(data, names, total_steps, global_batch_size * seq_len)
     return TrainingData(

@@ -16,6 +16,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,7 @@ class TokenizedDataset:
         self.hint = job_hint or f"data/tokenize/{self.path.parent.name}"
         self.complete = False
         self.version = 0  # grows each time more of the data is seen (:meth:`refresh`)
+        self.on_complete: list[Callable[[], None]] = []  # called once it is seen complete
         self._refresh_lock = threading.Lock()
         self.max_token_id: dict[str, int] | None = None  # per shard file, once known
         self._shards: dict[tuple[str, int, int], Shard] = {}  # (stem, tokens, docs) -> shard
@@ -232,6 +234,8 @@ class TokenizedDataset:
             if (self.path / fmt.METADATA).exists():
                 self._open_complete("size", None)  # hashed by the run's next open
                 self.version += 1
+                for callback in self.on_complete:
+                    callback()
                 return True
             progress = self._read_progress()
             if progress is None or progress.get("sequence") == self.metadata.get("sequence"):
@@ -254,11 +258,12 @@ class TokenizedDataset:
         )
 
     def units_line(self) -> str:
-        """``unit 12 of 40`` (``of >=40`` while the corpus is still being read)."""
+        """``unit 12 of 40 tokenized`` (``of at least 40`` while the corpus is still being
+        read): units 0..11 are published."""
         meta = getattr(self, "metadata", None) or {"units": 0}
         planned = meta.get("units_planned", "?")
-        more = "" if meta.get("planning_done", True) else ">="
-        return f"unit {meta.get('units', '?')} of {more}{planned}"
+        more = "" if meta.get("planning_done", True) else "at least "
+        return f"unit {meta.get('units', 0)} of {more}{planned} tokenized"
 
     # ------------------------------------------------------------------ properties
     @property

@@ -20,6 +20,7 @@ from theseus.core.data.reader import POLL_SECONDS, TokenizedDataset
 
 log = logging.getLogger(__name__)
 WRITER_CHECK_SECONDS = 2.0  # how often a waiting reader checks the tokenize job lives
+LOOK_SECONDS = 1.0  # how often a reader that need not wait looks for newly published data
 
 
 class Waits:
@@ -47,6 +48,7 @@ class Stream:
         self.waits = waits
         self._lock = threading.Lock()
         self._version = -1
+        self._looked = time.perf_counter()
         self.source: Any = None
         self._rebuild()
 
@@ -70,6 +72,10 @@ class Stream:
     def ensure(self, count: int) -> None:
         """Block until ``count`` items exist or the dataset is complete."""
         with self._lock:
+            now = time.perf_counter()
+            if not self.complete and now - self._looked >= LOOK_SECONDS:
+                self._looked = now  # see the data complete soon after it is
+                self.dataset.refresh()
             self._rebuild()
             if self.known() >= count or self.complete:
                 return
@@ -77,12 +83,15 @@ class Stream:
             last_check = started
             self.waits.episodes += 1
             self.waits.status = f"waiting for {self.dataset.path.name}: {self.dataset.units_line()}"
-            log.info(
-                "%s: %d rows published, %d needed; waiting for the tokenization (%s)",
+            first = self.waits.episodes == 1
+            log.log(
+                logging.INFO if first else logging.DEBUG,
+                "%s: %d rows published, %d needed; waiting for the tokenization (%s)%s",
                 self.describe(),
                 self.known(),
                 count,
                 self.dataset.units_line(),
+                " (said once; the progress bar shows each wait)" if first else "",
             )
             try:
                 while True:
@@ -99,7 +108,12 @@ class Stream:
                         self.dataset.check_writer()
                     time.sleep(POLL_SECONDS)
             finally:
-                waited = time.perf_counter() - started
-                self.waits.seconds += waited
+                self.waits.seconds += time.perf_counter() - started
                 self.waits.status = None
-            log.info("%s: waited %.1f s for the tokenization", self.describe(), waited)
+            if self.complete:
+                log.info(
+                    "%s is complete: %.1f s spent waiting for its tokenization in %d waits",
+                    self.dataset.path,
+                    self.waits.seconds,
+                    self.waits.episodes,
+                )

@@ -339,6 +339,7 @@ class _Tracker:
             )
         for name, value in metrics["model"].items():  # an objective's own: train/...
             record[name if name.startswith("train/") else f"model/{name}"] = float(value)
+        record.update(self.trainer.data.step_metrics(step))  # mixture shares, data waits
         if self.trainer.config.training.skip_nonfinite:
             record["train/skipped"] = int(metrics["skipped"])
         for extra in self.trainer.hook.theseus_on_step_end(
@@ -378,12 +379,14 @@ def _progress(trainer: Trainer, start: int) -> Iterator[Any]:
         yield lambda: None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from theseus.core.data.progress import DataWaitColumn
 
     with Progress(
         TextColumn(f"[bold]{trainer.run.name}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeRemainingColumn(),
+        DataWaitColumn(trainer.data),  # "waiting for <dataset>: unit k of n" while it waits
     ) as progress:
         task = progress.add_task("train", total=trainer.total_steps, completed=start)
         yield lambda: progress.advance(task)

@@ -88,7 +88,20 @@ def remove_partial_units(work_dir: Path) -> int:
 # ----------------------------------------------------------------------------- workers
 # Module-level state and functions: workers start with spawn and import this module.
 _TOKENIZER: Any = None
-TEST_DELAY_ENV = "THESEUS_TEST_TOKENIZE_DELAY"  # seconds each worker sleeps per unit (tests)
+# Test hooks (a slow worker, so that readers wait for units): seconds each worker sleeps
+# per unit, and a file the units after the first wait for.
+TEST_DELAY_ENV = "THESEUS_TEST_TOKENIZE_DELAY"
+TEST_GATE_ENV = "THESEUS_TEST_TOKENIZE_GATE"
+
+
+def _test_hooks(index: int) -> None:
+    import time
+
+    gate = os.environ.get(TEST_GATE_ENV)
+    while gate and index > 0 and not Path(gate).exists():
+        time.sleep(0.05)
+    if delay := float(os.environ.get(TEST_DELAY_ENV) or 0):
+        time.sleep(delay)
 
 
 def init_worker(tokenizer_dir: str) -> None:
@@ -106,11 +119,7 @@ def encode_unit(
     index: int, kind: str, records: list[Any], work_dir: str, digest: str
 ) -> tuple[int, int, int, int]:
     """Tokenize one unit and write it; returns (index, documents, tokens, worker pid)."""
-    delay = float(os.environ.get(TEST_DELAY_ENV) or 0)
-    if delay:  # a test hook: a slow worker, so that readers wait for units
-        import time
-
-        time.sleep(delay)
+    _test_hooks(index)
     tokens, lengths, mask = encode_records(_TOKENIZER, kind, records)
     group = documents_per_record(kind)
     sizes = np.zeros(len(records) * group, np.int64)  # text per document: a pair's on its first
