@@ -14,11 +14,8 @@ from theseus.core.data import (
     DataIncompleteError,
     DataMissingError,
     open_training_data,
-    tokenize_prerequisites,
 )
 from theseus.core.data.api import find_dataset
-from theseus.core.plugins import registries
-from theseus.core.runner import run_prerequisite
 from theseus.data import load_tokenizer
 
 KEYS = {"inputs", "targets", "positions", "segment_ids", "loss_mask"}
@@ -164,22 +161,6 @@ def test_batch_size_must_divide_among_hosts(stdlib_root, stdlib_data):
 def test_sequence_longer_than_the_data(stdlib_root, stdlib_data):
     with pytest.raises(DataError, match="not one row of seq_len 10000000"):
         open_data(stdlib_root, stdlib_data, seq_len=10_000_000)
-
-
-@pytest.fixture(scope="module")
-def mixture_root(stdlib_root, stdlib_data):
-    """python-stdlib (bpe) plus the addition set tokenized with the same vocabulary."""
-    mixture = {"python-stdlib": 3.0, "addition": 1.0}
-    data = dataclasses.replace(stdlib_data, mixture=mixture, dataset_options={})
-    prerequisites = tokenize_prerequisites(data, stdlib_root)
-    assert [p.key for p in prerequisites] == [
-        "data/tokenize/python-stdlib",
-        "data/tokenize/addition",
-    ]
-    assert "tokenizer.name=hf" in prerequisites[1].overrides
-    for prerequisite in prerequisites:
-        run_prerequisite(prerequisite, str(stdlib_root), registries())
-    return data
 
 
 def test_weighted_mixture(stdlib_root, mixture_root):
