@@ -146,9 +146,12 @@ def encode_records(
         ids = [e[0] for e in encoded]
         masks = [e[1] for e in encoded]
         mask = np.array(list(chain.from_iterable(masks)), np.uint8)
-    else:
-        ids = [row + [tokenizer.eos_id] for row in tokenizer.encode_batch(records)]
-        mask = None
+    else:  # text: arrays end to end (no Python list per token), each document ends with EOS
+        eos = np.array([tokenizer.eos_id], np.uint32)
+        rows = tokenizer.encode_arrays(records)
+        lengths = np.array([len(row) + 1 for row in rows], np.int64)
+        parts = [part for row in rows for part in (np.asarray(row, np.uint32), eos)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint32), lengths, None
     lengths = np.array([len(row) for row in ids], np.int64)
     tokens = np.array(list(chain.from_iterable(ids)), np.uint32)
     return tokens, lengths, mask

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from theseus.core.components import option
 from theseus.data.errors import TokenizerError
 from theseus.data.tokenizers.base import (
@@ -129,8 +130,38 @@ class HFTokenizer(Tokenizer):
             config.update(chat_template=self.chat_template, chat_tokens=self.chat_tokens)
         write_config(directory, config)
 
+    @property
+    def fast_encoder(self) -> Any:
+        """tiktoken encoding the same ids (:mod:`.fast_bpe`), or None where it would not."""
+        if not hasattr(self, "_fast"):
+            from theseus.data.tokenizers.fast_bpe import tiktoken_equivalent
+
+            self._fast, why = tiktoken_equivalent(self.json_text)
+            self._added = frozenset(
+                self.tk.get_added_tokens_decoder()[i].content
+                for i in self.tk.get_added_tokens_decoder()
+            )
+            if self._fast is None:
+                log.debug("encoding with tokenizers, not tiktoken: %s", why)
+        return self._fast
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text (added tokens written in the text are matched, as
+        ``tokenizers`` does); through tiktoken when it gives the same ids."""
+        fast = self.fast_encoder
+        if fast is not None:
+            added = self._added
+            return [fast.encode(t, allowed_special=added, disallowed_special=()) for t in texts]
         return [e.ids for e in self.tk.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
+        fast = self.fast_encoder
+        if fast is None:
+            return super().encode_arrays(texts)
+        added = self._added
+        return [
+            fast.encode_to_numpy(t, allowed_special=added, disallowed_special=()) for t in texts
+        ]
 
     def encode_with_offsets(
         self, texts: Sequence[str]

@@ -65,6 +65,11 @@ class TiktokenTokenizer(Tokenizer):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encoding.encode_ordinary(text) for text in texts]
 
+    def encode_arrays(self, texts: Sequence[str]) -> list[Any]:
+        """As :meth:`encode_batch` (special-token strings are ordinary text), as arrays."""
+        encode = self.encoding.encode_to_numpy
+        return [encode(text, allowed_special=set(), disallowed_special=()) for text in texts]
+
     def decode(self, ids: Sequence[int]) -> str:
         return self.encoding.decode([int(i) for i in ids])
 
