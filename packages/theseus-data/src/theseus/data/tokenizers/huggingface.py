@@ -68,11 +68,15 @@ class HFTokenizer(Tokenizer):
         eos_token: str = "",
         chat_template: str | None = None,
         chat_tokens: dict[str, str] | None = None,
+        *,
+        fast: bool = True,
     ) -> None:
+        """``fast=False``: always encode with ``tokenizers`` (benchmarks, equivalence tests)."""
         from tokenizers import Tokenizer as RustTokenizer
 
         self.json_text = json_text
         self.tk = RustTokenizer.from_str(json_text)
+        self._allow_fast = fast
         self.chat_template = chat_template or None
         self.chat_tokens = dict(chat_tokens or {})
         self.special_ids = frozenset(
@@ -136,10 +140,10 @@ class HFTokenizer(Tokenizer):
         if not hasattr(self, "_fast"):
             from theseus.data.tokenizers.fast_bpe import tiktoken_equivalent
 
-            self._fast, why = tiktoken_equivalent(self.json_text)
-            self._added = frozenset(
-                self.tk.get_added_tokens_decoder()[i].content
-                for i in self.tk.get_added_tokens_decoder()
+            added = self.tk.get_added_tokens_decoder().values()
+            self._added = frozenset(token.content for token in added)
+            self._fast, why = (
+                tiktoken_equivalent(self.json_text) if self._allow_fast else (None, "fast=False")
             )
             if self._fast is None:
                 log.debug("encoding with tokenizers, not tiktoken: %s", why)
