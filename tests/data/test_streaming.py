@@ -53,8 +53,22 @@ TRAIN = [
 CONFIG = {"max_documents": 12, "vocab_size": 384, "num_workers": 1, "shuffle_rows": 16}
 
 
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left():
+    """A failing test kills what it started (tokenize workers included)."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 def theseus(root: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "theseus.cli.main", "run", *args, "--root", str(root)],
         env={**os.environ, **(env or {})},
         cwd=REPO,
@@ -63,6 +77,8 @@ def theseus(root: Path, *args: str, env: dict | None = None) -> subprocess.Popen
         stderr=subprocess.STDOUT,
         text=True,
     )
+    STARTED.append(process)
+    return process
 
 
 def wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 240) -> None:
@@ -94,6 +110,7 @@ def losses(root: Path, name: str) -> dict[int, float]:
     return {r["step"]: r["train/loss"] for r in rows(root, name) if "train/loss" in r}
 
 
+@pytest.mark.slow
 def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_after(tmp_path):
     from tests.train.conftest import final_params
 
@@ -146,6 +163,7 @@ def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_afte
     assert json.loads(record.read_text())["datasets"][0]["content"] == metadata["content"]
 
 
+@pytest.mark.slow
 def test_a_killed_tokenization_stops_the_trainer_in_one_line(tmp_path):
     root, gate = tmp_path / "root", tmp_path / "never"
     tokenizer = theseus(root, *TOKENIZE, env={TEST_GATE_ENV: str(gate)})
