@@ -1,7 +1,7 @@
 """Tokenization throughput per core: theseus against tiktoken on the same text and the same
 vocabulary, and the data/tokenize job with 1 and 2 worker processes.
 
-    .venv/bin/python bench/tokenize_bench.py [--megabytes 11]
+    .venv/bin/python bench/tokenize_bench.py [--megabytes 11] [--with-tests]
 
 Per core: one process, one thread each, CPU seconds (not wall time: the machine is shared),
 over the same documents (the python-stdlib corpus) and one byte-level BPE of 8192 tokens
@@ -32,11 +32,11 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 
 
-def corpus(limit: int) -> list[str]:
+def corpus(limit: int, with_tests: bool = False) -> list[str]:
     from theseus.data.datasets.stdlib import stdlib_files
 
     docs, used = [], 0
-    for path in stdlib_files():
+    for path in stdlib_files(with_tests):
         if used >= limit:
             break
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -56,7 +56,9 @@ def train_tokenizer(docs: list[str], directory: Path) -> Path:
     return directory / "tokenizer.json"
 
 
-def run_job(root: Path, tokenizer_json: Path, documents: int, workers: int) -> dict:
+def run_job(
+    root: Path, tokenizer_json: Path, documents: int, workers: int, with_tests: bool
+) -> dict:
     """Run data/tokenize/python-stdlib with a fixed tokenizer; return its phase timings."""
     from theseus.core.jobs import JobContext
     from theseus.core.runner import prepare
@@ -66,6 +68,7 @@ def run_job(root: Path, tokenizer_json: Path, documents: int, workers: int) -> d
         "data/tokenize/python-stdlib",
         [
             f"data.max_documents={documents}",
+            f"data.include_tests={str(with_tests).lower()}",
             f"data.num_workers={workers}",
             "tokenizer.name=hf",
             f"tokenizer.path={tokenizer_json}",
@@ -142,8 +145,11 @@ def main() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=11.0)
+    parser.add_argument(
+        "--with-tests", action="store_true", help="the stdlib with its test suites (~30 MB)"
+    )
     args = parser.parse_args()
-    docs = corpus(int(args.megabytes * 1e6))
+    docs = corpus(int(args.megabytes * 1e6), args.with_tests)
     megabytes = sum(len(d) for d in docs) / 1e6
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_json = train_tokenizer(docs, Path(tmp) / "tok")
@@ -152,7 +158,11 @@ def main() -> None:
         runs: dict[int, dict] = {}
         for attempt, workers in enumerate((1, 2, 2, 1)):
             result = run_job(
-                Path(tmp) / f"w{workers}-{attempt}", tokenizer_json, len(docs), workers
+                Path(tmp) / f"w{workers}-{attempt}",
+                tokenizer_json,
+                len(docs),
+                workers,
+                args.with_tests,
             )
             if workers not in runs or result["tokenize_s"] < runs[workers]["tokenize_s"]:
                 runs[workers] = result
@@ -160,7 +170,7 @@ def main() -> None:
     rate = {w: megabytes / r["tokenize_s"] for w, r in runs.items()}
     speed = cores["mb_per_s_per_core"]
     result = {
-        "corpus": "python-stdlib",
+        "corpus": "python-stdlib" + (" with its tests" if args.with_tests else ""),
         "documents": len(docs),
         "megabytes": round(megabytes, 2),
         "cpus": len(os.sched_getaffinity(0)),

@@ -66,11 +66,12 @@ def pick_step(run: RunDir, at: int | None, what: str) -> int:
     return at
 
 
-def dataset_dir(root: str | Path, config: Any) -> Path:
-    """The run's (first) tokenized dataset: ``<root>/data/<dataset>/<variant>``."""
-    from theseus.core.data.api import dataset_path
+def dataset_dir(root: str | Path, config: Any, run: RunDir | None = None) -> Path:
+    """The run's (first) tokenized dataset: ``<root>/data/<dataset>/<variant>``, as the run
+    recorded it, else as its config names it."""
+    from theseus.core.data.api import run_dataset_path
 
-    return dataset_path(root, config.data)
+    return run_dataset_path(root, config.data, run.path if run is not None else None)
 
 
 def tokenizer_dir(root: str | Path, run: RunDir, config: Any) -> Path | None:
@@ -82,13 +83,13 @@ def tokenizer_dir(root: str | Path, run: RunDir, config: Any) -> Path | None:
     if data.tokenizer == "hf" and data.tokenizer_options.get("path"):
         given = Path(str(data.tokenizer_options["path"])).expanduser()
         folder = given if given.is_dir() else given.parent
-        dataset_json = dataset_dir(root, config) / "tokenizer" / "tokenizer.json"
+        dataset_json = dataset_dir(root, config, run) / "tokenizer" / "tokenizer.json"
         mine = folder / "tokenizer.json"
         if mine.is_file() and (
             not dataset_json.is_file() or dataset_json.read_bytes() == mine.read_bytes()
         ):
             return folder  # the Hugging Face files themselves, chat template and all
-    found = dataset_dir(root, config) / "tokenizer"
+    found = dataset_dir(root, config, run) / "tokenizer"
     return found if found.is_dir() else None
 
 
@@ -98,7 +99,7 @@ def run_vocab_size(root: str | Path, run: RunDir, config: Any) -> int:
 
     if config.model.vocab_size:
         return int(config.model.vocab_size)
-    metadata = dataset_dir(root, config) / fmt.METADATA
+    metadata = dataset_dir(root, config, run) / fmt.METADATA
     if not metadata.is_file():
         raise ModelError(
             f"run {run.name!r} took its vocabulary from its tokenized data (model.vocab_size=0) "

@@ -100,6 +100,21 @@ def dataset_path(
     return Path(prepare.output)
 
 
+def run_dataset_path(
+    root: str | os.PathLike, data: DataConfig, run_dir: str | os.PathLike | None = None
+) -> Path:
+    """The first dataset a run trained on: from its record (``data-identity.json``) when it
+    has one, else as ``data`` names it (a folder that may not exist)."""
+    if run_dir is not None:
+        entries = DataRecord(run_dir).entries
+        if entries:
+            return Path(root) / entries[0]["path"]
+    try:
+        return dataset_path(root, data)
+    except DataError:  # its tokenizer file is gone: no folder can be named
+        return fmt.data_root(root) / mixture_entries(data)[0][0] / "(unknown)"
+
+
 def find_dataset(root: str | os.PathLike, name: str) -> Path:
     """``<root>/data/<name>/<variant>`` when ``name`` has one tokenization there (or is
     ``<name>/<variant>`` itself); several or none are one line listing what there is."""
