@@ -110,6 +110,15 @@ def test_a_schedule_switches_datasets_at_its_stage_boundary(stdlib_root, mixture
         assert chat.all() if step >= 5 else not chat.any(), step
     metrics = loader.step_metrics(9)
     assert metrics == {"data/mix/python-stdlib": 0.5, "data/mix/addition": 0.5}
+    hosts = [
+        open_training_data(stdlib_root, data, seq_len=32, global_batch_size=8, seed=3,
+                           total_steps=10, process_index=i, process_count=2)
+        for i in range(2)
+    ]  # fmt: skip
+    for step in (4, 5):  # either side of the boundary: two hosts read the same global batch
+        whole, parts = loader.batch(step), [h.batch(step) for h in hosts]
+        for key in whole:
+            np.testing.assert_array_equal(whole[key], np.concatenate([p[key] for p in parts]))
     with pytest.raises(DataError, match="needs the number of training steps"):
         open_training_data(stdlib_root, data, seq_len=32, global_batch_size=8, seed=3)
     both = dataclasses.replace(data, mixture={"addition": 1.0})
