@@ -68,8 +68,9 @@ class BlockSampler:
     (seed, g). So row ``r`` needs only the first ``(g+1)W`` items to exist, however many
     exist already; the last block is cut to the items there are, known once the data is
     complete. Later passes (epochs ``e >= 1``) read a permutation of all ``N`` items drawn
-    from (seed, e). ``block=0`` makes the first pass one block: a global shuffle that waits
-    for the whole dataset. Items arrive in a fixed order and never change, so a run reading
+    from (seed, e); a dataset of one block (``N <= W``, or ``block=0``: a global shuffle that
+    waits for the whole dataset) reads the permutation drawn from (seed, 0) in its first
+    pass too, the order a complete dataset always had. Items arrive in a fixed order and never change, so a run reading
     while the data is tokenized reads what a run started after it reads.
     """
 
@@ -97,13 +98,15 @@ class BlockSampler:
                 continue
             if known == 0:
                 raise DataError(f"{stream.describe()} has no complete row")
+            if self._later is None or self._later.length != known:
+                self._later = EpochPermutations(known, self.seed)
             inside = picked < known  # the last, partial block of the first pass
-            if inside.any():
+            if inside.any() and g == 0:  # the whole dataset in one block: epoch 0's
+                out[where[inside]] = self._later(picked[inside])  # permutation, as before
+            elif inside.any():
                 size = known - first
                 out[where[inside]] = first + self._permute(g, size, picked[inside] - first)
             if (~inside).any():
-                if self._later is None or self._later.length != known:
-                    self._later = EpochPermutations(known, self.seed)
                 out[where[~inside]] = self._later(picked[~inside])
         return out
 
