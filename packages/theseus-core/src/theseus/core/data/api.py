@@ -237,6 +237,13 @@ def open_training_data(
             dataset.check_token_ids(vocab_size)
     if run_dir is not None:
         record = DataRecord(run_dir)
+        if record.entries is None and any(Path(run_dir, "checkpoints").glob("[0-9]*")):
+            log.warning(
+                "run %s checkpointed before runs recorded their data: its data is recorded "
+                "now, as it is; a mixture, or a dataset of more than data.shuffle_rows rows, "
+                "is read in another order than the theseus that started it read it",
+                Path(run_dir).name,
+            )
         record.check([dataset_entry(root, d) for d in datasets])
         for dataset in datasets:  # data still being tokenized: record its content once done
             if not dataset.complete:
