@@ -166,14 +166,16 @@ def open_dataset(
     name: str,
     primary: str,
     verified: Verified | None = None,
+    path: Path | None = None,
 ) -> TokenizedDataset:
+    """Dataset ``name`` of ``data``, from its folder (``path``: a folder a run recorded)."""
     prepare = dataset_prerequisite(data, name, primary, root)
-    if not prepare.output:
+    if path is None and not prepare.output:
         raise DataMissingError(
             f"dataset {name!r} takes its tokenizer from {primary!r}, which is not tokenized yet: "
             f"run `theseus run {prepare.key}` after tokenizing {primary!r}"
         )
-    path = Path(prepare.output)
+    path = path or Path(prepare.output)
     hint = " ".join([prepare.key, *prepare.overrides])
     dataset = TokenizedDataset(
         path, job_hint=hint, verify=data.verify, verified=verified, wait=True
@@ -210,6 +212,7 @@ def open_training_data(
     verified: Verified | None = None,
     run_dir: str | os.PathLike | None = None,
     total_steps: int | None = None,
+    from_record: bool = False,
 ) -> TrainingData:
     """The batches of the tokenized datasets named by ``data`` (read as they are published
     when another process is still tokenizing them).
@@ -219,12 +222,20 @@ def open_training_data(
     ``run_dir``: the run that trains on them, whose record of its data
     (:class:`~theseus.core.data.identity.DataRecord`) must match. ``total_steps``: how
     long the run trains (for ``data.mixture_schedule`` stages given as fractions).
+    ``from_record``: open the folders the run recorded (inspecting it: its config may be
+    damaged), still refusing data that changed, and write nothing.
     """
     if verified is None and run_dir is not None:
         verified = Verified.of_run(run_dir)
     entries = mixture_entries(data)
     primary = entries[0][0]
-    datasets = [open_dataset(root, data, name, primary, verified) for name, _ in entries]
+    record = DataRecord(run_dir) if run_dir is not None else None
+    recorded = {}
+    if from_record and record is not None and record.entries:
+        recorded = {e.get("name"): Path(root) / str(e.get("path")) for e in record.entries}
+    datasets = [
+        open_dataset(root, data, name, primary, verified, recorded.get(name)) for name, _ in entries
+    ]
     first = datasets[0]
     for other in datasets[1:]:
         if other.tokenizer_fingerprint != first.tokenizer_fingerprint:
@@ -235,8 +246,9 @@ def open_training_data(
     if vocab_size is not None:
         for dataset in datasets:
             dataset.check_token_ids(vocab_size)
-    if run_dir is not None:
-        record = DataRecord(run_dir)
+    if record is not None and from_record:
+        record.check([dataset_entry(root, d) for d in datasets], write=False)
+    elif record is not None:
         if record.entries is None and any(Path(run_dir, "checkpoints").glob("[0-9]*")):
             log.warning(
                 "run %s checkpointed before runs recorded their data: its data is recorded "

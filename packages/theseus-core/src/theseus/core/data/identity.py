@@ -91,8 +91,9 @@ def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 def dataset_entry(root: str | os.PathLike, dataset: Any) -> dict[str, Any]:
     """What a run records of one opened dataset (a :class:`TokenizedDataset`)."""
-    try:
-        where = Path(dataset.path).resolve().relative_to(Path(root).resolve()).as_posix()
+    try:  # as the root names it (its data/ may be a link elsewhere)
+        absolute = Path(os.path.abspath(dataset.path))
+        where = absolute.relative_to(os.path.abspath(root)).as_posix()
     except ValueError:
         where = str(dataset.path)
     entry: dict[str, Any] = {
@@ -137,12 +138,14 @@ class DataRecord:
                 )
             self.entries = found
 
-    def check(self, current: list[dict[str, Any]]) -> None:
+    def check(self, current: list[dict[str, Any]], write: bool = True) -> None:
         """Refuse (one line) when ``current`` is not the data recorded; record it when the
-        run has no record yet, or the recorded data has been completed since."""
+        run has no record yet, or the recorded data has been completed since (unless
+        ``write`` is False: an inspection)."""
         run = self.run_dir.name
         if self.entries is None:
-            self._write(current)
+            if write:
+                self._write(current)
             return
         before = [e.get("name") for e in self.entries]
         now = [e["name"] for e in current]
@@ -158,7 +161,7 @@ class DataRecord:
                 old.update(content=new["content"], documents=new["documents"])
                 old.update(tokens=new["tokens"])
                 changed = True
-        if changed:
+        if changed and write:
             self._write(self.entries)
 
     def _write(self, entries: list[dict[str, Any]]) -> None:

@@ -218,7 +218,13 @@ def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None
     hint = f"; {run_dir.config_path} lacks {lacking}: is it truncated?" if lacking else ""
     config = tree.to_object(job_class.config_type)
     sized = dataclasses.replace(config.data, verify="size")  # read-only: no hashing record
-    data = open_data(dataclasses.replace(config, data=sized), str(root), job_class.layout)
+    data = open_data(  # the data the run recorded, read only
+        dataclasses.replace(config, data=sized),
+        str(root),
+        job_class.layout,
+        run=run_dir,
+        from_record=True,
+    )
     try:
         setup = TrainSetup.build(config, regs, data.vocab_size)
     except ConfigError as error:  # e.g. a value cut short: max_seq_len: 6 (was 64)

@@ -57,13 +57,17 @@ def total_steps(training: TrainingConfig) -> int:
 
 
 def open_data(
-    config: TrainJobConfig, root: str, layout: str = "packed", run: Any = None
+    config: TrainJobConfig,
+    root: str,
+    layout: str = "packed",
+    run: Any = None,
+    from_record: bool = False,
 ) -> TrainingData:
     """This process's view of the run's batches (packed documents or padded chat rows).
 
     The files are verified as ``data.verify`` says; ``run`` (its :class:`RunDir`) keeps
     what this run hashed already, so its resumes check sizes only, and what data it trained
-    on, which a resume must find again. Token ids are checked
+    on, which a resume must find again (``from_record``: the recorded folders, read only). Token ids are checked
     against the tokenizer's vocabulary, which is the model's (:func:`model_config`).
     """
     from theseus.core.data.api import open_training_data
@@ -80,6 +84,7 @@ def open_data(
         process_count=jax.process_count(),
         run_dir=run.path if run is not None else None,  # its data record and verifications
         total_steps=total_steps(training),
+        from_record=from_record,
     )
 
 
