@@ -61,14 +61,23 @@ def test_output_layout_and_metadata(stdlib_root):
     assert not (directory / ".work").exists()
 
 
-def test_complete_output_is_reused_and_another_tokenizer_gets_its_own_folder(stdlib_root, caplog):
+def own_copy(stdlib_root: Path, tmp_path: Path) -> Path:
+    """A root of the test's own holding the session's tokenized corpus."""
+    shutil.copytree(stdlib_root / "data", tmp_path / "data")
+    return tmp_path
+
+
+def test_complete_output_is_reused_and_another_tokenizer_gets_its_own_folder(
+    stdlib_root, tmp_path, caplog
+):
+    root = own_copy(stdlib_root, tmp_path)
     common = [*STDLIB_SMALL, "tokenizer.vocab_size=512", "data.validation_fraction=0.1"]
-    bpe = find_dataset(stdlib_root, "python-stdlib")
+    bpe = find_dataset(root, "python-stdlib")
     before = checksums(bpe)
     with caplog.at_level("INFO"):
-        tokenize(stdlib_root, "python-stdlib", *common, name="again")
+        tokenize(root, "python-stdlib", *common, name="again")
     assert "complete with the same settings: reusing it" in caplog.text
-    meta = tokenize(stdlib_root, "python-stdlib", *common[:-2], "tokenizer.name=byte", name="b")
+    meta = tokenize(root, "python-stdlib", *common[:-2], "tokenizer.name=byte", name="b")
     variants = sorted(p.name for p in bpe.parent.iterdir() if not p.name.startswith("."))
     assert len(variants) == 2 and variants[0].startswith("bpe512-")
     assert variants[1].startswith("byte-") and meta["tokenizer"]["kind"] == "byte"
@@ -92,16 +101,17 @@ def test_a_folder_holding_other_settings_is_refused(tmp_path, stdlib_root):
     assert str(forged) in message and "data.validation_fraction: 0.1 -> 0.2" in message
 
 
-def test_suffix_labels_a_copy_of_its_own(stdlib_root):
+def test_suffix_labels_a_copy_of_its_own(stdlib_root, tmp_path):
+    root = own_copy(stdlib_root, tmp_path)
     tokenize(
-        stdlib_root,
+        root,
         "python-stdlib",
         "data.max_documents=3",
         "tokenizer.name=byte",
         "data.suffix=bytes",
         name="bytes",
     )
-    parent = find_dataset(stdlib_root, "python-stdlib").parent
+    parent = root / "data" / "python-stdlib"
     labelled = [p for p in parent.iterdir() if p.name.endswith("-bytes")]
     assert len(labelled) == 1 and labelled[0].name.startswith("byte-")
     meta = json.loads((labelled[0] / "metadata.json").read_text())
@@ -115,7 +125,8 @@ def test_empty_corpus_is_an_error_that_leaves_nothing_behind(tmp_path):
         tokenize(tmp_path, "text-files", f"data.files={empty}", "tokenizer.name=byte")
     with pytest.raises(DataError, match="matches no file"):
         tokenize(tmp_path, "text-files", f"data.files={tmp_path}/nope*.txt", "tokenizer.name=byte")
-    assert not (tmp_path / "data" / "text-files").exists()
+    written = (tmp_path / "data" / "text-files").glob("[!.]*")
+    assert not list(written)  # no dataset folder (the locks stay, as everywhere)
     empty.write_text('{"text": "now there is a document"}\n')
     meta = tokenize(tmp_path, "text-files", f"data.files={empty}", "tokenizer.name=byte")
     assert meta["documents"] == 1
@@ -249,7 +260,9 @@ def test_small_shards_cut_at_document_boundaries(tmp_path):
         assert shard.doc_starts[0] == 0 and shard.tokens[-1] == dataset.eos_id
     total = sum(s.num_tokens for s in dataset.splits["train"])
     assert total == meta["splits"]["train"]["tokens"]
-    config = data_config(tokenizer="byte", max_documents=12)
+    config = data_config(
+        tokenizer="byte", max_documents=12, dataset_options={"shard_tokens": 40000}
+    )
     data = open_training_data(tmp_path, config, seq_len=256, global_batch_size=4, seed=0)
     windows = data._train[0].known()
     assert windows == sum((s.num_tokens - 1) // 256 for s in dataset.splits["train"])
