@@ -20,7 +20,7 @@ from theseus.core.data.api import open_training_data
 from theseus.core.data.sampling import BlockSampler
 from theseus.core.locks import LockedError
 from theseus.core.runner import run
-from theseus.data.tokenize.units import TEST_DELAY_ENV, TEST_GATE_ENV
+from theseus.data.tokenize.units import TEST_DELAY_ENV, TEST_GATE_ENV, TEST_GATE_UNIT_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 # One document per unit (unit_bytes=1), so the units arrive one by one.
@@ -96,6 +96,14 @@ def claimed(root: Path) -> bool:
     return any((root / "data" / "python-stdlib").glob("*/progress.json"))
 
 
+def trained_to(root: Path, name: str) -> int:
+    """The last step the run has logged (-1 before any)."""
+    try:
+        return max((r["step"] for r in rows(root, name) if "train/loss" in r), default=-1)
+    except (OSError, ValueError):
+        return -1
+
+
 def waiting(root: Path, name: str) -> bool:
     log = root / "runs" / name / "logs" / "run.log"
     return log.exists() and "waiting for the tokenization" in log.read_text()
@@ -115,8 +123,9 @@ def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_afte
     from tests.train.conftest import final_params
 
     root, gate = tmp_path / "root", tmp_path / "gate"
-    # unit 0 at once, then nothing until the trainer waits, then a unit every 0.3 s
-    slow = {TEST_GATE_ENV: str(gate), TEST_DELAY_ENV: "0.3"}
+    # units 0-6 at once (the rows of 18 steps), then nothing until the trainer is past step
+    # 10, then a unit every 0.3 s: it waits mid-training, more than once
+    slow = {TEST_GATE_ENV: str(gate), TEST_GATE_UNIT_ENV: "7", TEST_DELAY_ENV: "0.3"}
     tokenizer = theseus(root, *TOKENIZE, env=slow)
     wait_for(lambda: claimed(root), "the tokenize job claimed its folder", tokenizer)
     during = theseus(root, *TRAIN, "--name", "during")
@@ -125,7 +134,8 @@ def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_afte
 
     config = data_config(**CONFIG)
     reader = open_training_data(root, config, seq_len=64, global_batch_size=16, seed=0)
-    wait_for(lambda: waiting(root, "during"), "the trainer waited for units", during)
+    wait_for(lambda: trained_to(root, "during") >= 10, "the trainer's step 10", during)
+    time.sleep(1.0)  # it runs into the missing units and waits
     gate.touch()
     read_during = [reader.batch(step) for step in range(40)]  # waits for units as they come
     assert reader.waits.episodes > 0  # this reader waited too
@@ -135,7 +145,7 @@ def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_afte
     out, _ = during.communicate(timeout=300)
     assert during.returncode == 0, out[-3000:]
     assert "training reads it as it is written" in out
-    assert re.search(r"waiting for the tokenization \(unit 0 of at least \d+ tokenized\)", out)
+    assert re.search(r"waiting for the tokenization \(unit \d+ of at least \d+ tokenized\)", out)
 
     after = open_training_data(root, config, seq_len=64, global_batch_size=16, seed=0)
     for step, batch in enumerate(read_during):
@@ -150,8 +160,10 @@ def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_afte
     assert one.keys() == two.keys()
     for key in one:
         np.testing.assert_array_equal(one[key], two[key], err_msg=key)
-    waited = max(r.get("data/wait_s", 0.0) for r in rows(root, "during"))
-    assert waited > 0
+    waits = {r["step"]: r["data/wait_s"] for r in rows(root, "during") if "data/wait_s" in r}
+    waited = max(waits.values())
+    by_step_10 = max((w for s, w in waits.items() if s <= 10), default=0.0)
+    assert waited > by_step_10 + 0.5  # it waited after step 10, for the gated units
     print(f"the run started while tokenizing waited {waited:.2f} s for units")
     record = root / "runs" / "during" / "data-identity.json"
     content = json.loads(record.read_text())["datasets"][0]["content"]

@@ -89,18 +89,20 @@ def remove_partial_units(work_dir: Path) -> int:
 # Module-level state and functions: workers start with spawn and import this module.
 _TOKENIZER: Any = None
 # Test hooks (a slow worker, so that readers wait for units): seconds each worker sleeps
-# per unit, and a file the units after the first wait for.
+# per unit, and a file the units from a given index on (default 1) wait for.
 TEST_DELAY_ENV = "THESEUS_TEST_TOKENIZE_DELAY"
 TEST_GATE_ENV = "THESEUS_TEST_TOKENIZE_GATE"
+TEST_GATE_UNIT_ENV = "THESEUS_TEST_TOKENIZE_GATE_UNIT"
 
 
 def _test_hooks(index: int) -> None:
     import time
 
     gate = os.environ.get(TEST_GATE_ENV)
-    while gate and index > 0 and not Path(gate).exists():
+    first = int(os.environ.get(TEST_GATE_UNIT_ENV) or 1)
+    while gate and index >= first and not Path(gate).exists():
         time.sleep(0.05)
-    if delay := float(os.environ.get(TEST_DELAY_ENV) or 0):
+    if index >= first and (delay := float(os.environ.get(TEST_DELAY_ENV) or 0)):
         time.sleep(delay)
 
 
