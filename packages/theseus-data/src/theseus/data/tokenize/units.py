@@ -150,7 +150,8 @@ def encode_records(
         mask = np.array(list(chain.from_iterable(masks)), np.uint8)
     else:  # text: arrays end to end (no Python list per token), each document ends with EOS
         eos = np.array([tokenizer.eos_id], np.uint32)
-        rows = tokenizer.encode_arrays(records)
+        arrays = getattr(tokenizer, "encode_arrays", None)  # a protocol-only kind: lists
+        rows = arrays(records) if arrays else tokenizer.encode_batch(records)
         lengths = np.array([len(row) + 1 for row in rows], np.int64)
         parts = [part for row in rows for part in (np.asarray(row, np.uint32), eos)]
         return np.concatenate(parts) if parts else np.zeros(0, np.uint32), lengths, None
