@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from theseus.core.data.api import find_dataset
 from theseus.core.plugins import registries
 from theseus.quick import quick
 
@@ -32,7 +33,7 @@ def test_third_party_dataset_tokenizes_and_trains_through_quick(root):
         q.config.data.documents = 200
         q.config.tokenizer.name = "byte"
         q.create()()
-    metadata = json.loads((root / "data" / "counting-rhymes" / "metadata.json").read_text())
+    metadata = json.loads((find_dataset(root, "counting-rhymes") / "metadata.json").read_text())
     assert metadata["documents"] == 200 and metadata["dataset"] == "counting-rhymes"
 
 

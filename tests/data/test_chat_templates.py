@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from datatest_helpers import tokenize
 from theseus.core.data import TokenizedDataset
+from theseus.core.data.api import find_dataset
 from theseus.data.tokenizers import load_tokenizer
 from theseus.data.tokenizers.base import sha256_text
 from theseus.data.tokenizers.chat_template import (
@@ -411,7 +412,7 @@ def test_sft_tokenize_job_records_the_template(tmp_path, folders, name):
     tok = ours(folders[name])
     expected = sha256_text(CHATML_GENERATION) if name == "chatml" else "builtin"
     assert meta["tokenizer"]["chat_template"] == expected
-    dataset = TokenizedDataset(tmp_path / "data" / "addition")
+    dataset = TokenizedDataset(find_dataset(tmp_path, "addition"))
     saved = load_tokenizer(dataset.tokenizer_dir)
     assert template_id(saved) == expected
     tokens, mask = dataset.splits["train"][0].document(0)

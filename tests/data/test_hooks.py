@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 from datatest_helpers import data_config
 from theseus.core.data import DataConfig, DataError, tokenize_prerequisites
+from theseus.core.data.api import find_dataset
 from theseus.core.plugins import registries
 from theseus.core.rundir import RunDir
 from theseus.core.runner import run_prerequisite
@@ -59,14 +61,14 @@ def test_a_mixture_shares_the_vocabulary_trained_on_its_first_dataset():
     mixture = {"python-stdlib": 3.0, "addition": 1.0}
     data = data_config(mixture=mixture, suffix="mix", num_workers=2)
     first, second = tokenize_prerequisites(data, "/r")
-    assert (first.name, second.name) == (
-        "data-tokenize-python-stdlib-mix-09f7b4c1",
-        "data-tokenize-addition-mix-319ef9b5",
-    )
+    assert first.name == "data-tokenize-python-stdlib-mix-09f7b4c1"
+    assert re.fullmatch(r"data-tokenize-addition-mix-[0-9a-f]{8}", second.name)
+    assert re.fullmatch(r"/r/data/python-stdlib/bpe8192-[0-9a-f]{10}-mix", first.output)
+    assert second.output == ""  # named by the shared tokenizer's content: not trained yet
     assert second.key == "data/tokenize/addition"
     assert second.overrides == (
         "tokenizer.name=hf",
-        "tokenizer.path=/r/data/python-stdlib-mix/tokenizer/tokenizer.json",
+        f"tokenizer.path={first.output}/tokenizer/tokenizer.json",
         "data.validation_fraction=0.01",
         "data.suffix=mix",
         "data.num_workers=2",
@@ -116,7 +118,7 @@ def test_the_prepared_run_reuses_the_fixture_output(stdlib_root, stdlib_data, ca
 
 # ---------------------------------------------------------------- theseus_load_tokenizer
 def test_a_tokenized_datasets_tokenizer_loads_through_the_hook(stdlib_root):
-    directory = stdlib_root / "data" / "python-stdlib" / "tokenizer"
+    directory = find_dataset(stdlib_root, "python-stdlib") / "tokenizer"
     tokenizer = load(directory)
     assert isinstance(tokenizer, BPETokenizer) and isinstance(tokenizer, Tokenizer)
     assert tokenizer.vocab_size == 512 and tokenizer.eos_id == 0
@@ -126,7 +128,7 @@ def test_a_tokenized_datasets_tokenizer_loads_through_the_hook(stdlib_root):
 
 
 def test_a_tokenizer_json_loads_as_a_file_or_from_its_directory(stdlib_root, tmp_path):
-    saved = stdlib_root / "data" / "python-stdlib" / "tokenizer"
+    saved = find_dataset(stdlib_root, "python-stdlib") / "tokenizer"
     trained = load(saved)
     as_file = load(saved / "tokenizer.json")
     hub = tmp_path / "hf-model"  # a Hugging Face model directory: its own tokenizer_config

@@ -13,12 +13,9 @@ from theseus.core.data import (
     DataError,
     DataIncompleteError,
     DataMissingError,
-    SettingsConflictError,
     open_training_data,
-    tokenize_prerequisites,
 )
-from theseus.core.plugins import registries
-from theseus.core.runner import run_prerequisite
+from theseus.core.data.api import find_dataset
 from theseus.data import load_tokenizer
 
 KEYS = {"inputs", "targets", "positions", "segment_ids", "loss_mask"}
@@ -64,10 +61,10 @@ def test_batch_is_a_pure_function_of_seed_and_step(stdlib_root, stdlib_data):
 
 def test_epochs_visit_every_window_once(stdlib_root, stdlib_data):
     data = open_data(stdlib_root, stdlib_data, seq_len=512, global_batch_size=4)
-    windows = len(data._train[0])
-    sampler = data._train_sampler
-    first = [i for _, i in sampler(range(windows))]
-    second = [i for _, i in sampler(range(windows, 2 * windows))]
+    stream, sampler = data._train[0], data._samplers[0]
+    windows = stream.known()
+    first = sampler(np.arange(windows), stream).tolist()
+    second = sampler(np.arange(windows, 2 * windows), stream).tolist()
     assert sorted(first) == sorted(second) == list(range(windows)) and windows >= 8
     assert first != second  # reshuffled every epoch
 
@@ -123,16 +120,18 @@ def test_missing_dataset_names_the_job_to_run(tmp_path, stdlib_data):
 
 
 def test_incomplete_dataset_is_refused(tmp_path, stdlib_root, stdlib_data):
-    copy = tmp_path / "data" / "python-stdlib"
-    shutil.copytree(stdlib_root / "data" / "python-stdlib", copy)
+    source = find_dataset(stdlib_root, "python-stdlib")
+    copy = tmp_path / source.relative_to(stdlib_root)
+    shutil.copytree(source, copy)
     (copy / "metadata.json").unlink()
     with pytest.raises(DataIncompleteError, match="incomplete"):
         open_data(tmp_path, stdlib_data)
 
 
 def test_corrupted_and_truncated_shards_are_named(tmp_path, stdlib_root, stdlib_data):
-    copy = tmp_path / "data" / "python-stdlib"
-    shutil.copytree(stdlib_root / "data" / "python-stdlib", copy)
+    source = find_dataset(stdlib_root, "python-stdlib")
+    copy = tmp_path / source.relative_to(stdlib_root)
+    shutil.copytree(source, copy)
     open_data(tmp_path, stdlib_data)  # verifies (no run: nothing is remembered)
     assert not (copy / ".verified.json").exists()  # no size + mtime stamps to trust
     shard = copy / "train-00000.bin"
@@ -146,10 +145,12 @@ def test_corrupted_and_truncated_shards_are_named(tmp_path, stdlib_root, stdlib_
         open_data(tmp_path, stdlib_data)
 
 
-def test_other_tokenizer_than_asked_is_refused(stdlib_root):
+def test_another_tokenizer_reads_its_own_folder(stdlib_root):
+    """The BPE data is never read for a byte tokenizer: that one has a folder of its own."""
     data = data_config(tokenizer="byte", max_documents=40, validation_fraction=0.1)
-    with pytest.raises(SettingsConflictError, match="tokenizer 'bpe' but data.tokenizer is 'byte'"):
+    with pytest.raises(DataMissingError, match=r"python-stdlib/byte-[0-9a-f]{10}: run") as error:
         open_data(stdlib_root, data)
+    assert "tokenizer.name=byte" in str(error.value) and "bpe" not in str(error.value)
 
 
 def test_batch_size_must_divide_among_hosts(stdlib_root, stdlib_data):
@@ -162,22 +163,6 @@ def test_sequence_longer_than_the_data(stdlib_root, stdlib_data):
         open_data(stdlib_root, stdlib_data, seq_len=10_000_000)
 
 
-@pytest.fixture(scope="module")
-def mixture_root(stdlib_root, stdlib_data):
-    """python-stdlib (bpe) plus the addition set tokenized with the same vocabulary."""
-    mixture = {"python-stdlib": 3.0, "addition": 1.0}
-    data = dataclasses.replace(stdlib_data, mixture=mixture, dataset_options={})
-    prerequisites = tokenize_prerequisites(data, stdlib_root)
-    assert [p.key for p in prerequisites] == [
-        "data/tokenize/python-stdlib",
-        "data/tokenize/addition",
-    ]
-    assert "tokenizer.name=hf" in prerequisites[1].overrides
-    for prerequisite in prerequisites:
-        run_prerequisite(prerequisite, str(stdlib_root), registries())
-    return data
-
-
 def test_weighted_mixture(stdlib_root, mixture_root):
     data = open_data(stdlib_root, mixture_root, seq_len=32, global_batch_size=16)
     user = load_tokenizer(data.tokenizer_dir).special_id("<|user|>")
@@ -188,8 +173,20 @@ def test_weighted_mixture(stdlib_root, mixture_root):
     assert_same(again.batch(3), data.batch(3))
 
 
+def addition_config(stdlib_root, **values):
+    """The addition set as the mixture tokenized it: the stdlib BPE, the same split."""
+    shared = find_dataset(stdlib_root, "python-stdlib") / "tokenizer" / "tokenizer.json"
+    return data_config(
+        dataset="addition",
+        tokenizer="hf",
+        tokenizer_options={"path": str(shared)},
+        validation_fraction=0.1,
+        **values,
+    )
+
+
 def test_padded_chat_rows_learn_only_the_answer(stdlib_root, mixture_root):
-    data_cfg = data_config(dataset="addition", tokenizer="hf", max_documents=40)
+    data_cfg = addition_config(stdlib_root, max_documents=40)
     for side in ("right", "left"):
         data_cfg.padding_side = side
         data = open_data(stdlib_root, data_cfg, layout="padded", seq_len=48)
@@ -207,8 +204,8 @@ def test_padded_chat_rows_learn_only_the_answer(stdlib_root, mixture_root):
 
 
 def test_loss_on_all_tokens_of_chat_data(stdlib_root, mixture_root):
-    config = data_config(dataset="addition", tokenizer="hf", loss_on="all")
+    config = addition_config(stdlib_root, loss_on="all")
     batch = open_data(stdlib_root, config, layout="padded", seq_len=48).batch(0)
     np.testing.assert_array_equal(batch["loss_mask"], batch["segment_ids"].astype(np.float32))
     with pytest.raises(DataError, match="data.loss_on is 'some'"):
-        open_data(stdlib_root, data_config(dataset="addition", tokenizer="hf", loss_on="some"))
+        open_data(stdlib_root, addition_config(stdlib_root, loss_on="some"))

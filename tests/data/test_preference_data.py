@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from datatest_helpers import data_config, tokenize
 from theseus.core.data import DataError, TokenizedDataset, open_training_data
+from theseus.core.data.api import dataset_path, find_dataset
 from theseus.data import load_tokenizer
 from theseus.data.datasets.preference import (
     AdditionPreference,
@@ -15,7 +16,7 @@ from theseus.data.datasets.preference import (
     carry_dropped,
 )
 from theseus.data.errors import BadRecordError
-from theseus.data.tokenize.assemble import validation_documents
+from theseus.data.tokenize.publish import validation_documents
 
 PAIRS = 40  # records kept (data.max_documents) of the 60 generated
 FRACTION = 0.25
@@ -88,7 +89,7 @@ def test_addition_pairs_are_right_and_plausibly_wrong_sums():
 
 
 def test_each_pair_is_two_documents_learning_only_the_answers(root):
-    dataset = TokenizedDataset(root / "data" / "addition-preference")
+    dataset = TokenizedDataset(find_dataset(root, "addition-preference"))
     meta = dataset.metadata
     assert meta["kind"] == "preference" and dataset.holds_pairs
     assert meta["documents"] == 2 * PAIRS
@@ -164,8 +165,12 @@ def test_pairs_are_a_pure_function_of_seed_and_step(root, pairs_data):
 
 def test_an_epoch_visits_every_pair_once(root, pairs_data):
     data = open_pairs(root, pairs_data, global_batch_size=2)
-    pairs = len(data._train[0])
-    seen = [data._train_sampler(data._items(step))[0][1] for step in range(pairs)]
+    pairs = data._train[0].known()
+    seen = [
+        item
+        for step in range(pairs)
+        for _, item in data._picks(step, data.mixture, data._train, True)
+    ]
     assert sorted(seen) == list(range(pairs))
 
 
@@ -177,7 +182,7 @@ def test_batch_sizes_that_split_a_pair_are_refused(root, pairs_data):
 
 
 def test_layouts_refuse_the_other_kind_in_one_line(root, pairs_data):
-    sft = data_config(dataset="addition", tokenizer="byte")
+    sft = data_config(dataset="addition", tokenizer="byte", dataset_options={"num_examples": 20})
     with pytest.raises(DataError, match="dataset 'addition' .* not preference pairs") as error:
         open_pairs(root, sft)
     assert "\n" not in str(error.value)
@@ -193,7 +198,7 @@ def write_jsonl(path, rows):
 
 def check_jsonl_pairs(root, data, expected):
     """Every document pair of both splits learns exactly its (chosen, rejected) answers."""
-    dataset = TokenizedDataset(root / "data" / f"preference-jsonl-{data.suffix}")
+    dataset = TokenizedDataset(dataset_path(root, data))
     assert dataset.holds_pairs and dataset.metadata["documents"] == 2 * len(expected)
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
     found = []

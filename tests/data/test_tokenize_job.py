@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from datatest_helpers import STDLIB_SMALL, checksums, data_config, tokenize
 from theseus.core.data import DataError, SettingsConflictError, TokenizedDataset
-from theseus.core.data.api import open_training_data
+from theseus.core.data.api import find_dataset, open_training_data
 from theseus.core.plugins import registries
 from theseus.data.tokenize.units import finished_units
 
@@ -34,16 +35,16 @@ def test_every_dataset_gets_a_tokenize_job():
 def test_one_and_two_workers_write_identical_bytes(tmp_path, stdlib_root):
     common = [*STDLIB_SMALL, "tokenizer.vocab_size=512", "data.validation_fraction=0.1"]
     tokenize(tmp_path, "python-stdlib", *common, "data.num_workers=1")
-    one = checksums(tmp_path / "data" / "python-stdlib")
-    two = checksums(stdlib_root / "data" / "python-stdlib")  # made with 2 workers
+    one = checksums(find_dataset(tmp_path, "python-stdlib"))
+    two = checksums(find_dataset(stdlib_root, "python-stdlib"))  # made with 2 workers
     assert one == two
     assert {"train-00000.bin", "validation-00000.bin", "tokenizer/tokenizer.json"} <= set(one)
 
 
 def test_output_layout_and_metadata(stdlib_root):
-    directory = stdlib_root / "data" / "python-stdlib"
+    directory = find_dataset(stdlib_root, "python-stdlib")
     meta = json.loads((directory / "metadata.json").read_text())
-    assert meta["format_version"] == 1
+    assert meta["format_version"] == 2
     assert meta["token_dtype"] == "uint16"
     assert meta["tokenizer"]["name"] == "bpe" and meta["tokenizer"]["vocab_size"] == 512
     assert meta["documents"] == 40
@@ -60,29 +61,60 @@ def test_output_layout_and_metadata(stdlib_root):
     assert not (directory / ".work").exists()
 
 
-def test_complete_output_is_reused_and_other_settings_refused(stdlib_root, caplog):
+def own_copy(stdlib_root: Path, tmp_path: Path) -> Path:
+    """A root of the test's own holding the session's tokenized corpus."""
+    shutil.copytree(stdlib_root / "data", tmp_path / "data")
+    return tmp_path
+
+
+def test_complete_output_is_reused_and_another_tokenizer_gets_its_own_folder(
+    stdlib_root, tmp_path, caplog
+):
+    root = own_copy(stdlib_root, tmp_path)
     common = [*STDLIB_SMALL, "tokenizer.vocab_size=512", "data.validation_fraction=0.1"]
+    bpe = find_dataset(root, "python-stdlib")
+    before = checksums(bpe)
     with caplog.at_level("INFO"):
-        tokenize(stdlib_root, "python-stdlib", *common, name="again")
+        tokenize(root, "python-stdlib", *common, name="again")
     assert "complete with the same settings: reusing it" in caplog.text
+    meta = tokenize(root, "python-stdlib", *common[:-2], "tokenizer.name=byte", name="b")
+    variants = sorted(p.name for p in bpe.parent.iterdir() if not p.name.startswith("."))
+    assert len(variants) == 2 and variants[0].startswith("bpe512-")
+    assert variants[1].startswith("byte-") and meta["tokenizer"]["kind"] == "byte"
+    assert checksums(bpe) == before  # the BPE tokenization is untouched
+
+
+def test_a_folder_holding_other_settings_is_refused(tmp_path, stdlib_root):
+    source = find_dataset(stdlib_root, "python-stdlib")
+    common = [*STDLIB_SMALL, "tokenizer.vocab_size=512", "data.validation_fraction=0.2"]
+    from theseus.core.runner import config_for, job_spec
+    from theseus.data.tokenize.identity import identity_settings, output_dir
+
+    regs = registries()
+    config = config_for(job_spec("data/tokenize/python-stdlib", regs), regs, common).to_object()
+    settings = identity_settings("python-stdlib", config.data, config.tokenizer)
+    forged = output_dir(tmp_path, "python-stdlib", settings, "")
+    shutil.copytree(source, forged)  # data made with fraction 0.1 under the 0.2 folder
     with pytest.raises(SettingsConflictError) as error:
-        tokenize(stdlib_root, "python-stdlib", *common[:-2], "tokenizer.name=byte", name="other")
+        tokenize(tmp_path, "python-stdlib", *common)
     message = str(error.value)
-    assert "tokenizer bpe(" in message and "tokenizer byte(" in message
-    assert "differs in " in message and "tokenizer.min_frequency: 2 -> None" in message
-    assert "tokenizer.name: 'bpe' -> 'byte'" in message and "data.suffix" in message
+    assert str(forged) in message and "data.validation_fraction: 0.1 -> 0.2" in message
 
 
-def test_suffix_keeps_both(stdlib_root):
+def test_suffix_labels_a_copy_of_its_own(stdlib_root, tmp_path):
+    root = own_copy(stdlib_root, tmp_path)
     tokenize(
-        stdlib_root,
+        root,
         "python-stdlib",
         "data.max_documents=3",
         "tokenizer.name=byte",
         "data.suffix=bytes",
         name="bytes",
     )
-    meta = json.loads((stdlib_root / "data" / "python-stdlib-bytes" / "metadata.json").read_text())
+    parent = root / "data" / "python-stdlib"
+    labelled = [p for p in parent.iterdir() if p.name.endswith("-bytes")]
+    assert len(labelled) == 1 and labelled[0].name.startswith("byte-")
+    meta = json.loads((labelled[0] / "metadata.json").read_text())
     assert meta["tokenizer"]["kind"] == "byte" and meta["documents"] == 3
 
 
@@ -93,7 +125,8 @@ def test_empty_corpus_is_an_error_that_leaves_nothing_behind(tmp_path):
         tokenize(tmp_path, "text-files", f"data.files={empty}", "tokenizer.name=byte")
     with pytest.raises(DataError, match="matches no file"):
         tokenize(tmp_path, "text-files", f"data.files={tmp_path}/nope*.txt", "tokenizer.name=byte")
-    assert not (tmp_path / "data" / "text-files").exists()
+    written = (tmp_path / "data" / "text-files").glob("[!.]*")
+    assert not list(written)  # no dataset folder (the locks stay, as everywhere)
     empty.write_text('{"text": "now there is a document"}\n')
     meta = tokenize(tmp_path, "text-files", f"data.files={empty}", "tokenizer.name=byte")
     assert meta["documents"] == 1
@@ -117,7 +150,7 @@ def test_fineweb_from_local_shards_with_tiktoken(tmp_path):
     )
     assert meta["documents"] == 20
     assert meta["token_dtype"] == "uint32"  # 100k vocabulary does not fit 16 bits
-    dataset = TokenizedDataset(tmp_path / "data" / "fineweb")
+    dataset = TokenizedDataset(find_dataset(tmp_path, "fineweb"))
     assert dataset.vocab_size == 100277
 
 
@@ -125,7 +158,7 @@ def test_chat_data_stores_a_loss_mask_on_assistant_turns(tmp_path):
     tokenize(
         tmp_path, "addition", "data.num_examples=30", "tokenizer.name=byte", "data.num_workers=1"
     )
-    dataset = TokenizedDataset(tmp_path / "data" / "addition")
+    dataset = TokenizedDataset(find_dataset(tmp_path, "addition"))
     assert dataset.has_mask
     from theseus.data import load_tokenizer
 
@@ -162,17 +195,18 @@ def test_resume_after_sigkill_is_byte_identical(tmp_path):
         "data.validation_fraction=0.05",
     ]
     killed_root, clean_root = tmp_path / "killed", tmp_path / "clean"
-    work = killed_root / "data" / "python-stdlib" / ".work"
+    works = (killed_root / "data" / "python-stdlib").glob("*/.work")
     process = _theseus(*args, "data.num_workers=2", root=killed_root)
     deadline = time.time() + 120
-    while len(finished_units(work)) < 3:
+    while not (work := next(iter(works), None)) or len(finished_units(work)) < 3:
+        works = (killed_root / "data" / "python-stdlib").glob("*/.work")
         assert process.poll() is None, process.stdout.read()
         assert time.time() < deadline
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     done_before = len(finished_units(work))
-    assert not (killed_root / "data" / "python-stdlib" / "metadata.json").exists()
+    assert not (find_dataset(killed_root, "python-stdlib") / "metadata.json").exists()
 
     rerun = _theseus(*args, "data.num_workers=2", root=killed_root)
     output, _ = rerun.communicate(timeout=300)
@@ -189,8 +223,8 @@ def test_resume_after_sigkill_is_byte_identical(tmp_path):
     clean = _theseus(*args, "data.num_workers=1", root=clean_root)
     output, _ = clean.communicate(timeout=300)
     assert clean.returncode == 0, output
-    assert checksums(killed_root / "data" / "python-stdlib") == checksums(
-        clean_root / "data" / "python-stdlib"
+    assert checksums(find_dataset(killed_root, "python-stdlib")) == checksums(
+        find_dataset(clean_root, "python-stdlib")
     )
 
 
@@ -221,14 +255,16 @@ def test_small_shards_cut_at_document_boundaries(tmp_path):
     )
     shards = meta["splits"]["train"]["shards"]
     assert len(shards) > 2
-    dataset = TokenizedDataset(tmp_path / "data" / "python-stdlib")
+    dataset = TokenizedDataset(find_dataset(tmp_path, "python-stdlib"))
     for shard in dataset.splits["train"]:
         assert shard.doc_starts[0] == 0 and shard.tokens[-1] == dataset.eos_id
     total = sum(s.num_tokens for s in dataset.splits["train"])
     assert total == meta["splits"]["train"]["tokens"]
-    config = data_config(tokenizer="byte", max_documents=12)
+    config = data_config(
+        tokenizer="byte", max_documents=12, dataset_options={"shard_tokens": 40000}
+    )
     data = open_training_data(tmp_path, config, seq_len=256, global_batch_size=4, seed=0)
-    windows = len(data._train[0])
+    windows = data._train[0].known()
     assert windows == sum((s.num_tokens - 1) // 256 for s in dataset.splits["train"])
     seen = np.concatenate([data.batch(s)["inputs"] for s in range(windows // 4)])
     assert len({row.tobytes() for row in seen}) == len(seen)  # no window twice in an epoch
@@ -248,7 +284,7 @@ def test_max_tokens_keeps_the_same_leading_documents_for_any_worker_count(tmp_pa
     assert metas[0]["files"] == metas[1]["files"]
     meta = metas[0]
     assert meta["tokens"] >= 150_000 and meta["documents"] < 60
-    directory = tmp_path / "w1" / "data" / "python-stdlib"
+    directory = find_dataset(tmp_path / "w1", "python-stdlib")
     dataset = TokenizedDataset(directory)
     lengths = [np.diff(np.append(s.doc_starts, s.num_tokens)) for s in dataset.splits["train"]]
     assert sum(int(x.sum()) for x in lengths) == meta["splits"]["train"]["tokens"]

@@ -15,6 +15,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="theseus-hf-cache-"))
 
+from theseus.core.data.api import find_dataset
+
 from tests.train.conftest import TINY, run_cli  # noqa: E402
 
 RUN = "pre"
@@ -48,7 +50,7 @@ def corpus_lines(root: Path, tokenizer) -> list[str]:
     import numpy as np
     from theseus.core.data.reader import TokenizedDataset
 
-    dataset = TokenizedDataset(root / "data" / "python-stdlib")
+    dataset = TokenizedDataset(find_dataset(root, "python-stdlib"))
     ids = np.concatenate([s.tokens for s in dataset.splits["train"]]).tolist()
     text = tokenizer.decode(ids)
     return [

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from theseus.core.data.api import find_dataset
 
 from tests.evaluate.conftest import RUN, STEPS
 from tests.train.conftest import metrics, run_cli
@@ -52,7 +53,7 @@ def test_bits_per_byte_follows_from_loss_and_the_bytes_per_token(pretrained, fir
     # the ratio agrees with the whole validation split's, measured independently
     from theseus.core.data.reader import TokenizedDataset
 
-    split = TokenizedDataset(pretrained / "data" / "python-stdlib").splits["validation"]
+    split = TokenizedDataset(find_dataset(pretrained, "python-stdlib")).splits["validation"]
     ids = np.concatenate([s.tokens for s in split]).astype(np.int64)
     ids = ids[~np.isin(ids, sorted(opened.special_ids()))]
     split_ratio = len(opened.tokenizer.decode(ids.tolist()).encode()) / len(ids)
@@ -122,7 +123,7 @@ def test_imported_hf_weights_score_like_the_checkpoint(
     from theseus.models.hf import save_hf
 
     hf_dir = save_hf(opened.model, tmp_path / "hf")
-    shutil.copy(pretrained / "data" / "python-stdlib" / "tokenizer" / "tokenizer.json", hf_dir)
+    shutil.copy(find_dataset(pretrained, "python-stdlib") / "tokenizer" / "tokenizer.json", hf_dir)
     hs = bench_files["hellaswag"]
     imported = evaluate_cli(
         pretrained, "eval-hf", f"evaluate.hf_dir={hf_dir}", "evaluate.tasks=[val-ppl, hellaswag]",

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from theseus.core.data.api import find_dataset
 
 from tests.evaluate.conftest import RUN, STEPS, corpus_lines, write_jsonl
 from tests.train.conftest import metrics, theseus_cmd
@@ -353,7 +354,7 @@ def test_imported_weights_score_like_their_run(opened, folder, reference, tmp_pa
     from theseus.core.plugins import registries
 
     registries().hook.theseus_save_hf_model(model=opened.model, directory=str(tmp_path / "hf"))
-    tokenizer = Path(opened.root) / "data" / "python-stdlib" / "tokenizer"
+    tokenizer = find_dataset(Path(opened.root), "python-stdlib") / "tokenizer"
     with contextlib.chdir(folder):
         result = harnessed(["theseus_arc"], f"hf_dir={tmp_path / 'hf'},tokenizer={tokenizer}",
                          include_path=".")  # fmt: skip

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from theseus.core.data.api import find_dataset
 
 from tests.train.conftest import TINY, run_cli
 
@@ -53,14 +54,15 @@ def corpus(shared_root) -> Path:
 def root(corpus, tmp_path) -> Path:
     """A root of this test's own: a copy of the corpus and its finished tokenize run."""
     out = tmp_path / "root"
-    shutil.copytree(corpus / "data" / "python-stdlib", out / "data" / "python-stdlib")
+    source = find_dataset(corpus, "python-stdlib")
+    shutil.copytree(source, out / source.relative_to(corpus))
     for run in (corpus / "runs").glob("data-tokenize-python-stdlib-*"):
         shutil.copytree(run, out / "runs" / run.name)
     return out
 
 
 def dataset(root: Path) -> Path:
-    return root / "data" / "python-stdlib"
+    return find_dataset(root, "python-stdlib")
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:

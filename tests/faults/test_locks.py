@@ -68,20 +68,15 @@ def test_a_run_in_use_is_refused_in_one_line_and_left_untouched(shared_root):
 
 
 def test_a_dataset_being_tokenized_is_refused_in_one_line(tmp_path):
-    from theseus.core.data import format as fmt
+    from theseus.core.plugins import registries
+    from theseus.data.prepare import output_of
 
     root = tmp_path / "root"
-    out = fmt.dataset_dir(root, "python-stdlib", "locked")
+    overrides = ["data.max_documents=4", "data.suffix=locked", "tokenizer.name=byte"]
+    out = Path(output_of("data/tokenize/python-stdlib", overrides, root, registries()))
     process = holder(out)
     try:
-        done = run_cli(
-            root,
-            "run",
-            "data/tokenize/python-stdlib",
-            "data.max_documents=4",
-            "data.suffix=locked",
-            "tokenizer.name=byte",
-        )
+        done = run_cli(root, "run", "data/tokenize/python-stdlib", *overrides)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()

@@ -12,6 +12,11 @@ SCENARIOS = {
     "plain": [],
     "accumulation": ["training.per_device_batch_size=2"],
     "mixture": ["data.mixture={python-stdlib: 0.7, addition: 0.3}"],
+    # the checkpoint at step 3 is the stage boundary: the resume starts the second stage
+    "schedule": [
+        "data.mixture_schedule=[{until_step: 3, weights: {python-stdlib: 0.9, addition: 0.1}},"
+        " {weights: {python-stdlib: 0.2, addition: 0.8}}]"
+    ],
 }
 
 

@@ -7,6 +7,7 @@ import math
 import signal
 
 import pytest
+from theseus.core.data.api import find_dataset
 
 from tests.train.conftest import TINY, kill_after, metrics, run_cli, train_losses
 
@@ -58,7 +59,7 @@ def test_tokenizes_first_then_trains_with_falling_loss_and_full_metrics(shared_r
     first, last = losses[0], sum(losses[s] for s in range(25, 30)) / 5
     # Untrained, the loss is about ln(V); a model that learned only token frequencies scores
     # the unigram entropy H. Demand at least half of that gap closed within 30 steps.
-    uniform, unigram = math.log(384), unigram_entropy(shared_root / "data" / "python-stdlib")
+    uniform, unigram = math.log(384), unigram_entropy(find_dataset(shared_root, "python-stdlib"))
     assert abs(first - uniform) < 0.25, first
     assert last < (uniform + unigram) / 2, (first, last, unigram)
     rows = metrics(shared_root, "learns")

@@ -487,7 +487,32 @@ def _coerce(field_type: Any, value: Any) -> Any:
         return {k: _coerce(args[1], v) for k, v in value.items()}
     if origin is list and len(args) == 1 and isinstance(value, list):
         return [_coerce(args[0], v) for v in value]
+    if dataclasses.is_dataclass(field_type) and isinstance(value, Mapping):
+        return _structured(field_type, value)
     return value
+
+
+def _structured(schema: Any, value: Mapping) -> DictConfig:
+    """A mapping as a typed node of dataclass ``schema`` (an element of a list of
+    dataclasses, e.g. a stage of ``data.mixture_schedule``); unknown keys and wrong types
+    are one line naming the schema's field."""
+    hints = typing.get_type_hints(schema)
+    known = {f.name for f in dataclasses.fields(schema)}
+    for key in value:
+        if key not in known:
+            close = closest_name(str(key), sorted(known))
+            hint = (
+                f"; did you mean {close!r}?" if close else f" (known: {', '.join(sorted(known))})"
+            )
+            raise ConfigKeyError(f"{schema.__name__} has no key {key!r}{hint}")
+    try:
+        return OmegaConf.merge(
+            OmegaConf.structured(schema), {k: _coerce(hints[k], v) for k, v in value.items()}
+        )
+    except oc_errors.ValidationError as error:
+        where = getattr(error, "full_key", None) or "?"
+        reason = str(error).splitlines()[0]
+        raise ConfigTypeError(f"{schema.__name__}.{where}: {reason}") from None
 
 
 def _flow(value: Any) -> str:

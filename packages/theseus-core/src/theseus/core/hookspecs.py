@@ -181,8 +181,10 @@ def theseus_prepare_dataset(
 
     ``data`` is a ``theseus.core.data.DataConfig``; ``primary`` is the first dataset of the
     mixture (a mixture shares its tokenizer). Return a ``Prerequisite`` whose job writes
-    ``<root>/data/<name>[-<suffix>]/`` in the format ``theseus.core.data.format`` reads;
-    its ``key`` and ``overrides`` also form the command named when the data is missing.
+    ``output``, a folder ``<root>/data/<name>/<variant>/`` named by what makes the data, in
+    the format ``theseus.core.data.format`` reads (``output`` is "" while it cannot be named
+    yet: a tokenizer file that does not exist); its ``key`` and ``overrides`` also form the
+    command named when the data is missing.
     """
 
 

@@ -55,6 +55,8 @@ class Prerequisite:
     name: str
     overrides: tuple[str, ...] = ()
     reason: str = ""
+    # The folder the job writes, when known: a finished run whose output is gone runs again.
+    output: str = ""
 
 
 @dataclass

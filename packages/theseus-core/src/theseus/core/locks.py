@@ -57,6 +57,49 @@ def exclusive(directory: Path, what: str, hint: str) -> Iterator[None]:
         lock.release()
 
 
+def holder(directory: Path) -> str | None:
+    """Who holds ``directory``'s lock now (``pid N on host H since ...``), or None.
+
+    Readers never take the lock: on the holder's host the PID in the owner file tells
+    whether it lives (a SIGKILLed holder leaves its owner file behind); elsewhere, or
+    without an owner file, a shared probe of the lock tells (released at once).
+    """
+    path = lock_path(Path(directory))
+    owner = path.with_suffix(".owner")
+    try:
+        data = json.loads(owner.read_text())
+        pid, host = int(data["pid"]), str(data["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pid, host = None, None
+    if pid is not None and host == socket.gethostname():
+        return _holder(owner) if _alive(pid) else None
+    if not path.exists():
+        return None
+    import fcntl
+
+    with open(path, "rb") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(owner)
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    try:  # a killed process its parent has not reaped yet is a zombie: gone
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _holder(owner: Path) -> str:
     try:
         data = json.loads(owner.read_text())

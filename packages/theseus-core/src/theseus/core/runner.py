@@ -258,9 +258,16 @@ def _saved_config(run_dir: RunDir) -> dict | None:
 
 def run_prerequisite(prerequisite: Any, root: str, registries: Registries) -> None:
     run_dir = RunDir(root, prerequisite.name)
+    output = getattr(prerequisite, "output", "")
     if run_dir.exists() and run_dir.read_record().get("status") == "finished":
-        log.info("prerequisite %s (run %s) already finished", prerequisite.key, prerequisite.name)
-        return
+        if not output or Path(output).exists():
+            log.info(
+                "prerequisite %s (run %s) already finished", prerequisite.key, prerequisite.name
+            )
+            return
+        log.info(
+            "prerequisite %s: its output %s is gone; running it again", prerequisite.key, output
+        )
     log.info("running prerequisite %s as run %s", prerequisite.key, prerequisite.name)
     prepare(
         prerequisite.key,

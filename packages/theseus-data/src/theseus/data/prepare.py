@@ -2,9 +2,10 @@
 
 Each dataset of the config becomes one tokenize run whose overrides carry the config's
 tokenizer and dataset options. The run name ends with a digest of those overrides, so the
-same settings find the same finished run again. A mixture shares one vocabulary: when the
-tokenizer kind is trained (``extra={"trained": True}``), the datasets after the first load
-the ``tokenizer.json`` trained on the first.
+same settings find the same finished run again, and its ``output`` is the folder those
+settings name (:mod:`theseus.data.tokenize.identity`). A mixture shares one vocabulary:
+when the tokenizer kind is trained (``extra={"trained": True}``), the datasets after the
+first load the ``tokenizer.json`` trained on the first.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from theseus.core.data import format as fmt
@@ -60,7 +62,9 @@ def tokenize_overrides(
     regs = _registries(registries)
     out: list[str] = []
     if name != primary and is_trained(data.tokenizer, regs):
-        shared = fmt.dataset_dir(root, primary, data.suffix) / fmt.TOKENIZER_DIR / "tokenizer.json"
+        first = tokenize_overrides(data, primary, primary, root, regs)
+        folder = output_of(f"data/tokenize/{primary}", first, root, regs)
+        shared = Path(folder) / fmt.TOKENIZER_DIR / "tokenizer.json"
         out += ["tokenizer.name=hf", f"tokenizer.path={shared}"]
     else:
         out.append(f"tokenizer.name={data.tokenizer}")
@@ -84,6 +88,23 @@ def tokenize_overrides(
     return out
 
 
+def output_of(key: str, overrides: list[str], root: str | os.PathLike, registries: Any) -> str:
+    """The folder the tokenize job ``key`` with ``overrides`` writes ("" while the tokenizer
+    file it reads does not exist yet: a mixture's shared tokenizer before the first dataset
+    is tokenized)."""
+    from theseus.core.runner import config_for, job_spec
+    from theseus.data.tokenize.identity import TokenizerNotReady, identity_settings, output_dir
+
+    spec = job_spec(key, registries)
+    config = config_for(spec, registries, overrides).to_object()
+    name = key.split("/", 2)[2]
+    try:
+        settings = identity_settings(name, config.data, config.tokenizer)
+    except TokenizerNotReady:
+        return ""
+    return str(output_dir(root, name, settings, config.data.suffix))
+
+
 def run_name(name: str, suffix: str, overrides: list[str]) -> str:
     """``data-tokenize-<name>[-<suffix>]-<digest of the settings>`` (workers left out)."""
     settings = [o for o in overrides if not o.startswith("data.num_workers=")]
@@ -98,15 +119,20 @@ def prepare_dataset(
     root: str | os.PathLike,
     registries: Registries | None = None,
 ) -> Prerequisite | None:
-    """The tokenize run that writes ``<root>/data/<name>[-<suffix>]/``, or None when
+    """The tokenize run that writes ``<root>/data/<name>/<variant>/``, or None when
     ``name`` is not a registered dataset."""
     regs = _registries(registries)
     if name not in regs.datasets:
         return None
+    from theseus.data.migrate import migrate_root
+
+    migrate_root(root)
     overrides = tokenize_overrides(data, name, primary, root, regs)
+    key = f"data/tokenize/{name}"
     return Prerequisite(
-        key=f"data/tokenize/{name}",
+        key=key,
         name=run_name(name, data.suffix, overrides),
         overrides=tuple(overrides),
         reason=f"the trainer reads the tokenized dataset {name!r}",
+        output=output_of(key, overrides, root, regs),
     )

@@ -13,6 +13,19 @@ VERIFY_MODES = ("full", "size")
 
 
 @dataclass
+class MixtureStage:
+    """One stage of ``data.mixture_schedule``: weights until a point of training."""
+
+    weights: dict[str, float] = option(
+        help="{dataset: weight} of this stage (normalized; 0 leaves a dataset out)",
+        factory=dict,
+    )
+    until: float = option(0.0, "end of the stage as a fraction of training, in (0, 1]")
+    until_step: int = option(0, "end of the stage as a step number")
+    until_tokens: int = option(0, "end of the stage as a count of training tokens")
+
+
+@dataclass
 class DataConfig:
     dataset: str = option(DEFAULT_DATASET, "registered dataset to train on (tokenized on demand)")
     tokenizer: str = option("bpe", "registered tokenizer kind: bpe, byte, tiktoken, hf, ...")
@@ -31,6 +44,17 @@ class DataConfig:
     mixture: dict[str, float] = option(
         help="weighted mixture {dataset: weight}; empty means the single `dataset`",
         factory=dict,
+    )
+    mixture_schedule: list[MixtureStage] = option(
+        help="mixture weights changing over training: [{until: 0.8, weights: {...}}, "
+        "{weights: {...}}] (the last stage runs to the end); empty: data.mixture",
+        factory=list,
+    )
+    shuffle_rows: int = option(
+        65536,
+        "rows shuffled together on the first pass over the data: a block of this many rows "
+        "must be tokenized before its first step (training can start while tokenizing)",
+        ge=1,
     )
     validation_fraction: float = option(
         0.01, "fraction of documents held out for validation", ge=0, lt=1

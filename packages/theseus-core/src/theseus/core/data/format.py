@@ -1,16 +1,26 @@
-"""The on-disk format of a tokenized dataset under ``<root>/data/<name>/``.
+"""The on-disk format of a tokenized dataset under ``<root>/data/<name>/<variant>/``.
 
-    settings.json                 what was asked for (written first; marks the directory)
+The variant folder is named by what made the data (``bpe8192-3f2a9c01d4``: the tokenizer,
+then a digest of the dataset, its options and the tokenizer's options; see
+:mod:`theseus.core.data.identity`), so tokenizations of one corpus live side by side.
+
+    settings.json                 what made it (written first; marks the directory)
     tokenizer/                    the tokenizer used (tokenizer_config.json + its files)
+    progress.json                 while tokenizing: the units published so far (below)
     train-00000.bin               tokens, uint16 when the vocabulary fits, else uint32
-    train-00000.docs.npy          int64 start offset of each document in the shard
+    train-00000.docs.npy          int64 start offset of each document in a closed shard
+    train-00000.docs.open         the same, raw int64, while the shard is still written
     train-00000.mask.bin          uint8 loss mask per token (chat data only)
     validation-00000.bin ...      the same for the fixed validation split
     metadata.json                 written last: counts, per-file checksums, format version,
                                   ``kind`` (text, chat, or preference: chat documents in
                                   pairs, chosen then rejected, never split between splits)
 
-A directory without ``metadata.json`` is incomplete and is refused by readers.
+Tokenization appends work units to the shards in their fixed order and, after each, rewrites
+``progress.json`` (after the bytes it describes are on disk): a reader may train on what is
+published while the rest is tokenized. A directory without ``metadata.json`` is complete
+only once the tokenize job finishes; readers wait for what they need, or refuse when no
+process is writing it any more.
 """
 
 from __future__ import annotations
@@ -23,16 +33,23 @@ from typing import Any
 
 from theseus.core.data.errors import DataError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 METADATA = "metadata.json"
 SETTINGS = "settings.json"
+PROGRESS = "progress.json"
+OPEN_DOCS_SUFFIX = ".docs.open"
 TOKENIZER_DIR = "tokenizer"
 SPLITS = ("train", "validation")
 PREFERENCE_KIND = "preference"  # metadata ``kind`` of datasets of (chosen, rejected) pairs
 
 
-def dataset_dir(root: str | os.PathLike, name: str, suffix: str = "") -> Path:
-    return Path(root) / "data" / (f"{name}-{suffix}" if suffix else name)
+def data_root(root: str | os.PathLike) -> Path:
+    return Path(root) / "data"
+
+
+def dataset_dir(root: str | os.PathLike, name: str, variant: str) -> Path:
+    """``<root>/data/<name>/<variant>``: one tokenization of dataset ``name``."""
+    return data_root(root) / name / variant
 
 
 def token_dtype(vocab_size: int) -> str:

@@ -1,4 +1,9 @@
-"""TrainingData: the batches a trainer consumes, a pure function of (seed, step)."""
+"""TrainingData: the batches a trainer consumes, a pure function of (seed, step).
+
+Data still being tokenized is read as it is published: a step whose rows are not there yet
+waits (:mod:`theseus.core.data.stream`), and what it reads is what a run started after the
+tokenization reads (:mod:`theseus.core.data.sampling`, :mod:`theseus.core.data.mixture`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pathlib import Path
 import grain
 import numpy as np
 from theseus.core.data.errors import DataError
+from theseus.core.data.mixture import Mixture, Stage, normalized
 from theseus.core.data.reader import TokenizedDataset
 from theseus.core.data.rows import (
     PackedSource,
@@ -16,10 +22,12 @@ from theseus.core.data.rows import (
     packed_batch,
     padded_batch,
 )
-from theseus.core.data.sampling import RowSampler, host_rows
+from theseus.core.data.sampling import BlockSampler, in_order
+from theseus.core.data.stream import Stream, Waits
 
 LAYOUTS = ("packed", "padded", "pairs")
 _ENDLESS = 2**62
+DEFAULT_SHUFFLE_ROWS = 65536
 
 
 class TrainingData:
@@ -40,6 +48,9 @@ class TrainingData:
     ``2p + 1`` are pair ``p``'s chosen and rejected documents, padded like ``padded`` rows.
     The pairs layout samples pairs, not documents, and the global batch (in rows) must give
     every process whole pairs.
+
+    Several datasets mix with ``weights``, or by ``stages`` (:class:`Stage`: weights that
+    change at given steps); ``shuffle_rows`` is the block of the first pass's shuffle.
     """
 
     def __init__(
@@ -57,6 +68,8 @@ class TrainingData:
         padding_side: str = "right",
         prefetch: int = 4,
         loss_on: str = "assistant",
+        shuffle_rows: int = DEFAULT_SHUFFLE_ROWS,
+        stages: Sequence[Stage] | None = None,
     ) -> None:
         if layout not in LAYOUTS:
             raise DataError(f"data layout {layout!r} is unknown; expected one of {LAYOUTS}")
@@ -82,10 +95,13 @@ class TrainingData:
                 f"processes {global_batch_size // process_count} rows: the pairs layout needs "
                 "an even number (whole pairs) per process"
             )
+        if shuffle_rows < 0:
+            raise DataError(f"data.shuffle_rows is {shuffle_rows}; expected >= 0 (0: global)")
         for dataset in datasets:
             check_layout(dataset, layout)
         self.datasets = list(datasets)
         self.weights = list(weights)
+        self.shuffle_rows = shuffle_rows
         self.seq_len = seq_len
         self.global_batch_size = global_batch_size
         self.seed = seed
@@ -101,28 +117,43 @@ class TrainingData:
         self.eos_id = first.eos_id
         self.pad_id = first.pad_id
         self.tokenizer_dir: Path = first.tokenizer_dir
-        self._train = self._sources("train")
-        self._train_sampler = RowSampler([len(s) for s in self._train], self.weights, seed)
-        self._validation: list | None = None  # opened on first use
+        self.waits = Waits()  # what reading data still being tokenized waited for
+        self.items_per_step = global_batch_size // (2 if layout == "pairs" else 1)
+        if stages is None:
+            stages = [Stage(0, None, normalized(self.weights, "the mixture"))]
+        self.mixture = Mixture(stages, self.items_per_step, seed)
+        self._train = self._streams("train")
+        self._samplers = [
+            BlockSampler(seed, shuffle_rows, tag=i) for i in range(len(self.datasets))
+        ]
+        self._validation: list[Stream] | None = None  # opened on first use
 
-    def _sources(self, split: str) -> list[PackedSource | PaddedSource | PairSource]:
+    def _streams(self, split: str) -> list[Stream]:
         kind = {"packed": PackedSource, "padded": PaddedSource, "pairs": PairSource}[self.layout]
-        sources = [kind(d.splits[split], self.seq_len) for d in self.datasets]
-        for dataset, source in zip(self.datasets, sources, strict=True):
-            if isinstance(source, PairSource) and len(source.documents) % 2:
-                raise DataError(
-                    f"the {split} split of {dataset.path} holds {len(source.documents)} "
-                    "documents, an odd number: not whole preference pairs; tokenize it again"
-                )
-            if isinstance(source, PairSource) and len(source) == 0:
-                raise DataError(f"the {split} split of {dataset.path} holds no preference pair")
-            if len(source) == 0:
-                tokens = sum(s.num_tokens for s in dataset.splits[split])
-                raise DataError(
-                    f"the {split} split of {dataset.path} has {tokens} tokens: not one row of "
-                    f"seq_len {self.seq_len} + 1 fits; use more documents or a shorter sequence"
-                )
-        return sources
+        streams = [
+            Stream(d, split, lambda shards, kind=kind: kind(shards, self.seq_len), self.waits)
+            for d in self.datasets
+        ]
+        for dataset, stream in zip(self.datasets, streams, strict=True):
+            if dataset.complete:
+                self._check_source(dataset, split, stream.source)
+        return streams
+
+    def _check_source(self, dataset: TokenizedDataset, split: str, source) -> None:
+        """A complete split must give at least one row (whole pairs for the pairs layout)."""
+        if isinstance(source, PairSource) and len(source.documents) % 2:
+            raise DataError(
+                f"the {split} split of {dataset.path} holds {len(source.documents)} "
+                "documents, an odd number: not whole preference pairs; tokenize it again"
+            )
+        if isinstance(source, PairSource) and len(source) == 0:
+            raise DataError(f"the {split} split of {dataset.path} holds no preference pair")
+        if len(source) == 0:
+            tokens = sum(s.num_tokens for s in dataset.splits[split])
+            raise DataError(
+                f"the {split} split of {dataset.path} has {tokens} tokens: not one row of "
+                f"seq_len {self.seq_len} + 1 fits; use more documents or a shorter sequence"
+            )
 
     @property
     def local_batch_size(self) -> int:
@@ -131,7 +162,7 @@ class TrainingData:
     # ------------------------------------------------------------------ batches
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's slice of the global batch at ``step``."""
-        return self._build(self._train, self._train_sampler(self._items(step)))
+        return self._build(self._train, self._picks(step, self.mixture, self._train, True))
 
     def iterator(self, start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """``batch(start_step), batch(start_step + 1), ...`` prepared ahead by a background
@@ -144,25 +175,58 @@ class TrainingData:
         return iter(prefetched)
 
     def validation_batches(self, num_batches: int) -> list[dict[str, np.ndarray]]:
-        """A fixed validation stream (unshuffled): the same batches on every call."""
+        """A fixed validation stream (unshuffled; a mixture with the first stage's weights):
+        the same batches on every call."""
         if self._validation is None:
-            self._validation = self._sources("validation")
-            lengths = [len(s) for s in self._validation]
-            self._validation_sampler = RowSampler(lengths, self.weights, self.seed, shuffle=False)
+            self._validation = self._streams("validation")
+            first = self.mixture.stages[0].weights
+            self._validation_mixture = Mixture(
+                [Stage(0, None, first)], self.items_per_step, self.seed
+            )
         out = []
         for index in range(num_batches):
-            items = self._items(index)
-            out.append(self._build(self._validation, self._validation_sampler(items)))
+            picks = self._picks(index, self._validation_mixture, self._validation, False)
+            out.append(self._build(self._validation, picks))
         return out
 
-    def _items(self, step: int) -> np.ndarray:
-        """The global item indices this process reads at ``step``: one per row, or (pairs
-        layout) one per pair, each pair filling two consecutive rows."""
-        per_item = 2 if self.layout == "pairs" else 1
-        items = self.global_batch_size // per_item
-        return host_rows(step, items, self.process_index, self.process_count)
+    def step_metrics(self, step: int) -> dict[str, float]:
+        """What a trainer logs of the data at ``step``: each dataset's realized share of
+        the items so far (``data/mix/<dataset>``, mixtures only) and the seconds spent
+        waiting for the tokenization (``data/wait_s``, once there was a wait)."""
+        out: dict[str, float] = {}
+        if len(self.datasets) > 1:
+            shares = self.mixture.realized(step)
+            for dataset, share in zip(self.datasets, shares.tolist(), strict=True):
+                out[f"data/mix/{dataset.name}"] = share
+        if self.waits.episodes:
+            out["data/wait_s"] = self.waits.seconds
+        return out
 
-    def _build(self, sources, picks: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+    @property
+    def status(self) -> str | None:
+        """What the loader waits for now (``waiting for ...: unit 3 of 12``), or None."""
+        return self.waits.status
+
+    def _picks(
+        self, step: int, mixture: Mixture, streams: list[Stream], shuffle: bool
+    ) -> list[tuple[int, int]]:
+        """(dataset, item) of each of this process's items at ``step``: one per row, or
+        (pairs layout) one per pair, each pair filling two consecutive rows."""
+        source, rows = mixture.assign(step)
+        local = self.items_per_step // self.process_count
+        first = self.process_index * local
+        source, rows = source[first : first + local], rows[first : first + local]
+        items = np.empty_like(rows)
+        for d in np.unique(source).tolist():
+            where = np.flatnonzero(source == d)
+            if shuffle:
+                items[where] = self._samplers[d](rows[where], streams[d])
+            else:
+                items[where] = in_order(rows[where], streams[d])
+        return list(zip(source.tolist(), items.tolist(), strict=True))
+
+    def _build(self, streams: list[Stream], picks: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+        sources = [stream.source for stream in streams]
         if self.layout == "pairs":  # row 2p: pair p's chosen document; row 2p + 1: rejected
             stored = self.use_stored_mask
             examples = [doc for s, i in picks for doc in sources[s].pair(i, stored)]

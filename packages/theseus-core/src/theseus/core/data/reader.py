@@ -14,7 +14,9 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from theseus.core.data.errors import (
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes per read when hashing: in cache while hashed (16 MiB was slower)
+POLL_SECONDS = 0.2  # how often a reader waiting for tokenization looks again
 
 
 @dataclass
@@ -110,11 +113,13 @@ class Verified:
 
 
 class TokenizedDataset:
-    """A complete tokenized dataset directory, memory-mapped.
+    """A tokenized dataset directory, memory-mapped: complete, or (``wait=True``) still
+    being tokenized by another process, of which it sees the published units.
 
     ``verify``: ``"full"`` (sizes, sha256 and token ids), ``"size"`` (sizes only) or
     ``"none"``. ``verified``: the run's record; when it holds this metadata's digest the
-    files were hashed by this run already and only their sizes are checked.
+    files were hashed by this run already and only their sizes are checked. Data still
+    being written is not hashed (its files are checked once complete, by the next open).
     """
 
     def __init__(
@@ -124,27 +129,40 @@ class TokenizedDataset:
         job_hint: str = "",
         verify: str = "full",
         verified: Verified | None = None,
+        wait: bool = False,
     ):
         if verify not in (*VERIFY_MODES, "none"):
             raise DataError(f"verify={verify!r}: expected one of {(*VERIFY_MODES, 'none')}")
         self.path = Path(path)
-        self.hint = job_hint or f"data/tokenize/{self.path.name}"
-        metadata_path = self.path / fmt.METADATA
-        if not metadata_path.exists():
-            if (self.path / fmt.SETTINGS).exists():
-                raise DataIncompleteError(
-                    f"tokenized data in {self.path} is incomplete (still being tokenized, or "
-                    f"interrupted): let `theseus run {self.hint}` finish first"
-                )
+        self.hint = job_hint or f"data/tokenize/{self.path.parent.name}"
+        self.complete = False
+        self.version = 0  # grows each time more of the data is seen (:meth:`refresh`)
+        self.on_complete: list[Callable[[], None]] = []  # called once it is seen complete
+        self._refresh_lock = threading.Lock()
+        self.max_token_id: dict[str, int] | None = None  # per shard file, once known
+        self._shards: dict[tuple[str, int, int], Shard] = {}  # (stem, tokens, docs) -> shard
+        if (self.path / fmt.METADATA).exists():
+            self._open_complete(verify, verified)
+            return
+        if not (self.path / fmt.SETTINGS).exists():
             raise DataMissingError(
                 f"no tokenized data in {self.path}: run `theseus run {self.hint}` first"
             )
+        if not wait:
+            raise DataIncompleteError(
+                f"tokenized data in {self.path} is incomplete (still being tokenized, or "
+                f"interrupted): let `theseus run {self.hint}` finish first"
+            )
+        self._open_progress()
+
+    # ------------------------------------------------------------------ opening
+    def _open_complete(self, verify: str, verified: Verified | None) -> None:
+        metadata_path = self.path / fmt.METADATA
         raw = _read_bytes(metadata_path)
         self.metadata_digest = hashlib.sha256(raw).hexdigest()
         self.metadata: dict[str, Any] = fmt.parse_json(raw, metadata_path)
         self._check_metadata()
         self.dtype = np.dtype(self.metadata["token_dtype"])
-        self.max_token_id: dict[str, int] | None = None  # per shard file, once known
         if verify != "none":
             self.verify(verify, verified)
             self.check_token_ids(self.vocab_size)
@@ -152,8 +170,107 @@ class TokenizedDataset:
             split: [self._open_shard(name) for name in self.metadata["splits"][split]["shards"]]
             for split in fmt.SPLITS
         }
+        self.complete = True
+
+    def _open_progress(self) -> None:
+        """Open what is published; wait (while a process writes it) for its tokenizer."""
+        progress = self._read_progress()
+        if progress is None:
+            log.info("waiting for the tokenizer of %s (the tokenize job makes it first)", self.path)
+        while progress is None:
+            if (self.path / fmt.METADATA).exists():  # finished meanwhile
+                self._open_complete("size", None)
+                return
+            self.check_writer()
+            time.sleep(POLL_SECONDS)
+            progress = self._read_progress()
+        self.metadata = progress
+        self.metadata_digest = ""
+        self._check_metadata(complete=False)
+        self.dtype = np.dtype(progress["token_dtype"])
+        self.splits = self._published_splits(progress)
+
+    def _read_progress(self) -> dict[str, Any] | None:
+        path = self.path / fmt.PROGRESS
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise DataError(f"cannot read {path} ({error.strerror or error})") from error
+        return fmt.parse_json(raw, path)
+
+    def _published_splits(self, progress: dict[str, Any]) -> dict[str, list[Shard]]:
+        for attempt in range(3):  # a shard closed between reading progress and its files
+            try:
+                return {
+                    split: [self._published_shard(entry) for entry in progress["splits"][split]]
+                    for split in fmt.SPLITS
+                }
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+                progress = self._read_progress() or progress
+                self.metadata = progress
+        raise AssertionError("unreachable")
+
+    def _published_shard(self, entry: dict[str, Any]) -> Shard:
+        stem, tokens, documents = entry["stem"], int(entry["tokens"]), int(entry["documents"])
+        key = (stem, tokens, documents)
+        if key not in self._shards:
+            if entry.get("closed"):
+                shard = self._open_shard(stem)
+            else:
+                shard = self._open_partial_shard(stem, tokens, documents)
+            self._shards = {k: v for k, v in self._shards.items() if k[0] != stem}
+            self._shards[key] = shard
+        return self._shards[key]
+
+    def refresh(self) -> bool:
+        """Read what was published since (or the finished dataset); True when it grew."""
+        with self._refresh_lock:
+            if self.complete:
+                return False
+            if (self.path / fmt.METADATA).exists():
+                self._open_complete("size", None)  # hashed by the run's next open
+                self.version += 1
+                for callback in self.on_complete:
+                    callback()
+                return True
+            progress = self._read_progress()
+            if progress is None or progress.get("sequence") == self.metadata.get("sequence"):
+                return False
+            self.metadata = progress
+            self.splits = self._published_splits(progress)
+            self.version += 1
+            return True
+
+    def check_writer(self) -> None:
+        """Refuse data that no process is writing any more and that is not finished."""
+        from theseus.core.locks import holder
+
+        if holder(self.path) is not None or (self.path / fmt.METADATA).exists():
+            return
+        raise DataIncompleteError(
+            f"tokenized data in {self.path} is incomplete and no process is writing it (the "
+            f"tokenization stopped at {self.units_line()}): run `theseus run {self.hint}` to "
+            "finish it, then run this command again"
+        )
+
+    def units_line(self) -> str:
+        """``unit 12 of 40 tokenized`` (``of at least 40`` while the corpus is still being
+        read): units 0..11 are published."""
+        meta = getattr(self, "metadata", None) or {"units": 0}
+        planned = meta.get("units_planned", "?")
+        more = "" if meta.get("planning_done", True) else "at least "
+        return f"unit {meta.get('units', 0)} of {more}{planned} tokenized"
 
     # ------------------------------------------------------------------ properties
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What made the data (the dataset, its options, the tokenizer and its options)."""
+        return dict(self.metadata.get("settings") or {})
+
     @property
     def vocab_size(self) -> int:
         return int(self.metadata["tokenizer"]["vocab_size"])
@@ -180,7 +297,7 @@ class TokenizedDataset:
 
     @property
     def name(self) -> str:
-        return str(self.metadata.get("dataset", self.path.name))
+        return str(self.metadata.get("dataset", self.path.parent.name))
 
     @property
     def kind(self) -> str:
@@ -200,9 +317,9 @@ class TokenizedDataset:
         ]
 
     # ------------------------------------------------------------------ checks
-    def _check_metadata(self) -> None:
+    def _check_metadata(self, complete: bool = True) -> None:
         """The keys every reader relies on, so a hand-edited or foreign file is one line."""
-        where = self.path / fmt.METADATA
+        where = self.path / (fmt.METADATA if complete else fmt.PROGRESS)
         meta = self.metadata
         version = meta.get("format_version") if isinstance(meta, dict) else None
         if version != fmt.FORMAT_VERSION:
@@ -214,8 +331,8 @@ class TokenizedDataset:
             np.dtype(meta["token_dtype"])
             int(meta["tokenizer"]["vocab_size"])
             for split in fmt.SPLITS:
-                list(meta["splits"][split]["shards"])
-            for entry in meta["files"].values():
+                list(meta["splits"][split] if not complete else meta["splits"][split]["shards"])
+            for entry in meta["files"].values() if complete else ():
                 int(entry["bytes"]), str(entry["sha256"])
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise DataError(
@@ -304,6 +421,17 @@ class TokenizedDataset:
         mask = _memmap(mask_path, np.dtype("uint8")) if mask_path.exists() else None
         return Shard(tokens_path, tokens, doc_starts, mask)
 
+    def _open_partial_shard(self, stem: str, tokens: int, documents: int) -> Shard:
+        """The published part of a shard still being written (its first ``tokens`` tokens
+        and ``documents`` document starts; the writer only appends)."""
+        tokens_path = self.path / f"{stem}.bin"
+        doc_starts = np.fromfile(
+            self.path / f"{stem}{fmt.OPEN_DOCS_SUFFIX}", np.int64, count=documents
+        )
+        mask_path = self.path / f"{stem}.mask.bin"
+        mask = _memmap(mask_path, np.dtype("uint8"), tokens) if self.has_mask else None
+        return Shard(tokens_path, _memmap(tokens_path, self.dtype, tokens), doc_starts, mask)
+
 
 def scan_file(path: Path, dtype: np.dtype | None = None) -> tuple[str, int | None]:
     """(sha256, largest item when ``dtype`` is given and the file is not empty), one read."""
@@ -345,8 +473,10 @@ def _read_bytes(path: Path) -> bytes:
         raise DataError(f"cannot read {path} ({error.strerror or error})") from error
 
 
-def _memmap(path: Path, dtype: np.dtype) -> np.ndarray:
-    if path.stat().st_size == 0:
+def _memmap(path: Path, dtype: np.dtype, count: int | None = None) -> np.ndarray:
+    """The file as an array (its first ``count`` items when given)."""
+    if count == 0 or path.stat().st_size == 0:
         return np.zeros((0,), dtype=dtype)
+    shape = None if count is None else (count,)
     # A plain ndarray view of the map: slicing it skips np.memmap's per-slice overhead.
-    return np.memmap(path, dtype=dtype, mode="r").view(np.ndarray)
+    return np.memmap(path, dtype=dtype, mode="r", shape=shape).view(np.ndarray)

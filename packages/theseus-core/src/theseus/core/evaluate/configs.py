@@ -36,7 +36,9 @@ class PerplexityConfig:
         0, "tokens per row (0: the run's training.seq_len, else max_seq_len)", ge=0
     )
     dataset: str = option(
-        "", "a tokenized dataset directory under <root>/data ('' = the run's training data)"
+        "",
+        "a tokenized dataset under <root>/data: NAME (its one tokenization) or NAME/VARIANT "
+        "('' = the run's training data)",
     )
 
 

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import numpy as np
-from theseus.core.data.api import open_training_data
+from theseus.core.data.api import find_dataset, open_training_data
 from theseus.core.data.loader import TrainingData
 from theseus.core.data.reader import TokenizedDataset
 from theseus.core.data.rows import PackedSource, PaddedSource
@@ -23,9 +23,7 @@ from theseus.core.evaluate.target import EvalTarget
 def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
     """``config.dataset`` (packed), else the run's data, with this evaluation's batch size."""
     if config.dataset:
-        from pathlib import Path
-
-        dataset = TokenizedDataset(Path(target.root) / "data" / config.dataset)
+        dataset = TokenizedDataset(find_dataset(target.root, config.dataset))
         if dataset.vocab_size > target.model.config.vocab_size:
             raise EvaluationError(
                 f"{dataset.path} was tokenized with {dataset.vocab_size} tokens; the model has "

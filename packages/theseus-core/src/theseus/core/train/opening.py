@@ -30,7 +30,7 @@ from flax import nnx
 from theseus.core.adapters import cast_frozen, split_trainable
 from theseus.core.config import flatten, parse_overrides
 from theseus.core.data import format as fmt
-from theseus.core.data.api import mixture_entries
+from theseus.core.data.api import run_dataset_path
 from theseus.core.errors import ConfigError, JobError, TheseusError, one_line
 from theseus.core.jobs import parse_reference
 from theseus.core.plugins import registries as default_registries
@@ -89,7 +89,8 @@ class OpenedRun:
         config = self.config
         sized = dataclasses.replace(config.data, verify="size")
         layout = getattr(self.job_class, "layout", "packed")
-        return open_data(dataclasses.replace(config, data=sized), self.root, layout)
+        replaced = dataclasses.replace(config, data=sized)
+        return open_data(replaced, self.root, layout, run=self.run, from_record=True)
 
     @property
     def tokenizer_dir(self) -> Path | None:
@@ -221,16 +222,17 @@ def _restore(
 # ---------------------------------------------------------------------------- the vocabulary
 
 
-def dataset_dir(root: str | Path, config: TrainJobConfig) -> Path:
-    """The run's (first) tokenized dataset folder."""
-    return fmt.dataset_dir(root, mixture_entries(config.data)[0][0], config.data.suffix)
+def dataset_dir(root: str | Path, config: TrainJobConfig, run: RunDir | None = None) -> Path:
+    """The run's (first) tokenized dataset: ``<root>/data/<dataset>/<variant>``, as the run
+    recorded it, else as its config names it."""
+    return run_dataset_path(root, config.data, run.path if run is not None else None)
 
 
 def run_vocab_size(root: str | Path, run: RunDir, config: TrainJobConfig) -> int:
     """The model's vocabulary: ``model.vocab_size``, else its tokenized dataset's."""
     if config.model.vocab_size:
         return int(config.model.vocab_size)
-    metadata = dataset_dir(root, config) / fmt.METADATA
+    metadata = dataset_dir(root, config, run) / fmt.METADATA
     if not metadata.is_file():
         raise OpenRunError(
             f"run {run.name!r} took its vocabulary from its tokenized data (model.vocab_size=0) "
@@ -248,7 +250,7 @@ def tokenizer_dir(root: str | Path, run: RunDir, config: TrainJobConfig) -> Path
     if (own / "tokenizer.json").is_file():
         return own
     data = config.data
-    found = dataset_dir(root, config) / "tokenizer"
+    found = dataset_dir(root, config, run) / "tokenizer"
     if data.tokenizer == "hf" and data.tokenizer_options.get("path"):
         given = Path(str(data.tokenizer_options["path"])).expanduser()
         folder = given if given.is_dir() else given.parent

@@ -66,13 +66,18 @@ def total_steps(training: TrainingConfig) -> int:
 
 
 def open_data(
-    config: TrainJobConfig, root: str, layout: str = "packed", run: Any = None
+    config: TrainJobConfig,
+    root: str,
+    layout: str = "packed",
+    run: Any = None,
+    from_record: bool = False,
 ) -> TrainingData:
     """This process's view of the run's batches (packed documents or padded chat rows).
 
     The files are verified as ``data.verify`` says; ``run`` (its :class:`RunDir`) keeps
-    what this run hashed already, so its resumes check sizes only. Token ids are checked
-    against the tokenizer's vocabulary, which is the model's (:func:`model_config`).
+    what this run hashed already, so its resumes check sizes only, and what data it trained
+    on, which a resume must find again (``from_record``: the recorded folders, read only).
+    Token ids are checked against the tokenizer's vocabulary, which is the model's (:func:`model_config`).
     """
 
     training = config.training
@@ -85,7 +90,9 @@ def open_data(
         layout=layout,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
-        verified=Verified.of_run(run.path) if run is not None else None,
+        run_dir=run.path if run is not None else None,  # its data record and verifications
+        total_steps=total_steps(training),
+        from_record=from_record,
     )
 
 

@@ -26,6 +26,7 @@ from theseus.core.sharding.mesh import describe
 from theseus.core.train.callbacks import Events
 from theseus.core.train.checkpointing import Checkpointing
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
+from theseus.core.train.data_metrics import DataMetrics
 from theseus.core.train.evaluation import Evaluation, Tasks
 from theseus.core.train.lifecycle import LifecycleHooks
 from theseus.core.train.loggers import build_loggers
@@ -165,6 +166,7 @@ class Trainer:
         callbacks = [
             StepProfiler(config.logging.profile_steps, self.run.path / "profile"),
             recorder,
+            DataMetrics(self.data),
             NonFinitePolicy(
                 self.run.name,
                 skip=config.training.skip_nonfinite,
@@ -233,12 +235,14 @@ def _progress(trainer: Trainer, start: int) -> Iterator[Any]:
         yield lambda: None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from theseus.core.data.progress import DataWaitColumn
 
     with Progress(
         TextColumn(f"[bold]{trainer.run.name}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeRemainingColumn(),
+        DataWaitColumn(trainer.data),  # "waiting for <dataset>: unit k of n" while it waits
     ) as progress:
         task = progress.add_task("train", total=trainer.total_steps, completed=start)
         yield lambda: progress.advance(task)

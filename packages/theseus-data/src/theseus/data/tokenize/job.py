@@ -1,13 +1,14 @@
-"""``data/tokenize/<dataset>``: tokenize a registered dataset into ``<root>/data/<name>/``.
+"""``data/tokenize/<dataset>``: tokenize a registered dataset into
+``<root>/data/<name>/<variant>/`` (the variant named by what makes it).
 
 Steps: record the settings (or reuse/refuse an existing output), build or load the
 tokenizer, tokenize work units in ``data.num_workers`` spawned processes (skipping units a
-previous, interrupted run finished), assemble the shards, write ``metadata.json`` last.
+previous, interrupted run finished), publish them in order into the shards as they finish
+(readers may train on them meanwhile), write ``metadata.json`` last.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import multiprocessing
 import os
@@ -19,17 +20,19 @@ from typing import Any
 
 from theseus.core.data import format as fmt
 from theseus.core.data.errors import DataError, SettingsConflictError
+from theseus.core.data.identity import describe_settings, settings_differences
 from theseus.core.jobs import Job
 from theseus.core.locks import exclusive
-from theseus.data.tokenize.assemble import assemble, file_checksums
-from theseus.data.tokenize.options import RUNTIME_ONLY
+from theseus.data.tokenize.identity import identity_settings, output_dir, with_digest
 from theseus.data.tokenize.progress import TokenizeMeter
+from theseus.data.tokenize.publish import Publisher
 from theseus.data.tokenize.units import (
     Prefix,
     encode_unit,
     finished_units,
     init_worker,
     plan_units,
+    read_unit,
     remove_partial_units,
     unit_path,
     unit_summary,
@@ -52,15 +55,18 @@ class TokenizeJob(Job):
     timings: dict[str, float] | None = None  # of the last call (for benchmarks)
 
     def __call__(self) -> dict[str, Any]:
-        name = self.dataset_name()
-        out = fmt.dataset_dir(self.context.root, name, self.config.data.suffix)
-        hint = "wait for it to finish (the next run reuses its output)"
-        with exclusive(out, f"dataset directory {out}", hint):
-            return self.tokenize(name, out)
+        from theseus.data.migrate import migrate_root
 
-    def tokenize(self, name: str, out: Path) -> dict[str, Any]:
+        name = self.dataset_name()
+        migrate_root(self.context.root)
+        settings = with_digest(self.settings(name))
+        out = output_dir(self.context.root, name, settings, self.config.data.suffix)
+        hint = "wait for it to finish (the next run reuses its output; a trainer may read it now)"
+        with exclusive(out, f"dataset directory {out}", hint):
+            return self.tokenize(name, out, settings)
+
+    def tokenize(self, name: str, out: Path, settings: dict[str, Any]) -> dict[str, Any]:
         """Tokenize into ``out`` (its lock held), or reuse it when its settings match."""
-        settings = self.settings(name)
         if self.reuse(out, settings):
             return fmt.read_json(out / fmt.METADATA)
         dataset = self.dataset(name)
@@ -68,15 +74,17 @@ class TokenizeJob(Job):
             raise DataError(f"dataset {name!r} produced no documents: the corpus is empty")
         out.mkdir(parents=True, exist_ok=True)
         fmt.write_json_atomic(out / fmt.SETTINGS, settings)
+        log.info("tokenizing %s into %s", name, out)
 
         tokenizer = self.tokenizer(out, dataset)
         dataset.skips.count = 0  # count the tokenization pass only (training read it too)
         work = out / WORK
         work.mkdir(exist_ok=True)
         started = time.perf_counter()
-        units, meter = self.tokenize_units(name, dataset, out / fmt.TOKENIZER_DIR, work)
+        publisher = self.publisher(out, name, settings, dataset, tokenizer)
+        meter = self.tokenize_units(name, dataset, out / fmt.TOKENIZER_DIR, work, publisher)
         tokenized = time.perf_counter()
-        metadata = self.write_output(out, work, units, name, settings, dataset, tokenizer, meter)
+        metadata = publisher.finish({"skipped_records": dataset.skipped})
         shutil.rmtree(work, ignore_errors=True)
         self.timings = {
             "tokenize_s": tokenized - started,
@@ -88,64 +96,38 @@ class TokenizeJob(Job):
             log.warning("skipped %d bad records (data.skip_bad_records=true)", dataset.skipped)
         return metadata
 
-    def dataset_name(self) -> str:
-        return self.context.run.read_record()["key"].split("/", 2)[2]
-
-    def write_output(
-        self,
-        out: Path,
-        work: Path,
-        units: int,
-        name: str,
-        settings: dict[str, Any],
-        dataset: Any,
-        tokenizer: Any,
-        meter: TokenizeMeter,
-    ) -> dict[str, Any]:
-        """Assemble the shards from the units, then write ``metadata.json`` (last)."""
+    def publisher(
+        self, out: Path, name: str, settings: dict[str, Any], dataset: Any, tokenizer: Any
+    ) -> Publisher:
+        """Publishes the units into ``out`` (resuming what an interrupted run published)."""
         described = tokenizer.describe()
-        dtype = fmt.token_dtype(described["vocab_size"])
         chat = dataset.kind in ("chat", "preference")
-        data = self.config.data
-        written = assemble(
-            work,
-            out,
-            units,
-            dtype=dtype,
-            fraction=data.validation_fraction,
-            shard_tokens=data.shard_tokens,
-            with_mask=chat,
-            max_tokens=data.max_tokens,
-        )
-        metadata = {
+        header = {
             "format_version": fmt.FORMAT_VERSION,
             "dataset": name,
             "kind": dataset.kind,
             "settings": settings,
             "tokenizer": {"name": self.config.tokenizer.name, **described},
-            "token_dtype": dtype,
+            "token_dtype": fmt.token_dtype(described["vocab_size"]),
             "has_loss_mask": chat,
-            "documents": written["documents"],
-            "text_bytes": written["text_bytes"],
-            "tokens": written["tokens"],
-            "skipped_records": dataset.skipped,
-            "splits": written["splits"],
-            "files": file_checksums(out),
         }
-        fmt.write_json_atomic(out / fmt.METADATA, metadata)
-        return metadata
+        data = self.config.data
+        return Publisher(
+            out,
+            header,
+            fraction=data.validation_fraction,
+            shard_tokens=data.shard_tokens,
+            max_tokens=data.max_tokens,
+            group=2 if dataset.kind == "preference" else 1,
+            with_mask=chat,
+        )
+
+    def dataset_name(self) -> str:
+        return self.context.run.read_record()["key"].split("/", 2)[2]
 
     # ------------------------------------------------------------------ settings
     def settings(self, name: str) -> dict[str, Any]:
-        data = dataclasses.asdict(self.config.data)
-        tokenizer = dataclasses.asdict(self.config.tokenizer)  # its kind's `name` included
-        kept = {k: v for k, v in data.items() if k not in RUNTIME_ONLY}
-        return {
-            "format_version": fmt.FORMAT_VERSION,
-            "dataset": name,
-            "data": kept,
-            "tokenizer": tokenizer,
-        }
+        return identity_settings(name, self.config.data, self.config.tokenizer)
 
     def reuse(self, out: Path, settings: dict[str, Any]) -> bool:
         """True when ``out`` is complete with these settings; an error when it is complete
@@ -154,9 +136,10 @@ class TokenizeJob(Job):
             previous = fmt.read_json(out / fmt.METADATA).get("settings", {})
             if previous != settings:
                 raise SettingsConflictError(
-                    f"{out} was made with {_describe(previous)}; this job asks for "
-                    f"{_describe(settings)} (differs in {_differences(previous, settings)}): "
-                    f"set data.suffix=... to keep both, or delete {out}"
+                    f"{out} was made with {describe_settings(previous)}; this job asks for "
+                    f"{describe_settings(settings)} (differs in "
+                    f"{settings_differences(previous, settings)}): delete {out} to tokenize "
+                    "it again"
                 )
             log.info("%s is complete with the same settings: reusing it", out)
             return True
@@ -165,7 +148,7 @@ class TokenizeJob(Job):
             log.warning(
                 "%s holds an incomplete tokenization with other settings (%s): starting over",
                 out,
-                _differences(previous, settings),
+                settings_differences(previous, settings),
             )
             shutil.rmtree(out)
         return False
@@ -189,32 +172,39 @@ class TokenizeJob(Job):
         return tokenizer
 
     def tokenize_units(
-        self, name: str, dataset: Any, tokenizer_dir: Path, work: Path
-    ) -> tuple[int, TokenizeMeter]:
+        self, name: str, dataset: Any, tokenizer_dir: Path, work: Path, publisher: Publisher
+    ) -> TokenizeMeter:
+        """Tokenize the units not done yet (in parallel) and publish every unit in order."""
         workers = self.config.data.num_workers or cpu_count()
         unit_bytes = self.config.data.unit_bytes
         plan_file = work / "plan.json"
         if plan_file.exists() and fmt.read_json(plan_file) != {"unit_bytes": unit_bytes}:
             shutil.rmtree(work)  # units of another size cannot be mixed
             work.mkdir()
+            if publisher.units:
+                log.warning("the units were cut at another size before: publishing again")
+                publisher.reset()
         fmt.write_json_atomic(plan_file, {"unit_bytes": unit_bytes})
         if partial := remove_partial_units(work):
             log.info("removed %d unit files a stopped run left half written", partial)
-        done = len(finished_units(work))
-        if done:
+        if done := len(finished_units(work)):
             log.info("resuming: %d of the units are already tokenized", done)
         context = multiprocessing.get_context("spawn")
         pending: dict[Future, int] = {}
         sizes: dict[int, int] = {}
+        ready: set[int] = set()  # finished unit files, published or not
         max_tokens = self.config.data.max_tokens
         prefix = Prefix()
+        resumed = planned = 0
         with (
             TokenizeMeter(f"tokenizing {name} ({workers} workers)") as meter,
             ProcessPoolExecutor(workers, context, init_worker, (str(tokenizer_dir),)) as pool,
         ):
             for unit in plan_units(dataset.records(), unit_bytes):
-                if max_tokens and prefix.tokens >= max_tokens:
+                if (max_tokens and prefix.tokens >= max_tokens) or publisher.done:
                     break  # enough tokens in finished leading units: stop reading
+                planned = unit.index + 1
+                publisher.plan(planned, False)
                 path = unit_path(work, unit.index)
                 digest = unit.digest()
                 if path.exists():
@@ -222,32 +212,49 @@ class TokenizeJob(Job):
                     if done_digest == digest:
                         meter.add(len(unit.records), unit.num_bytes, tokens)
                         prefix.add(unit.index, tokens)
+                        ready.add(unit.index)
+                        resumed += 1
+                        self._publish(publisher, ready, work)
                         continue
                     log.warning(
                         "unit %d: its input changed since it was tokenized; redoing", unit.index
                     )
+                    if unit.index < publisher.next_unit:
+                        log.warning("unit %d was published already: publishing again", unit.index)
+                        publisher.reset()
                 while len(pending) >= 2 * workers:
-                    self._collect(pending, sizes, meter, prefix)
+                    self._collect(pending, sizes, meter, prefix, ready)
+                    self._publish(publisher, ready, work)
                 future = pool.submit(
                     encode_unit, unit.index, dataset.kind, unit.records, str(work), digest
                 )
                 pending[future] = unit.index
                 sizes[unit.index] = unit.num_bytes
+            publisher.plan(planned, True)
             while pending:
-                self._collect(pending, sizes, meter, prefix)
-        count = prefix.units_for(max_tokens)
-        done_before = len(prefix.tokens_of) - meter.units_done
+                self._collect(pending, sizes, meter, prefix, ready)
+                self._publish(publisher, ready, work)
+            self._publish(publisher, ready, work)
         log.info(
-            "%d units tokenized now by %d worker processes, %d by an earlier run; keeping %d",
+            "%d units tokenized now by %d worker processes, %d by an earlier run; %d published",
             meter.units_done,
             len(meter.workers),
-            done_before,
-            count,
+            resumed,
+            publisher.units,
         )
-        return count, meter
+        return meter
 
     @staticmethod
-    def _collect(pending: dict, sizes: dict, meter: TokenizeMeter, prefix: Prefix) -> None:
+    def _publish(publisher: Publisher, ready: set[int], work: Path) -> None:
+        """Publish the finished units that come next in order."""
+        while publisher.next_unit in ready and not publisher.done:
+            tokens, lengths, sizes, mask = read_unit(unit_path(work, publisher.next_unit))
+            publisher.add_unit(tokens, lengths, sizes, mask)
+
+    @staticmethod
+    def _collect(
+        pending: dict, sizes: dict, meter: TokenizeMeter, prefix: Prefix, ready: set[int]
+    ) -> None:
         done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
         for future in done:
             pending.pop(future)
@@ -256,26 +263,4 @@ class TokenizeJob(Job):
             meter.workers.add(pid)
             meter.units_done += 1
             prefix.add(index, tokens)
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
-    a, b = _flat(old), _flat(new)
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys) or "nothing"
-
-
-def _describe(settings: dict[str, Any]) -> str:
-    tokenizer = settings.get("tokenizer", {})
-    tok = ",".join(f"{k}={v}" for k, v in sorted(tokenizer.items()) if k != "name")
-    data = settings.get("data", {})
-    rest = " ".join(f"{k}={v}" for k, v in sorted(data.items()))
-    return f"tokenizer {tokenizer.get('name')}({tok}) {rest}".strip()
+            ready.add(index)

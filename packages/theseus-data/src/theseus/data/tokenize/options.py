@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from theseus.core.components import option
 from theseus.core.errors import PluginError
 
-# Options that do not change the output (left out of the recorded settings).
-RUNTIME_ONLY = ("num_workers", "unit_bytes", "suffix")
-
 
 @dataclass
 class TokenizeOptions:
     num_workers: int = option(0, "worker processes that tokenize in parallel (0: all cores)", ge=0)
-    suffix: str = option("", "write to <root>/data/<dataset>-<suffix> instead of <dataset>")
+    suffix: str = option(
+        "", "a label added to the output folder's name (the folder is named by what makes it)"
+    )
     validation_fraction: float = option(
         0.01, "fraction of documents in the validation split", ge=0, lt=1
     )

@@ -88,6 +88,22 @@ def remove_partial_units(work_dir: Path) -> int:
 # ----------------------------------------------------------------------------- workers
 # Module-level state and functions: workers start with spawn and import this module.
 _TOKENIZER: Any = None
+# Test hooks (a slow worker, so that readers wait for units): seconds each worker sleeps
+# per unit, and a file the units from a given index on (default 1) wait for.
+TEST_DELAY_ENV = "THESEUS_TEST_TOKENIZE_DELAY"
+TEST_GATE_ENV = "THESEUS_TEST_TOKENIZE_GATE"
+TEST_GATE_UNIT_ENV = "THESEUS_TEST_TOKENIZE_GATE_UNIT"
+
+
+def _test_hooks(index: int) -> None:
+    import time
+
+    gate = os.environ.get(TEST_GATE_ENV)
+    first = int(os.environ.get(TEST_GATE_UNIT_ENV) or 1)
+    while gate and index >= first and not Path(gate).exists():
+        time.sleep(0.05)
+    if index >= first and (delay := float(os.environ.get(TEST_DELAY_ENV) or 0)):
+        time.sleep(delay)
 
 
 def init_worker(tokenizer_dir: str) -> None:
@@ -105,6 +121,7 @@ def encode_unit(
     index: int, kind: str, records: list[Any], work_dir: str, digest: str
 ) -> tuple[int, int, int, int]:
     """Tokenize one unit and write it; returns (index, documents, tokens, worker pid)."""
+    _test_hooks(index)
     tokens, lengths, mask = encode_records(_TOKENIZER, kind, records)
     group = documents_per_record(kind)
     sizes = np.zeros(len(records) * group, np.int64)  # text per document: a pair's on its first
@@ -131,9 +148,13 @@ def encode_records(
         ids = [e[0] for e in encoded]
         masks = [e[1] for e in encoded]
         mask = np.array(list(chain.from_iterable(masks)), np.uint8)
-    else:
-        ids = [row + [tokenizer.eos_id] for row in tokenizer.encode_batch(records)]
-        mask = None
+    else:  # text: arrays end to end (no Python list per token), each document ends with EOS
+        eos = np.array([tokenizer.eos_id], np.uint32)
+        arrays = getattr(tokenizer, "encode_arrays", None)  # a protocol-only kind: lists
+        rows = arrays(records) if arrays else tokenizer.encode_batch(records)
+        lengths = np.array([len(row) + 1 for row in rows], np.int64)
+        parts = [part for row in rows for part in (np.asarray(row, np.uint32), eos)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.uint32), lengths, None
     lengths = np.array([len(row) for row in ids], np.int64)
     tokens = np.array(list(chain.from_iterable(ids)), np.uint32)
     return tokens, lengths, mask
@@ -197,12 +218,6 @@ def unit_summary(path: Path) -> tuple[str, int]:
         return str(data["digest"]), int(data["lengths"].sum())
 
 
-def unit_lengths(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, text size) of each document of a finished unit."""
-    with np.load(path) as data:
-        return data["lengths"], data["sizes"]
-
-
 class Prefix:
     """Tokens in the longest run of finished units 0..k-1 (finish order varies; this not)."""
 
@@ -229,18 +244,8 @@ class Prefix:
         return self.units
 
 
-def unit_group(path: Path) -> int:
-    """Documents per record in a finished unit (2 for preference pairs, else 1)."""
-    with np.load(path) as data:
-        return int(data["group"]) if "group" in data.files else 1
-
-
-def unit_has_mask(path: Path) -> bool:
-    with np.load(path) as data:
-        return "mask" in data.files
-
-
-def read_unit(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def read_unit(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """(tokens, document lengths, document text sizes, loss mask or None) of a unit."""
     with np.load(path) as data:
         mask = data["mask"] if "mask" in data.files else None
-        return data["tokens"], data["lengths"], mask
+        return data["tokens"], data["lengths"], data["sizes"], mask

@@ -57,6 +57,13 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self.encode_batch([text])[0]
 
+    def encode_arrays(self, texts: Sequence[str]) -> list[Any]:
+        """The ids of each text as a numpy array (what tokenization writes; a kind may
+        produce arrays without Python lists)."""
+        import numpy as np
+
+        return [np.asarray(ids, np.uint32) for ids in self.encode_batch(texts)]
+
     def decode(self, ids: Sequence[int]) -> str:
         raise NotImplementedError
 

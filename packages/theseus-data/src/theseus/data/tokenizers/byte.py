@@ -46,6 +46,11 @@ class ByteTokenizer(Tokenizer):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [list(text.encode("utf-8")) for text in texts]
 
+    def encode_arrays(self, texts: Sequence[str]) -> list[Any]:
+        import numpy as np
+
+        return [np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.uint32) for text in texts]
+
     def decode(self, ids: Sequence[int]) -> str:
         names = {i: t for t, i in self.specials.items()}
         out: list[str] = []

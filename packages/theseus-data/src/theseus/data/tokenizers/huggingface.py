@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from theseus.core.components import option
 from theseus.data.errors import TokenizerError
 from theseus.data.tokenizers.base import (
@@ -67,11 +68,15 @@ class HFTokenizer(Tokenizer):
         eos_token: str = "",
         chat_template: str | None = None,
         chat_tokens: dict[str, str] | None = None,
+        *,
+        fast: bool = True,
     ) -> None:
+        """``fast=False``: always encode with ``tokenizers`` (benchmarks, equivalence tests)."""
         from tokenizers import Tokenizer as RustTokenizer
 
         self.json_text = json_text
         self.tk = RustTokenizer.from_str(json_text)
+        self._allow_fast = fast
         self.chat_template = chat_template or None
         self.chat_tokens = dict(chat_tokens or {})
         self.special_ids = frozenset(
@@ -129,8 +134,38 @@ class HFTokenizer(Tokenizer):
             config.update(chat_template=self.chat_template, chat_tokens=self.chat_tokens)
         write_config(directory, config)
 
+    @property
+    def fast_encoder(self) -> Any:
+        """tiktoken encoding the same ids (:mod:`.fast_bpe`), or None where it would not."""
+        if not hasattr(self, "_fast"):
+            from theseus.data.tokenizers.fast_bpe import tiktoken_equivalent
+
+            added = self.tk.get_added_tokens_decoder().values()
+            self._added = frozenset(token.content for token in added)
+            self._fast, why = (
+                tiktoken_equivalent(self.json_text) if self._allow_fast else (None, "fast=False")
+            )
+            if self._fast is None:
+                log.debug("encoding with tokenizers, not tiktoken: %s", why)
+        return self._fast
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text (added tokens written in the text are matched, as
+        ``tokenizers`` does); through tiktoken when it gives the same ids."""
+        fast = self.fast_encoder
+        if fast is not None:
+            added = self._added
+            return [fast.encode(t, allowed_special=added, disallowed_special=()) for t in texts]
         return [e.ids for e in self.tk.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
+        fast = self.fast_encoder
+        if fast is None:
+            return super().encode_arrays(texts)
+        added = self._added
+        return [
+            fast.encode_to_numpy(t, allowed_special=added, disallowed_special=()) for t in texts
+        ]
 
     def encode_with_offsets(
         self, texts: Sequence[str]

