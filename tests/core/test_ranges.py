@@ -111,7 +111,7 @@ def test_values_outside_their_range_are_refused_when_set_and_the_range_is_shown(
     regs = registries()
     spec = job_spec("gpt/train/pretrain", regs)
     for override, message in [
-        ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be greater than 0"),
+        ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be 0 or more"),
         ("optimizer.learning_rate=nan", "optimizer.learning_rate=nan: must be a finite number"),
         ("data.validation_fraction=-0.5", "data.validation_fraction=-0.5: must be in [0, 1)"),
         ("optimizer.b2=1", "optimizer.b2=1.0: must be in [0, 1)"),
@@ -126,6 +126,6 @@ def test_values_outside_their_range_are_refused_when_set_and_the_range_is_shown(
     with pytest.raises(ConfigError, match=r"optimizer.momentum=1.0: must be in \[0, 1\)"):
         tree.set("optimizer.momentum", 1)
     rows = {row["key"]: row for row in tree.describe()}
-    assert rows["optimizer.learning_rate"]["range"] == "(0, inf)"
+    assert rows["optimizer.learning_rate"]["range"] == "[0, inf)"
     assert rows["training.seq_len"]["range"] == "[1, inf)"
-    assert "# float in (0, inf): peak learning rate" in tree.annotated_yaml()
+    assert "# float in [0, inf): peak learning rate" in tree.annotated_yaml()

@@ -150,5 +150,5 @@ def untrained(target, run: str = RUN, step: int = STEPS):
     from theseus.core.inspect.timetravel import open_step
 
     setup = open_step(target.root, run, step).setup
-    model = setup.model(setup.init_state()["params"])
+    model = setup.model(setup.init_state().params)
     return dataclasses.replace(target, model=model, _scorer=None)

@@ -120,7 +120,7 @@ def test_branching_into_another_model_size_names_the_array(shared_root, finished
     )
     assert done.returncode == 2, done.stderr[-3000:]
     line = last_line(done)
-    assert line.startswith(f"error: checkpoint 4 in {finished / 'checkpoints'} holds ")
+    assert line.startswith(f"error: --branch: checkpoint 4 in {finished / 'checkpoints'} holds ")
     assert "float32[" in line and "but this config builds float32[" in line
     assert line.endswith("it was saved by another model or optimizer config")
     assert snapshot(finished) == parent_before  # the parent is only read

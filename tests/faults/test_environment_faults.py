@@ -133,7 +133,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(small_r
 
 
 # what a run prints before the disk fills: its progress, never a traceback
-PROGRESS = ("step=", "resum", "training ", "prerequisite ", "run ", "running ", "verified ")
+PROGRESS = ("step=", "resum", "training ", "prerequisite ", "run ", "running ", "verified ", "tokenizing ")
 
 
 def disk_full_line(done) -> list[str]:
@@ -185,7 +185,22 @@ def test_a_disk_that_fills_during_tokenization_is_one_line(small_root):
     finally:
         filler.unlink()
     disk_full_line(done)
-    assert {p.name: snapshot(p) for p in datasets} == before  # the tokenized data untouched
+    after = {p.name: snapshot(p) for p in datasets}
+    for name, files in after.items():
+        kept = variants(before[name])
+        kept.discard(".locks")  # a lock file per variant tokenized, even in vain
+        assert {k: v for k, v in files.items() if k.split("/")[0] in kept} == {
+            k: v for k, v in before[name].items() if not k.startswith(".locks/")
+        }
+        for variant in variants(files) - kept:  # published so far and said so: not finished
+            assert not (small_root / "data" / name / variant / "metadata.json").exists()
+    again = run_cli(small_root, *args, "--name", "tokenize-full")  # the promised rerun
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
+def variants(files: dict[str, bytes]) -> set[str]:
+    """The variant folders a dataset snapshot holds (the first part of each path)."""
+    return {path.split("/")[0] for path in files}
 
 
 def test_installing_both_cuda_plugins_is_refused_by_uv():

@@ -263,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         format="%(levelname)s %(name)s: %(message)s" if verbose else "%(message)s",
     )
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font cache, built once
     default_to_cpu()  # the aot extra's compilers on a machine without accelerators: quiet CPU
     from theseus.core.console import install
 
@@ -274,8 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     except TheseusError as error:
         if verbose:
             traceback.print_exc()
+        _note(console, error)  # before the error: the error line stays the last one
         typer.echo(f"error: {error}", err=True)
-        _note(console, error)
         _exit_quietly(error.exit_code, verbose)
     except typer.Exit as done:
         sys.exit(done.exit_code)

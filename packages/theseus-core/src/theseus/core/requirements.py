@@ -19,7 +19,17 @@ from types import ModuleType
 
 from theseus.core.errors import TheseusError
 
-_MODEL_FAMILIES = ["gpt", "llama", "qwen2", "qwen3", "qwen3_moe"]
+_MODEL_FAMILIES = [
+    "gpt",
+    "llama",
+    "mistral",
+    "mixtral",
+    "gemma3",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v3",
+]
 _DATASETS = [
     "python-stdlib",
     "fineweb",

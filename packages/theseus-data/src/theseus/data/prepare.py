@@ -124,7 +124,7 @@ def prepare_dataset(
     regs = _registries(registries)
     if name not in regs.datasets:
         return None
-    from theseus.data.migrate import migrate_root
+    from theseus.data.tokenize.migrate import migrate_root
 
     migrate_root(root)
     overrides = tokenize_overrides(data, name, primary, root, regs)

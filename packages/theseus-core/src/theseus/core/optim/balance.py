@@ -9,7 +9,7 @@ Here such a bias is a :class:`BalanceBias` parameter (checkpointed, sharded and 
 like any other) with its rate in the variable's metadata. Its *gradient slot* carries the
 statistic the rule needs: the model adds a term that is zero in value and whose gradient
 with respect to the bias is a small positive multiple of ``load_e - mean load`` (see
-``theseus.models.layers.moe.SigmoidMoE``). That way the train step's micro-batch
+the sigmoid-routed MoE layer of the models package). That way the train step's micro-batch
 accumulation and the mesh's gradient reduction average the loads exactly as they average
 gradients, with no change to the step. :func:`with_balance_biases` then gives those leaves
 the rule's update instead of the optimizer's, and hides them from the optimizer (a zero

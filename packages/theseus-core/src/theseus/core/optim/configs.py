@@ -44,7 +44,7 @@ class OptimizerBase:
 
     applies_weight_decay: ClassVar[bool] = False  # True: the build reads weight_decay itself
 
-    learning_rate: float = option(3e-4, "peak learning rate (the schedule scales it)", gt=0)
+    learning_rate: float = option(3e-4, "peak learning rate (the schedule scales it)", ge=0)
     weight_decay: float = option(
         0.0,
         "decoupled weight decay (times the learning rate) on matrices, not norms or biases",
@@ -56,7 +56,7 @@ class OptimizerBase:
 @dataclass
 class AdamWConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True  # optax.adamw, masked by decay_mask
-    learning_rate: float = option(6e-4, "peak learning rate (the schedule scales it)", gt=0)
+    learning_rate: float = option(6e-4, "peak learning rate (the schedule scales it)", ge=0)
     weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded", ge=0)
     b1: float = option(0.9, "Adam beta1", ge=0, lt=1)
     b2: float = option(0.95, "Adam beta2", ge=0, lt=1)
@@ -67,7 +67,7 @@ class AdamWConfig(OptimizerBase):
 class LionConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True
     learning_rate: float = option(
-        1e-4, "peak learning rate (Lion wants ~3-10x lower than AdamW)", gt=0
+        1e-4, "peak learning rate (Lion wants ~3-10x lower than AdamW)", ge=0
     )
     weight_decay: float = option(0.1, "decoupled weight decay; norms and biases excluded", ge=0)
     b1: float = option(0.9, "Lion beta1 (update interpolation)", ge=0, le=1)
@@ -77,7 +77,7 @@ class LionConfig(OptimizerBase):
 @dataclass
 class SGDConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True  # added to the gradient (PyTorch's SGD)
-    learning_rate: float = option(0.1, "peak learning rate", gt=0)
+    learning_rate: float = option(0.1, "peak learning rate", ge=0)
     momentum: float = option(0.9, "momentum; 0 for plain SGD", ge=0, lt=1)
     nesterov: bool = option(False, "use Nesterov momentum")
 
@@ -85,7 +85,7 @@ class SGDConfig(OptimizerBase):
 @dataclass
 class AdafactorConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True
-    learning_rate: float = option(1e-3, "peak learning rate", gt=0)
+    learning_rate: float = option(1e-3, "peak learning rate", ge=0)
     decay_rate: float = option(0.8, "second-moment decay exponent", gt=0, le=1)
     clipping_threshold: float = option(1.0, "update clipping threshold", gt=0)
 
@@ -93,11 +93,11 @@ class AdafactorConfig(OptimizerBase):
 @dataclass
 class MuonConfig(OptimizerBase):
     applies_weight_decay: ClassVar[bool] = True  # on the Muon matrices only
-    learning_rate: float = option(0.02, "peak learning rate for the orthogonalized updates", gt=0)
+    learning_rate: float = option(0.02, "peak learning rate for the orthogonalized updates", ge=0)
     beta: float = option(0.95, "momentum decay", ge=0, lt=1)
     ns_steps: int = option(5, "Newton-Schulz iterations", ge=1)
     adam_learning_rate: float = option(
-        3e-4, "peak learning rate of the AdamW for embeddings, norms and biases (no decay)", gt=0
+        3e-4, "peak learning rate of the AdamW for embeddings, norms and biases (no decay)", ge=0
     )
 
 

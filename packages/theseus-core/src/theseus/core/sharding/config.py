@@ -49,12 +49,14 @@ class ShardingConfig:
         "expert mesh axis size: MoE experts split over it, tokens sent to them by all-to-all "
         "(it splits the batch too); -1: the rest",
         resume_safe=True,
+        ge=-1,
     )
     context: int = option(
         1,
         "context mesh axis size: every sequence split over this many devices (long "
         "sequences); -1: the rest",
         resume_safe=True,
+        ge=-1,
     )
     context_attention: str = option(
         "ring",

@@ -135,14 +135,17 @@ def open_run(
     if not (isinstance(config_type, type) and issubclass(config_type, TrainJobConfig)):
         raise error(f"{prefix}run {name!r} is a {key} run, not a training run")
     config, lacking = _saved_config(run, spec, registries, overrides, prefix, error)
-    hint = f"; {run.config_path} lacks {lacking}: is it truncated?" if lacking else ""
+    lacks = f"lacks {lacking}: is it truncated?" if lacking else ""
     setup = into
     if setup is None:
         try:
             setup = TrainSetup.build(config, registries, run_vocab_size(root, run, config))
         except ConfigError as failure:  # e.g. a value cut short: max_seq_len: 6 (was 64)
-            raise error(f"{prefix}{run.config_path}: {failure}{hint}") from failure
-    saved = _restore(run, step, setup, prefix, error, hint)
+            also = f"; it {lacks}" if lacks else ""
+            raise error(f"{prefix}{run.config_path}: {failure}{also}") from failure
+    saved = _restore(
+        run, step, setup, prefix, error, f"; {run.config_path} {lacks}" if lacks else ""
+    )
     if lacking:  # the checkpoint fits, so the defaults may be right (an older run)
         log.warning("%s lacks %s: their defaults are used", run.config_path, lacking)
     state = TrainState.from_saved(saved, frozen_weights(setup, str(root)))

@@ -21,7 +21,6 @@ from flax import nnx
 from theseus.core.adapters import cast_frozen, split_trainable
 from theseus.core.data.api import open_training_data
 from theseus.core.data.loader import TrainingData
-from theseus.core.data.reader import Verified
 from theseus.core.errors import ConfigError
 from theseus.core.model import check_model
 from theseus.core.optim.build import build_optimizer, build_schedule

@@ -24,6 +24,7 @@ from theseus.core.data.identity import describe_settings, settings_differences
 from theseus.core.jobs import Job
 from theseus.core.locks import exclusive
 from theseus.data.tokenize.identity import identity_settings, output_dir, with_digest
+from theseus.data.tokenize.migrate import migrate_root
 from theseus.data.tokenize.progress import TokenizeMeter
 from theseus.data.tokenize.publish import Publisher
 from theseus.data.tokenize.units import (
@@ -55,8 +56,6 @@ class TokenizeJob(Job):
     timings: dict[str, float] | None = None  # of the last call (for benchmarks)
 
     def __call__(self) -> dict[str, Any]:
-        from theseus.data.migrate import migrate_root
-
         name = self.dataset_name()
         migrate_root(self.context.root)
         settings = with_digest(self.settings(name))

@@ -14,43 +14,50 @@ from theseus.models.config import ModelConfig
 
 @dataclass(unsafe_hash=True)
 class DeepseekV3Config(ModelConfig):
-    d_ff: int = option(1024, "SwiGLU hidden width of the dense layers")
-    norm_eps: float = option(1e-6, "RMSNorm epsilon")
+    d_ff: int = option(1024, "SwiGLU hidden width of the dense layers", ge=1)
+    norm_eps: float = option(1e-6, "RMSNorm epsilon", gt=0)
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
     # multi-head latent attention
-    q_lora_rank: int = option(0, "width of the queries' latent; 0: queries straight from x")
-    kv_lora_rank: int = option(64, "width of the keys' and values' latent (what the cache keeps)")
-    qk_nope_dim: int = option(32, "per-head query/key width without positions")
-    qk_rope_dim: int = option(16, "per-head query/key width with RoPE (the rotary key is shared)")
-    v_head_dim: int = option(32, "per-head value width")
-    rope_theta: float = option(10000.0, "RoPE base frequency")
+    q_lora_rank: int = option(0, "width of the queries' latent; 0: queries straight from x", ge=0)
+    kv_lora_rank: int = option(
+        64, "width of the keys' and values' latent (what the cache keeps)", ge=1
+    )
+    qk_nope_dim: int = option(32, "per-head query/key width without positions", ge=1)
+    qk_rope_dim: int = option(
+        16, "per-head query/key width with RoPE (the rotary key is shared)", ge=2
+    )
+    v_head_dim: int = option(32, "per-head value width", ge=1)
+    rope_theta: float = option(10000.0, "RoPE base frequency", gt=0)
     rope_interleave: bool = option(True, "RoPE rotates pairs (2i, 2i+1) (DeepSeek's layout)")
     rope_scaling: str = option("none", "RoPE scaling: 'none' or 'yarn'")
-    rope_factor: float = option(40.0, "yarn: context extension factor")
-    rope_original_max_len: int = option(4096, "yarn: the context length trained before scaling")
-    rope_beta_fast: float = option(32.0, "yarn: rotations where extrapolation ends")
-    rope_beta_slow: float = option(1.0, "yarn: rotations where interpolation starts")
-    rope_mscale: float = option(1.0, "yarn: attention temperature coefficient (rotary part)")
+    rope_factor: float = option(40.0, "yarn: context extension factor", gt=0)
+    rope_original_max_len: int = option(
+        4096, "yarn: the context length trained before scaling", ge=1
+    )
+    rope_beta_fast: float = option(32.0, "yarn: rotations where extrapolation ends", gt=0)
+    rope_beta_slow: float = option(1.0, "yarn: rotations where interpolation starts", gt=0)
+    rope_mscale: float = option(1.0, "yarn: attention temperature coefficient (rotary part)", ge=0)
     rope_mscale_all_dim: float = option(
-        0.0, "yarn: temperature coefficient of the whole softmax scale; 0 = none"
+        0.0, "yarn: temperature coefficient of the whole softmax scale; 0 = none", ge=0
     )
     # experts
-    first_dense_layers: int = option(1, "the first this many layers have a dense MLP")
-    n_experts: int = option(8, "routed experts per MoE layer")
-    n_experts_per_token: int = option(2, "routed experts each token goes through (top-k)")
-    moe_d_ff: int = option(64, "hidden width of each routed (and shared) expert")
-    n_shared_experts: int = option(1, "always-on experts of width moe_d_ff (fused into one)")
-    n_groups: int = option(1, "expert groups (nodes) for group-limited routing; 1 = none")
-    top_groups: int = option(1, "groups a token's experts may come from")
-    routed_scale: float = option(1.0, "routed experts' weights are multiplied by this")
+    first_dense_layers: int = option(1, "the first this many layers have a dense MLP", ge=0)
+    n_experts: int = option(8, "routed experts per MoE layer", ge=1)
+    n_experts_per_token: int = option(2, "routed experts each token goes through (top-k)", ge=1)
+    moe_d_ff: int = option(64, "hidden width of each routed (and shared) expert", ge=1)
+    n_shared_experts: int = option(1, "always-on experts of width moe_d_ff (fused into one)", ge=0)
+    n_groups: int = option(1, "expert groups (nodes) for group-limited routing; 1 = none", ge=1)
+    top_groups: int = option(1, "groups a token's experts may come from", ge=1)
+    routed_scale: float = option(1.0, "routed experts' weights are multiplied by this", gt=0)
     norm_topk_prob: bool = option(True, "renormalise the chosen experts' scores to sum to 1")
     bias_update_rate: float = option(
         0.001,
         "aux-loss-free balancing: each step moves an expert's routing bias by this, against "
         "its load (0 freezes the biases)",
+        ge=0,
     )
     capacity_factor: float = option(
-        0.0, "expert capacity = factor * tokens * k / experts; 0 = dropless"
+        0.0, "expert capacity = factor * tokens * k / experts; 0 = dropless", ge=0
     )
     moe_grouping: str = option(
         "tiles",

@@ -14,18 +14,24 @@ from theseus.models.llama.config import LlamaConfig
 
 @dataclass(unsafe_hash=True)
 class Gemma3Config(LlamaConfig):
-    n_kv_heads: int = option(1, "key/value heads (GQA); must divide n_heads; 1 is MQA")
-    head_dim: int = option(256, "width of one head (set independently of d_model)")
-    norm_eps: float = option(1e-6, "RMSNorm epsilon")
-    rope_theta: float = option(1000000.0, "RoPE base frequency of the global layers")
+    n_kv_heads: int = option(1, "key/value heads (GQA); must divide n_heads; 1 is MQA", ge=1)
+    head_dim: int = option(256, "width of one head (set independently of d_model)", ge=1)
+    norm_eps: float = option(1e-6, "RMSNorm epsilon", gt=0)
+    rope_theta: float = option(1000000.0, "RoPE base frequency of the global layers", gt=0)
     rope_scaling: str = option("none", "RoPE scaling of the global layers: 'none' or 'linear'")
-    rope_factor: float = option(8.0, "linear scaling: positions divided by this factor")
-    local_rope_theta: float = option(10000.0, "RoPE base frequency of the local layers")
-    sliding_window: int = option(512, "window of the local layers (the token itself included)")
-    global_every: int = option(6, "every this many layers one is global (the last of each run)")
-    query_pre_attn_scalar: int = option(0, "scores are scaled by 1 / sqrt(this); 0 means head_dim")
+    rope_factor: float = option(8.0, "linear scaling: positions divided by this factor", gt=0)
+    local_rope_theta: float = option(10000.0, "RoPE base frequency of the local layers", gt=0)
+    sliding_window: int = option(
+        512, "window of the local layers (the token itself included)", ge=1
+    )
+    global_every: int = option(
+        6, "every this many layers one is global (the last of each run)", ge=1
+    )
+    query_pre_attn_scalar: int = option(
+        0, "scores are scaled by 1 / sqrt(this); 0 means head_dim", ge=0
+    )
     final_logit_softcap: float = option(
-        0.0, "logits become cap * tanh(logits / cap); 0 = no soft-capping"
+        0.0, "logits become cap * tanh(logits / cap); 0 = no soft-capping", ge=0
     )
     qk_norm: bool = option(True, "RMSNorm on queries and keys per head")
     tie_embeddings: bool = option(True, "share the token embedding with the output head")

@@ -13,6 +13,7 @@ class MistralConfig(LlamaConfig):
     sliding_window: int = option(
         4096,
         "attend to at most this many previous tokens (the token itself included); 0 = no limit",
+        ge=0,
     )
 
 

@@ -15,12 +15,12 @@ from theseus.models.qwen3_moe.config import Qwen3MoeConfig
 
 @dataclass(unsafe_hash=True)
 class MixtralConfig(Qwen3MoeConfig):
-    norm_eps: float = option(1e-5, "RMSNorm epsilon")
-    head_dim: int = option(0, "width of one head; 0 means d_model // n_heads")
+    norm_eps: float = option(1e-5, "RMSNorm epsilon", gt=0)
+    head_dim: int = option(0, "width of one head; 0 means d_model // n_heads", ge=0)
     qk_norm: bool = option(False, "RMSNorm on queries and keys per head")
-    n_experts_per_token: int = option(2, "experts each token is routed to (top-k)")
+    n_experts_per_token: int = option(2, "experts each token is routed to (top-k)", ge=1)
     norm_topk_prob: bool = option(True, "renormalise the top-k router probabilities to sum to 1")
-    router_aux_loss_coef: float = option(0.02, "weight of the load-balancing loss")
+    router_aux_loss_coef: float = option(0.02, "weight of the load-balancing loss", ge=0)
 
 
 PRESETS: dict[str, dict] = {
