@@ -117,8 +117,7 @@ def test_plugin_packages_import_only_core_and_what_they_declare():
         f"{node} -> {target}"
         for node, targets in graph.items()
         for target in targets
-        if node.split(".")[1] in allowed
-        and target.split(".")[1] not in allowed[node.split(".")[1]]
+        if node.split(".")[1] in allowed and target.split(".")[1] not in allowed[node.split(".")[1]]
     ]
     assert not wrong, wrong
 

@@ -133,7 +133,16 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(small_r
 
 
 # what a run prints before the disk fills: its progress, never a traceback
-PROGRESS = ("step=", "resum", "training ", "prerequisite ", "run ", "running ", "verified ", "tokenizing ")
+PROGRESS = (
+    "step=",
+    "resum",
+    "training ",
+    "prerequisite ",
+    "run ",
+    "running ",
+    "verified ",
+    "tokenizing ",
+)
 
 
 def disk_full_line(done) -> list[str]:

@@ -177,7 +177,9 @@ def test_a_run_without_job_json_and_checkpoints_does_not_restart_from_zero(share
     shutil.rmtree(run / "checkpoints")
     before = snapshot(run)
     done = run_cli(shared_root, *ARGS, "training.total_steps=4", "--name", run.name)
-    assert_missing_record_refusal(done, run, shared_root, ["config.yaml", "data-identity.json", "logs"])
+    assert_missing_record_refusal(
+        done, run, shared_root, ["config.yaml", "data-identity.json", "logs"]
+    )
     assert snapshot(run) == before
 
 
