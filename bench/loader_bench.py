@@ -55,7 +55,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         run("data/tokenize/python-stdlib", ["tokenizer.name=byte"], root=root)
         data_config = DataConfig(tokenizer="byte")
-        data = open_training_data(root, data_config, seq_len=SEQ, global_batch_size=BATCH, seed=0)
+        data = open_training_data(root, data_config, seq_len=SEQ, batch=BATCH, seed=0)
         shard = data.datasets[0].path / "train-00000.bin"
         tokens = np.memmap(shard, dtype=np.uint16, mode="r")
         rng = np.random.default_rng(0)

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 def open_for_run(root: Path, data, run_dir: Path | None = None):
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
-    return open_training_data(root, data, seq_len=32, global_batch_size=4, seed=0, run_dir=run_dir)
+    return open_training_data(root, data, seq_len=32, batch=4, seed=0, run_dir=run_dir)
 
 
 def prepare_all(root: Path, data) -> None:

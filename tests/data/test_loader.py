@@ -16,13 +16,14 @@ from theseus.core.data import (
     open_training_data,
 )
 from theseus.core.data.api import find_dataset
+from theseus.core.data.batch_plan import BatchPlan
 from theseus.data import load_tokenizer
 
 KEYS = {"inputs", "targets", "positions", "segment_ids", "loss_mask"}
 
 
 def open_data(root, data, **kw):
-    args = {"seq_len": 64, "global_batch_size": 8, "seed": 3, **kw}
+    args = {"seq_len": 64, "batch": 8, "seed": 3, **kw}
     return open_training_data(root, data, **args)
 
 
@@ -60,7 +61,7 @@ def test_batch_is_a_pure_function_of_seed_and_step(stdlib_root, stdlib_data):
 
 
 def test_epochs_visit_every_window_once(stdlib_root, stdlib_data):
-    data = open_data(stdlib_root, stdlib_data, seq_len=512, global_batch_size=4)
+    data = open_data(stdlib_root, stdlib_data, seq_len=512, batch=4)
     stream, sampler = data._train[0], data._samplers[0]
     windows = stream.known()
     first = sampler(np.arange(windows), stream).tolist()
@@ -73,7 +74,9 @@ def test_epochs_visit_every_window_once(stdlib_root, stdlib_data):
 def test_host_slices_concatenate_to_the_global_batch(stdlib_root, stdlib_data, hosts):
     whole = open_data(stdlib_root, stdlib_data).batch(11)
     parts = [
-        open_data(stdlib_root, stdlib_data, process_index=i, process_count=hosts).batch(11)
+        open_data(
+            stdlib_root, stdlib_data, process_index=i, batch=BatchPlan.of(8, processes=hosts)
+        ).batch(11)
         for i in range(hosts)
     ]
     assert_same(whole, {k: np.concatenate([p[k] for p in parts]) for k in KEYS})
@@ -153,9 +156,9 @@ def test_another_tokenizer_reads_its_own_folder(stdlib_root):
     assert "tokenizer.name=byte" in str(error.value) and "bpe" not in str(error.value)
 
 
-def test_batch_size_must_divide_among_hosts(stdlib_root, stdlib_data):
+def test_batch_size_must_divide_among_hosts():
     with pytest.raises(DataError, match="global batch size 8 is not divisible by the 3"):
-        open_data(stdlib_root, stdlib_data, process_count=3)
+        BatchPlan.of(8, processes=3)
 
 
 def test_sequence_longer_than_the_data(stdlib_root, stdlib_data):
@@ -164,12 +167,12 @@ def test_sequence_longer_than_the_data(stdlib_root, stdlib_data):
 
 
 def test_weighted_mixture(stdlib_root, mixture_root):
-    data = open_data(stdlib_root, mixture_root, seq_len=32, global_batch_size=16)
+    data = open_data(stdlib_root, mixture_root, seq_len=32, batch=16)
     user = load_tokenizer(data.tokenizer_dir).special_id("<|user|>")
     rows = np.concatenate([data.batch(s)["inputs"] for s in range(25)])
     from_addition = (rows == user).any(axis=1).mean()
     assert 0.15 < from_addition < 0.35  # weight 1 of 4
-    again = open_data(stdlib_root, mixture_root, seq_len=32, global_batch_size=16)
+    again = open_data(stdlib_root, mixture_root, seq_len=32, batch=16)
     assert_same(again.batch(3), data.batch(3))
 
 

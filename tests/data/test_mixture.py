@@ -10,6 +10,7 @@ import pytest
 from datatest_helpers import data_config
 from theseus.core.data import DataError
 from theseus.core.data.api import open_training_data
+from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.config import MixtureStage
 from theseus.core.data.mixture import Mixture, Stage, stage_ends
 from theseus.core.errors import ConfigKeyError
@@ -101,9 +102,7 @@ def test_a_schedule_switches_datasets_at_its_stage_boundary(stdlib_root, mixture
         {"weights": {"python-stdlib": 0.0, "addition": 1.0}},
     )
     data = dataclasses.replace(mixture_root, mixture={}, mixture_schedule=schedule)
-    loader = open_training_data(
-        stdlib_root, data, seq_len=32, global_batch_size=8, seed=3, total_steps=10
-    )
+    loader = open_training_data(stdlib_root, data, seq_len=32, batch=8, seed=3, total_steps=10)
     user = load_tokenizer(loader.tokenizer_dir).special_id("<|user|>")
     for step in range(10):  # chat windows hold a user turn; Python source never does
         chat = (loader.batch(step)["inputs"] == user).any(axis=1)
@@ -111,8 +110,8 @@ def test_a_schedule_switches_datasets_at_its_stage_boundary(stdlib_root, mixture
     metrics = loader.step_metrics(9)
     assert metrics == {"data/mix/python-stdlib": 0.5, "data/mix/addition": 0.5}
     hosts = [
-        open_training_data(stdlib_root, data, seq_len=32, global_batch_size=8, seed=3,
-                           total_steps=10, process_index=i, process_count=2)
+        open_training_data(stdlib_root, data, seq_len=32, batch=BatchPlan.of(8, processes=2),
+                           seed=3, total_steps=10, process_index=i)
         for i in range(2)
     ]  # fmt: skip
     for step in (4, 5):  # either side of the boundary: two hosts read the same global batch
@@ -120,10 +119,10 @@ def test_a_schedule_switches_datasets_at_its_stage_boundary(stdlib_root, mixture
         for key in whole:
             np.testing.assert_array_equal(whole[key], np.concatenate([p[key] for p in parts]))
     with pytest.raises(DataError, match="needs the number of training steps"):
-        open_training_data(stdlib_root, data, seq_len=32, global_batch_size=8, seed=3)
+        open_training_data(stdlib_root, data, seq_len=32, batch=8, seed=3)
     both = dataclasses.replace(data, mixture={"addition": 1.0})
     with pytest.raises(DataError, match="data.mixture and data.mixture_schedule are both set"):
-        open_training_data(stdlib_root, both, seq_len=32, global_batch_size=8, seed=3)
+        open_training_data(stdlib_root, both, seq_len=32, batch=8, seed=3)
 
 
 def test_zero_weights_everywhere_are_refused(stdlib_root, mixture_root):
@@ -131,4 +130,4 @@ def test_zero_weights_everywhere_are_refused(stdlib_root, mixture_root):
     data = data_config(**{**dataclasses.asdict(mixture_root), "mixture": {}})
     data = dataclasses.replace(data, mixture_schedule=schedule)
     with pytest.raises(DataError, match=r"mixture_schedule\[0\] gives every dataset weight 0"):
-        open_training_data(stdlib_root, data, seq_len=32, global_batch_size=8, seed=3)
+        open_training_data(stdlib_root, data, seq_len=32, batch=8, seed=3)

@@ -9,6 +9,7 @@ import pytest
 from datatest_helpers import data_config, tokenize
 from theseus.core.data import DataError, TokenizedDataset, open_training_data
 from theseus.core.data.api import dataset_path, find_dataset
+from theseus.core.data.batch_plan import BatchPlan
 from theseus.data import load_tokenizer
 from theseus.data.datasets.preference import (
     AdditionPreference,
@@ -30,7 +31,7 @@ def additions() -> list[dict[str, str]]:
 
 
 def open_pairs(root, data, **kw):
-    args = {"seq_len": 40, "global_batch_size": 8, "seed": 3, "layout": "pairs", **kw}
+    args = {"seq_len": 40, "batch": 8, "seed": 3, "layout": "pairs", **kw}
     return open_training_data(root, data, **args)
 
 
@@ -150,7 +151,13 @@ def test_pairs_are_a_pure_function_of_seed_and_step(root, pairs_data):
     assert not np.array_equal(data.batch(5)["inputs"], other_seed["inputs"])
     for count in (2, 4):
         hosts = [
-            open_pairs(root, pairs_data, process_index=i, process_count=count) for i in range(count)
+            open_pairs(
+                root,
+                pairs_data,
+                process_index=i,
+                batch=BatchPlan.of(8, processes=count, pairs=True),
+            )
+            for i in range(count)
         ]
         for step in (0, 7):
             joined = [h.batch(step) for h in hosts]
@@ -164,7 +171,7 @@ def test_pairs_are_a_pure_function_of_seed_and_step(root, pairs_data):
 
 
 def test_an_epoch_visits_every_pair_once(root, pairs_data):
-    data = open_pairs(root, pairs_data, global_batch_size=2)
+    data = open_pairs(root, pairs_data, batch=2)
     pairs = data._train[0].known()
     seen = [
         item
@@ -176,9 +183,9 @@ def test_an_epoch_visits_every_pair_once(root, pairs_data):
 
 def test_batch_sizes_that_split_a_pair_are_refused(root, pairs_data):
     with pytest.raises(DataError, match=r"^global batch size 7 is odd: the pairs layout"):
-        open_pairs(root, pairs_data, global_batch_size=7)
+        open_pairs(root, pairs_data, batch=BatchPlan.of(7, pairs=True))
     with pytest.raises(DataError, match="processes 3 rows: the pairs layout needs an even"):
-        open_pairs(root, pairs_data, global_batch_size=6, process_count=2)
+        open_pairs(root, pairs_data, batch=BatchPlan.of(6, processes=2, pairs=True))
 
 
 def test_layouts_refuse_the_other_kind_in_one_line(root, pairs_data):
@@ -208,7 +215,7 @@ def check_jsonl_pairs(root, data, expected):
             (c, cm), (r, rm) = docs[2 * p], docs[2 * p + 1]
             found.append((tokenizer.decode(c[cm == 1]), tokenizer.decode(r[rm == 1])))
     assert sorted(found) == sorted((c + END, r + END) for c, r in expected)
-    batch = open_pairs(root, data, global_batch_size=4, seq_len=96).batch(0)
+    batch = open_pairs(root, data, batch=4, seq_len=96).batch(0)
     for row in range(4):
         text = tokenizer.decode(batch["targets"][row][batch["loss_mask"][row] == 1])
         assert text in {pair[row % 2] + END for pair in expected}

@@ -133,7 +133,7 @@ def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_afte
         run(TOKENIZE[0], TOKENIZE[1:], root=root, name="second-writer")
 
     config = data_config(**CONFIG)
-    reader = open_training_data(root, config, seq_len=64, global_batch_size=16, seed=0)
+    reader = open_training_data(root, config, seq_len=64, batch=16, seed=0)
     wait_for(lambda: trained_to(root, "during") >= 10, "the trainer's step 10", during)
     time.sleep(1.0)  # it runs into the missing units and waits
     gate.touch()
@@ -147,7 +147,7 @@ def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_afte
     assert "training reads it as it is written" in out
     assert re.search(r"waiting for the tokenization \(unit \d+ of at least \d+ tokenized\)", out)
 
-    after = open_training_data(root, config, seq_len=64, global_batch_size=16, seed=0)
+    after = open_training_data(root, config, seq_len=64, batch=16, seed=0)
     for step, batch in enumerate(read_during):
         for key, value in after.batch(step).items():
             np.testing.assert_array_equal(batch[key], value, err_msg=f"step {step} {key}")
@@ -170,7 +170,7 @@ def test_training_while_tokenizing_gives_the_batches_and_losses_of_training_afte
     metadata = json.loads((after.datasets[0].path / "metadata.json").read_text())
     assert content in (None, metadata["content"])  # known if it completed while training
     open_training_data(
-        root, config, seq_len=64, global_batch_size=16, seed=0, run_dir=record.parent
+        root, config, seq_len=64, batch=16, seed=0, run_dir=record.parent
     )  # as a resume does: the record now holds the finished data's content
     assert json.loads(record.read_text())["datasets"][0]["content"] == metadata["content"]
 
@@ -247,7 +247,7 @@ def test_an_incomplete_dataset_without_a_writer_is_refused_at_once(tmp_path, std
             tmp_path,
             data_config(vocab_size=512, max_documents=40, validation_fraction=0.1),
             seq_len=64,
-            global_batch_size=8,
+            batch=8,
             seed=0,
         )
     assert time.perf_counter() - started < 5 and "\n" not in str(error.value)

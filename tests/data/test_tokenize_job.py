@@ -263,7 +263,7 @@ def test_small_shards_cut_at_document_boundaries(tmp_path):
     config = data_config(
         tokenizer="byte", max_documents=12, dataset_options={"shard_tokens": 40000}
     )
-    data = open_training_data(tmp_path, config, seq_len=256, global_batch_size=4, seed=0)
+    data = open_training_data(tmp_path, config, seq_len=256, batch=4, seed=0)
     windows = data._train[0].known()
     assert windows == sum((s.num_tokens - 1) // 256 for s in dataset.splits["train"])
     seen = np.concatenate([data.batch(s)["inputs"] for s in range(windows // 4)])

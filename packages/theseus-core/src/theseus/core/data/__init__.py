@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from theseus.core.data.batch_plan import BatchPlan, BatchPlanError
 from theseus.core.data.config import DataConfig
 from theseus.core.data.errors import (
     ChecksumError,
@@ -35,6 +36,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BatchPlan",
+    "BatchPlanError",
     "ChecksumError",
     "DataConfig",
     "DataError",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from theseus.core.data import format as fmt
+from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.config import DataConfig
 from theseus.core.data.errors import DataError, DataMissingError, SettingsConflictError
 from theseus.core.data.identity import DataRecord, dataset_entry, variant_name
@@ -210,11 +211,10 @@ def open_training_data(
     data: DataConfig,
     *,
     seq_len: int,
-    global_batch_size: int,
+    batch: BatchPlan | int,
     seed: int,
     layout: str = "packed",
     process_index: int = 0,
-    process_count: int = 1,
     vocab_size: int | None = None,
     verified: Verified | None = None,
     run_dir: str | os.PathLike | None = None,
@@ -230,8 +230,11 @@ def open_training_data(
     (:class:`~theseus.core.data.identity.DataRecord`) must match. ``total_steps``: how
     long the run trains (for ``data.mixture_schedule`` stages given as fractions).
     ``from_record``: open the folders the run recorded (inspecting it: its config may be
-    damaged), still refusing data that changed, and write nothing.
+    damaged), still refusing data that changed, and write nothing. ``batch``: the run's
+    :class:`BatchPlan` (``process_index`` reads its slice), or rows for one process.
     """
+    if isinstance(batch, int):
+        batch = BatchPlan.of(batch, pairs=layout == "pairs")
     if verified is None and run_dir is not None:
         verified = Verified.of_run(run_dir)
     entries = mixture_entries(data)
@@ -268,16 +271,15 @@ def open_training_data(
             if not dataset.complete:
                 dataset.on_complete.append(lambda: _complete(record, root, datasets))
     names = [name for name, _ in entries]
-    stages = mixture_stages(data, names, total_steps, global_batch_size * seq_len)
+    stages = mixture_stages(data, names, total_steps, batch.global_rows * seq_len)
     return TrainingData(
         datasets,
         [w for _, w in entries],
         seq_len=seq_len,
-        global_batch_size=global_batch_size,
+        batch=batch,
         seed=seed,
         layout=layout,
         process_index=process_index,
-        process_count=process_count,
         document_masking=data.document_masking,
         padding_side=data.padding_side,
         loss_on=data.loss_on,

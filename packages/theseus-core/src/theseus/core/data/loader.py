@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grain
 import numpy as np
+from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.errors import DataError
 from theseus.core.data.mixture import Mixture, Stage, normalized
 from theseus.core.data.reader import TokenizedDataset
@@ -46,8 +47,9 @@ class TrainingData:
     Layouts: ``packed`` (windows of concatenated documents), ``padded`` (one chat example
     per row) and ``pairs`` (preference data only, for DPO-style jobs): rows ``2p`` and
     ``2p + 1`` are pair ``p``'s chosen and rejected documents, padded like ``padded`` rows.
-    The pairs layout samples pairs, not documents, and the global batch (in rows) must give
-    every process whole pairs.
+    The pairs layout samples pairs, not documents. ``batch`` is the run's
+    :class:`~theseus.core.data.batch_plan.BatchPlan` (its global rows and processes; whole
+    pairs everywhere), or a row count for one process.
 
     Several datasets mix with ``weights``, or by ``stages`` (:class:`Stage`: weights that
     change at given steps); ``shuffle_rows`` is the block of the first pass's shuffle.
@@ -59,11 +61,10 @@ class TrainingData:
         weights: Sequence[float],
         *,
         seq_len: int,
-        global_batch_size: int,
+        batch: BatchPlan | int,
         seed: int,
         layout: str = "packed",
         process_index: int = 0,
-        process_count: int = 1,
         document_masking: bool = True,
         padding_side: str = "right",
         prefetch: int = 4,
@@ -77,24 +78,15 @@ class TrainingData:
             raise DataError(f"data.padding_side is {padding_side!r}; expected 'left' or 'right'")
         if loss_on not in ("assistant", "all"):
             raise DataError(f"data.loss_on is {loss_on!r}; expected 'assistant' or 'all'")
-        if global_batch_size % process_count:
+        if isinstance(batch, int):  # one process, one micro-step: standalone use
+            batch = BatchPlan.of(batch, pairs=layout == "pairs")
+        if batch.pairs != (layout == "pairs"):
             raise DataError(
-                f"global batch size {global_batch_size} is not divisible by the "
-                f"{process_count} processes"
+                f"the batch plan {'splits' if batch.pairs else 'does not split'} rows in "
+                f"pairs but the layout is {layout!r}"
             )
-        if not 0 <= process_index < process_count:
-            raise DataError(f"process index {process_index} is not in [0, {process_count})")
-        if layout == "pairs" and global_batch_size % 2:
-            raise DataError(
-                f"global batch size {global_batch_size} is odd: the pairs layout needs two "
-                "rows per preference pair (chosen, rejected)"
-            )
-        if layout == "pairs" and global_batch_size % (2 * process_count):
-            raise DataError(
-                f"global batch size {global_batch_size} gives each of the {process_count} "
-                f"processes {global_batch_size // process_count} rows: the pairs layout needs "
-                "an even number (whole pairs) per process"
-            )
+        if not 0 <= process_index < batch.processes:
+            raise DataError(f"process index {process_index} is not in [0, {batch.processes})")
         if shuffle_rows < 0:
             raise DataError(f"data.shuffle_rows is {shuffle_rows}; expected >= 0 (0: global)")
         for dataset in datasets:
@@ -103,11 +95,12 @@ class TrainingData:
         self.weights = list(weights)
         self.shuffle_rows = shuffle_rows
         self.seq_len = seq_len
-        self.global_batch_size = global_batch_size
+        self.plan = batch
+        self.global_batch_size = batch.global_rows
         self.seed = seed
         self.layout = layout
         self.process_index = process_index
-        self.process_count = process_count
+        self.process_count = batch.processes
         self.document_masking = document_masking
         self.padding_side = padding_side
         self.prefetch = prefetch
@@ -118,7 +111,7 @@ class TrainingData:
         self.pad_id = first.pad_id
         self.tokenizer_dir: Path = first.tokenizer_dir
         self.waits = Waits()  # what reading data still being tokenized waited for
-        self.items_per_step = global_batch_size // (2 if layout == "pairs" else 1)
+        self.items_per_step = batch.items
         if stages is None:
             stages = [Stage(0, None, normalized(self.weights, "the mixture"))]
         self.mixture = Mixture(stages, self.items_per_step, seed)

@@ -30,7 +30,7 @@ def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
                 f"vocab_size={target.model.config.vocab_size}: tokenize it with the model's tokenizer"
             )
         return TrainingData(
-            [dataset], [1.0], seq_len=seq_len, global_batch_size=target.batch_size, seed=0
+            [dataset], [1.0], seq_len=seq_len, batch=target.batch_size, seed=0
         )
     if target.data is None:
         raise EvaluationError(
@@ -42,7 +42,7 @@ def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
         target.root,
         target.data,
         seq_len=seq_len,
-        global_batch_size=target.batch_size,
+        batch=target.batch_size,
         seed=target.seed,
         layout=target.layout,
     )

@@ -93,13 +93,3 @@ class DPOJob(PretrainJob):
             "objective": preference_objective(config.dpo),
             "keeps_reference": config.lora.rank == 0 and config.dpo.loss != "simpo",
         }
-
-    @classmethod
-    def check_setup(cls, config: DPOJobConfig, setup: Any) -> None:
-        rows = config.training.global_batch_size // setup.micro_steps
-        if rows % 2:  # a micro-batch must hold whole pairs
-            raise ConfigError(
-                f"training.global_batch_size={config.training.global_batch_size} in "
-                f"{setup.micro_steps} micro-steps gives {rows} rows each, which splits a pair; "
-                "choose training.per_device_batch_size so each micro-batch is even"
-            )

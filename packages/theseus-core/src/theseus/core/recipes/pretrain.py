@@ -74,14 +74,24 @@ class PretrainJob(Job):
 
     @classmethod
     def build_setup(
-        cls, config: TrainJobConfig, registries: Any, vocab_size: int, devices: Any = None
+        cls,
+        config: TrainJobConfig,
+        registries: Any,
+        vocab_size: int,
+        devices: Any = None,
+        batch: Any = None,
     ) -> Any:
         """This job's ``TrainSetup`` on ``devices`` (default: every device), checked; the
-        dry run builds the same one over a target's compile-only devices."""
-        from theseus.core.train.setup import TrainSetup
+        dry run builds the same one over a target's compile-only devices. ``batch``: the
+        run's ``BatchPlan`` (default: planned for this job's data layout on ``devices``)."""
+        from theseus.core.train.setup import TrainSetup, plan_batch
 
+        if batch is None:
+            batch = plan_batch(config, cls.layout, devices)
         options = cls.setup_options(config)
-        setup = TrainSetup.build(config, registries, vocab_size, devices=devices, **options)
+        setup = TrainSetup.build(
+            config, registries, vocab_size, devices=devices, batch=batch, **options
+        )
         cls.check_setup(config, setup)
         return setup
 

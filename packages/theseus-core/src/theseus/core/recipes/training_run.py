@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from theseus.core.evaluate.training import training_tasks
 from theseus.core.rundir import RunDir
 from theseus.core.sharding.distributed import initialize_from_env
-from theseus.core.train.setup import open_data
+from theseus.core.train.setup import open_data, plan_batch
 from theseus.core.train.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -27,8 +27,9 @@ def run_training(job: PretrainJob) -> dict[str, Any]:
     """Train ``job``'s run to its last step (resuming, branching or starting it)."""
     initialize_from_env()  # multi-host: before anything touches a device
     config, context = job.config, job.context
-    data = open_data(config, context.root, job.layout, run=job.run)
-    setup = job.build_setup(config, context.registries, data.vocab_size)
+    batch = plan_batch(config, job.layout)  # once: the loader and the step both take it
+    data = open_data(config, context.root, job.layout, run=job.run, batch=batch)
+    setup = job.build_setup(config, context.registries, data.vocab_size, batch=batch)
     tasks = training_tasks(setup, data, context.root, job.run)
     summary = Trainer(setup, data, context, tasks).fit()
     write_summary(job.run, summary)

@@ -33,9 +33,10 @@ where tokens travel to the devices that hold their experts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from theseus.core.sharding.config import parse_strategy
+from theseus.core.sharding.config import ShardingConfig, mesh_shape, parse_strategy
 
 Rules = dict[str, tuple[str, ...]]
 
@@ -79,3 +80,10 @@ def rules_for(strategy: str) -> StrategyRules:
         params.update(PARAM_RULES["tp"])
         optimizer.update(OPTIMIZER_RULES["tp"])
     return StrategyRules(strategy, params, optimizer)
+
+
+def batch_ways(config: ShardingConfig, device_count: int) -> int:
+    """Ways the mesh of ``config`` on ``device_count`` devices splits the batch (what
+    :attr:`~theseus.core.sharding.placement.Layout.batch_shards` is once the mesh exists)."""
+    sizes = mesh_shape(config, device_count)
+    return math.prod(sizes[axis] for axis in rules_for(config.strategy).batch)

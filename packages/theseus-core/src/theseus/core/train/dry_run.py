@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.errors import TheseusError
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
@@ -51,7 +52,9 @@ def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
         from theseus.core.train.setup import open_data
 
         sized = dataclasses.replace(config.data, verify="size")  # a plan reads no tokens
-        return open_data(dataclasses.replace(config, data=sized), root).vocab_size, "tokenized data"
+        rows = BatchPlan.of(config.training.global_batch_size)  # the target's is checked later
+        opened = open_data(dataclasses.replace(config, data=sized), root, batch=rows)
+        return opened.vocab_size, "tokenized data"
     except TheseusError:  # not tokenized yet: the configured tokenizer size
         return config.data.vocab_size, "data.vocab_size (data not tokenized yet)"
 

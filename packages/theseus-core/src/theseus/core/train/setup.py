@@ -20,6 +20,7 @@ import optax
 from flax import nnx
 from theseus.core.adapters import cast_frozen, split_trainable
 from theseus.core.data.api import open_training_data
+from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.loader import TrainingData
 from theseus.core.errors import ConfigError
 from theseus.core.model import check_model
@@ -27,6 +28,7 @@ from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.config import check_remat
 from theseus.core.sharding.parallel import prepare_model
 from theseus.core.sharding.placement import Layout
+from theseus.core.sharding.rules import batch_ways
 from theseus.core.train.configs import TrainingConfig, TrainJobConfig
 from theseus.core.train.state import TrainState
 from theseus.core.train.step import make_eval_step, make_train_step
@@ -44,17 +46,21 @@ BATCH_FIELDS = {
 }
 
 
-def plan_batches(training: TrainingConfig, devices: int) -> tuple[int, int]:
-    """(per-device micro-batch, micro-steps) from the global and per-device batch sizes."""
-    global_batch = training.global_batch_size
-    per_device = training.per_device_batch_size or global_batch // max(devices, 1)
-    per_step = per_device * devices
-    if per_device <= 0 or global_batch % per_step:
-        raise ConfigError(
-            f"training.global_batch_size={global_batch} is not a multiple of "
-            f"training.per_device_batch_size={per_device} x {devices} devices = {per_step}"
-        )
-    return per_device, global_batch // per_step
+def plan_batch(
+    config: TrainJobConfig, layout: str = "packed", devices: Sequence[Any] | None = None
+) -> BatchPlan:
+    """The run's :class:`BatchPlan`: its global batch over this job's processes, the mesh's
+    batch shards (from ``sharding`` and the ``devices``, default all) and micro-steps;
+    ``layout`` ``pairs`` keeps preference pairs whole. Computed once, before the data and
+    the setup, which both take it."""
+    devices = jax.devices() if devices is None else devices
+    return BatchPlan.of(
+        config.training.global_batch_size,
+        per_device=config.training.per_device_batch_size,
+        batch_shards=batch_ways(config.sharding, len(devices)),
+        processes=len({getattr(d, "process_index", 0) for d in devices}),
+        pairs=layout == "pairs",
+    )
 
 
 def total_steps(training: TrainingConfig) -> int:
@@ -70,6 +76,7 @@ def open_data(
     layout: str = "packed",
     run: Any = None,
     from_record: bool = False,
+    batch: BatchPlan | None = None,
 ) -> TrainingData:
     """This process's view of the run's batches (packed documents or padded chat rows).
 
@@ -77,6 +84,7 @@ def open_data(
     what this run hashed already, so its resumes check sizes only, and what data it trained
     on, which a resume must find again (``from_record``: the recorded folders, read only).
     Token ids are checked against the tokenizer's vocabulary, which is the model's (:func:`model_config`).
+    ``batch``: the run's plan (default: :func:`plan_batch` on every device).
     """
 
     training = config.training
@@ -84,11 +92,10 @@ def open_data(
         root,
         config.data,
         seq_len=training.seq_len,
-        global_batch_size=training.global_batch_size,
+        batch=plan_batch(config, layout) if batch is None else batch,
         seed=training.seed,
         layout=layout,
         process_index=jax.process_index(),
-        process_count=jax.process_count(),
         run_dir=run.path if run is not None else None,  # its data record and verifications
         total_steps=total_steps(training),
         from_record=from_record,
@@ -141,8 +148,7 @@ class TrainSetup:
     model_config: Any
     model_class: type
     total_steps: int
-    per_device: int
-    micro_steps: int
+    batch: BatchPlan  # rows per process, per device and micro-step (checked once)
     flops_per_token: float
     attention: str  # the attention implementation the model runs (logged, in the dry run)
     graphdef: Any
@@ -166,15 +172,20 @@ class TrainSetup:
         objective: Any = None,
         keeps_reference: bool = False,
         devices: Sequence[Any] | None = None,
+        batch: BatchPlan | None = None,
     ) -> TrainSetup:
         """Everything a run needs, built once. ``objective(graphdef, rest, remat, adapted)``
         makes the step's objective (default: next-token cross entropy); ``keeps_reference``
         keeps a frozen copy of the initial weights beside a fully trained model (DPO's
         reference; a LoRA run's frozen base already is one). ``devices``: the mesh's
-        devices (default: every device), e.g. a target's compile-only devices for a plan."""
+        devices (default: every device), e.g. a target's compile-only devices for a plan.
+        ``batch``: the run's :func:`plan_batch` (default: planned here for packed rows)."""
         training = config.training
         layout = Layout(config.sharding, devices)
-        per_device, micro_steps = plan_batches(training, layout.batch_shards)
+        if batch is None:
+            batch = plan_batch(config, "packed", layout.mesh.devices.flat)
+        if batch.batch_shards != layout.batch_shards:
+            raise ValueError(f"{batch} was planned for another mesh than {layout.sizes}")
         steps = total_steps(training)
         schedule = build_schedule(
             registries, config.schedule, config.optimizer.learning_rate, steps
@@ -231,7 +242,7 @@ class TrainSetup:
             rest,
             optimizer,
             schedule,
-            micro_steps,
+            batch.micro_steps,
             training.skip_nonfinite,
             micro_sharding=layout.micro_sharding(),
             grad_shardings=layout.grad_shardings(abstract.params),
@@ -246,8 +257,7 @@ class TrainSetup:
             model_config=configured,
             model_class=model_class,
             total_steps=steps,
-            per_device=per_device,
-            micro_steps=micro_steps,
+            batch=batch,
             flops_per_token=counted["flops"],
             attention=attention,
             graphdef=graphdef,
@@ -270,6 +280,16 @@ class TrainSetup:
             ),
             make_state=fresh_state,
         )
+
+    @property
+    def per_device(self) -> int:
+        """Rows each device takes in one micro-step."""
+        return self.batch.per_device
+
+    @property
+    def micro_steps(self) -> int:
+        """Micro-steps whose gradients one update accumulates."""
+        return self.batch.micro_steps
 
     # ------------------------------------------------------------------ state and model
     def init_state(self) -> TrainState:
