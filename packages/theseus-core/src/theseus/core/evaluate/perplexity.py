@@ -29,9 +29,7 @@ def _open_data(config: Any, target: EvalTarget, seq_len: int) -> Any:
                 f"{dataset.path} was tokenized with {dataset.vocab_size} tokens; the model has "
                 f"vocab_size={target.model.config.vocab_size}: tokenize it with the model's tokenizer"
             )
-        return TrainingData(
-            [dataset], [1.0], seq_len=seq_len, batch=target.batch_size, seed=0
-        )
+        return TrainingData([dataset], [1.0], seq_len=seq_len, batch=target.batch_size, seed=0)
     if target.data is None:
         raise EvaluationError(
             "val-ppl on imported weights needs evaluate.options.val-ppl.dataset: a dataset "
