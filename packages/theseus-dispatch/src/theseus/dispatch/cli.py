@@ -7,6 +7,9 @@ import time
 from typing import Annotated, Any
 
 import typer
+from theseus.core.errors import TheseusError
+from theseus.core.plugins import registries
+from theseus.dispatch import state
 
 ConfigOption = Annotated[
     str | None,
@@ -20,7 +23,6 @@ class Session:
     """The dispatch config plus one backend object per target used (closed at the end)."""
 
     def __init__(self, config_path: str | None) -> None:
-        from theseus.core.plugins import registries
         from theseus.dispatch import config
 
         self.registries = registries()
@@ -31,8 +33,6 @@ class Session:
 
     def backend(self, name: str) -> Any:
         if name not in self.config.targets:
-            from theseus.core.errors import TheseusError
-
             raise TheseusError(f"target {name!r} is not in {self.config.path} (any more)")
         if name not in self._backends:
             target = self.config.targets[name]
@@ -92,8 +92,6 @@ def status(
     dispatch_config: ConfigOption = None,
 ) -> None:
     """Show where submitted runs are and what state they are in."""
-    from theseus.core.errors import TheseusError
-    from theseus.dispatch import state
 
     names = [run] if run else state.names()
     if not names:
@@ -125,7 +123,6 @@ def logs(
     dispatch_config: ConfigOption = None,
 ) -> None:
     """Print a submitted run's log (process 0)."""
-    from theseus.dispatch import state
 
     record = state.load(run)
     with Session(dispatch_config) as session:
@@ -138,7 +135,6 @@ def cancel(
     dispatch_config: ConfigOption = None,
 ) -> None:
     """Stop a submitted run on its target."""
-    from theseus.dispatch import state
 
     record = state.load(run)
     with Session(dispatch_config) as session:

@@ -22,12 +22,17 @@ import logging
 import re
 from typing import Any
 
+import jax
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from theseus.core.evaluate.errors import EvaluationError
-from theseus.core.evaluate.target import SPECIAL_TOKENS, EvalTarget
+from theseus.core.evaluate.target import SPECIAL_TOKENS, EvalTarget, checkpoint_target, hf_target
+from theseus.core.plugins import registries
+from theseus.core.runner import default_root
+from theseus.core.sharding.config import ShardingConfig
+from theseus.core.sharding.placement import Layout
 from tqdm import tqdm
 
 log = logging.getLogger(__name__)
@@ -55,7 +60,6 @@ def load_target(
     padding_side: str = "right",
 ) -> tuple[EvalTarget, dict]:
     """The evaluation target named by the model args, laid out by ``sharding``."""
-    from theseus.core.evaluate.target import checkpoint_target, hf_target
 
     if bool(run) == bool(hf_dir):
         raise EvaluationError(
@@ -64,8 +68,6 @@ def load_target(
         )
     common = dict(batch_size=batch_size, padding_side=padding_side)
     if run:
-        from theseus.core.runner import default_root
-
         overrides = [f"sharding.strategy={sharding}"] if sharding else []
         return checkpoint_target(
             root or default_root(), run, overrides=overrides, what="run", **common
@@ -78,10 +80,7 @@ def load_target(
 
 def place(model: Any, strategy: str) -> Any:
     """``model`` with its parameters laid out by ``strategy`` on all visible devices."""
-    import jax
     from flax import nnx
-    from theseus.core.sharding.config import ShardingConfig
-    from theseus.core.sharding.placement import Layout
 
     layout = Layout(ShardingConfig(strategy=strategy))
     graphdef, state = nnx.split(model)
@@ -92,7 +91,6 @@ def place(model: Any, strategy: str) -> Any:
 
 def layout_of(model: Any) -> dict[str, int]:
     """How the model's parameters lie: arrays, how many are split, devices they span."""
-    import jax
     from flax import nnx
 
     arrays = [x for x in jax.tree.leaves(nnx.state(model)) if hasattr(x, "sharding")]
@@ -285,7 +283,6 @@ class TheseusLM(TemplateLM):
         return answers
 
     def _generate(self, prompts: dict[int, list[int]], until: list[str], max_new: int) -> dict:
-        from theseus.core.plugins import registries
 
         hook = registries().hook
         max_new = max(1, min(max_new, self.max_length - 1))

@@ -20,8 +20,10 @@ from typing import Any
 
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.errors import TheseusError
+from theseus.core.plugins import registries
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.fit_advice import advise
 from theseus.core.train.plan_format import format_report, size
 
 #: ``build(config, registries, vocab_size, devices) -> TrainSetup``: the job's own setup
@@ -83,8 +85,6 @@ def plan(
     build: BuildSetup | None = None,
 ) -> dict[str, Any]:
     """The plan as a dict; advice added when the step does not fit its chip."""
-    from theseus.core.plugins import registries
-    from theseus.core.train.fit_advice import advise
     from theseus.core.train.plan_report import report
 
     devices = target_devices(target) if target else None

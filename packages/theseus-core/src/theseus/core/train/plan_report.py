@@ -16,7 +16,15 @@ import re
 import time
 from typing import Any
 
+import jax
+from theseus.core.chips.devices import is_compile_only, without_disk_cache
 from theseus.core.chips.specs import Chip, chip_of_device_kind
+from theseus.core.sharding.mesh import describe
+from theseus.core.sharding.parallel import expert_parameter_bytes
+from theseus.core.sharding.placement import per_device_bytes
+from theseus.core.train.flops import program_flops
+from theseus.core.train.hlo_stats import analyze
+from theseus.core.train.step_estimate import estimate_step
 
 GiB = 1024**3
 _OOM_NUMBERS = (  # XLA:TPU's wordings of "needs X of Y"
@@ -29,7 +37,6 @@ _UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 def compile_step(setup: Any) -> tuple[Any, float, int | None]:
     """(compiled step or None, compile seconds, bytes the compiler said it needs when it
     refused for memory)."""
-    from theseus.core.chips.devices import is_compile_only, without_disk_cache
 
     started = time.perf_counter()
     device = setup.layout.mesh.devices.flat[0]
@@ -93,13 +100,6 @@ def device_memory(setup: Any, chip: Chip | None) -> int | None:
 
 def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, Any]:
     """The plan as one flat dict (what ``--dry-run --json`` prints)."""
-    import jax
-    from theseus.core.sharding.mesh import describe
-    from theseus.core.sharding.parallel import expert_parameter_bytes
-    from theseus.core.sharding.placement import per_device_bytes
-    from theseus.core.train.flops import program_flops
-    from theseus.core.train.hlo_stats import analyze
-    from theseus.core.train.step_estimate import estimate_step
 
     config, layout, state = setup.config, setup.layout, setup.abstract_state
     batch = setup.abstract_batch()

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from theseus.data.datasets.preference import normalize, record_text_bytes
+from theseus.data.tokenizers import load_tokenizer
+from theseus.data.tokenizers.chat_template import encode_chats
 
 
 @dataclass
@@ -54,8 +57,6 @@ def record_bytes(record: Any) -> int:
     if isinstance(record, str):
         return len(record)
     if isinstance(record, dict):  # a preference pair
-        from theseus.data.datasets.preference import record_text_bytes
-
         return record_text_bytes(record)
     return sum(len(m["content"]) for m in record)
 
@@ -112,7 +113,6 @@ def init_worker(tokenizer_dir: str) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
     global _TOKENIZER
-    from theseus.data.tokenizers import load_tokenizer
 
     _TOKENIZER = load_tokenizer(tokenizer_dir)
 
@@ -138,8 +138,6 @@ def encode_records(
     A preference record is two chat documents, one after the other: its prompt with the
     chosen answer, then the same prompt with the rejected one (:func:`encode_pairs`)."""
     if kind in ("chat", "preference"):
-        from theseus.data.tokenizers.chat_template import encode_chats
-
         encoded = (
             encode_pairs(tokenizer, records)
             if kind == "preference"
@@ -166,8 +164,6 @@ def encode_pairs(tokenizer: Any, records: list[Any]) -> list[tuple[Any, Any]]:
     The loss mask covers the chosen (rejected) assistant turns only: assistant turns of a
     multi-turn prompt are shared context, so the tokens the prompt renders to are unmasked.
     """
-    from theseus.data.datasets.preference import normalize
-    from theseus.data.tokenizers.chat_template import encode_chats
 
     pairs = [normalize(record) for record in records]
     chats = [p["prompt"] + p[answer] for p in pairs for answer in ("chosen", "rejected")]
