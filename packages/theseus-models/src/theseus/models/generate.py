@@ -1,7 +1,8 @@
 """KV-cache generation: one prefill over the (left-padded) prompts, then one token per step.
 
 Greedy when ``temperature == 0``; otherwise temperature, top-k and top-p sampling from a
-seeded key (reproducible). A row stops at its first stop token (kept in its output).
+seeded key (reproducible), or with ``seeds`` from one key per row, so that a row's tokens do
+not depend on the rest of the batch. A row stops at its first stop token (kept in its output).
 
 A model without a KV cache (only core's ``LanguageModel`` protocol, e.g. a third-party
 family) generates too: each step runs the full forward over a fixed-length buffer (one
@@ -73,6 +74,16 @@ def _sample(logits, key, temperature, top_k, top_p):
     return sample(logits, key, temperature, top_k, top_p)
 
 
+@partial(jax.jit, static_argnums=(3, 4, 5))
+def _sample_rows(logits_BxV, keys_B, t, temperature, top_k, top_p):
+    """Row b's token drawn from key ``fold_in(keys_B[b], t)`` alone."""
+
+    def one(logits_V, key):
+        return sample(logits_V[None], jax.random.fold_in(key, t), temperature, top_k, top_p)[0]
+
+    return jax.vmap(one)(logits_BxV, keys_B)
+
+
 def left_pad(
     prompts: Sequence[Sequence[int]], pad_id: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -100,8 +111,11 @@ def generate(
     seed: int = 0,
     stop_tokens: Sequence[int] = (),
     pad_id: int = 0,
+    seeds: Sequence[int] | None = None,
 ) -> list[list[int]]:
-    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token)."""
+    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token).
+
+    ``seeds`` (one per prompt) replaces ``seed``: row i samples from keys of ``seeds[i]``."""
     vocab = model.config.vocab_size
     for prompt in prompts:
         bad = [t for t in prompt if not 0 <= t < vocab]
@@ -123,13 +137,20 @@ def generate(
         advance = _without_cache(model, tokens, positions, segments, length, pad_id)
     logits = advance(None, 0)
     key = jax.random.key(seed)
+    if seeds is not None and len(seeds) != B:
+        raise ModelError(f"{len(seeds)} seeds for {B} prompts: give one seed per prompt")
+    row_keys = None if seeds is None else jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     stops = np.asarray(sorted(set(stop_tokens)), np.int32)
     stop_set = set(stops.tolist())
     out = np.zeros((B, max_new_tokens), np.int32)
     done = np.zeros((B,), bool)
     for t in range(max_new_tokens):
-        key, sub = jax.random.split(key)
-        token = np.asarray(_sample(logits, sub, float(temperature), int(top_k), float(top_p)))
+        sampling = float(temperature), int(top_k), float(top_p)
+        if row_keys is not None:
+            token = np.asarray(_sample_rows(logits, row_keys, t, *sampling))
+        else:
+            key, sub = jax.random.split(key)
+            token = np.asarray(_sample(logits, sub, *sampling))
         token = np.where(done, pad_id, token)
         out[:, t] = token
         done |= np.isin(token, stops)

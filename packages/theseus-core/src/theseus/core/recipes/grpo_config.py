@@ -41,6 +41,8 @@ class GRPOConfig:
     reward_weights: list[float] = option(
         help="one weight per reward (empty: every weight 1)", factory=list, finite=True
     )
+    max_digits: int = option(2, "addition task: operands have 1 to this many digits", ge=1, le=9)
+    problems: int = option(1000, "addition task: training problems drawn from the seed", ge=1)
     eval_prompts: int = option(
         64, "held-out prompts scored greedily every eval.every steps", ge=1, resume_safe=True
     )

@@ -1,0 +1,94 @@
+"""Reinforcement learning with verifiable rewards: ``<model>/train/grpo``.
+
+Each step samples ``grpo.generations`` completions of each prompt from the current weights
+with the KV-cache decoder (``theseus_sample``), scores them with the reward plugins
+(``theseus_register_rewards``), turns the rewards into group advantages and takes one
+optimizer step on the clipped objective of :mod:`theseus.core.recipes.grpo_loss`. The
+rollouts are built on the host (``grpo_run``); this module holds the job and its objective.
+
+The reference of the KL term (``grpo.beta > 0``) is, as for DPO, the base with every adapter
+off under LoRA, else a frozen copy of the starting weights; with ``beta = 0`` none is kept.
+The policy that sampled is the one being trained (one update per batch of rollouts), so the
+"old" log-probs are the policy's own, without gradient: the ratio is 1 in value, and its
+gradient is the policy gradient (as TRL does when it reuses no rollouts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from theseus.core.errors import ConfigError
+from theseus.core.recipes.grpo_config import GRPOConfig
+from theseus.core.recipes.grpo_loss import grpo_terms, token_logps
+from theseus.core.recipes.pretrain import PretrainJob
+from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.step import forward
+
+
+@dataclass
+class GRPOJobConfig(TrainJobConfig):
+    grpo: GRPOConfig = None  # type: ignore[assignment]  # always given by the job
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.training.global_batch_size % self.grpo.generations:
+            raise ConfigError(
+                f"training.global_batch_size={self.training.global_batch_size} rows is not a "
+                f"multiple of grpo.generations={self.grpo.generations}: each prompt's group of "
+                "completions must be whole"
+            )
+
+
+def grpo_objective(config: GRPOConfig) -> Any:
+    """``make(graphdef, rest, remat, adapted) -> objective`` for ``TrainSetup.build``.
+
+    The batch holds rollouts: ``inputs``/``targets`` (prompt + completion), ``loss_mask``
+    (1 on completion targets), and ``advantages`` (each row's advantage on every column)."""
+
+    def make(graphdef: Any, rest: Any, remat: str, adapted: bool) -> Any:
+        def logps(params: Any, frozen: Any, batch: dict, key: Any) -> jax.Array:
+            logits, _ = forward(graphdef, params, rest, batch, remat, frozen, key)
+            return token_logps(logits, batch["targets"])
+
+        def reference(params: Any, frozen: Any, batch: dict) -> jax.Array | None:
+            if config.beta == 0:
+                return None
+            if adapted:  # the base: every adapter's output zeroed
+                return logps(jax.tree.map(jnp.zeros_like, params), frozen, batch, None)
+            return logps(frozen, None, batch, None)  # the starting weights
+
+        def objective(params: Any, frozen: Any, batch: dict, key: Any) -> tuple[jax.Array, Any]:
+            logp = logps(params, frozen if adapted else None, batch, key)
+            ref = reference(params, frozen, batch)
+            ref = None if ref is None else jax.lax.stop_gradient(ref)
+            old = jax.lax.stop_gradient(logp)
+            advantages = batch["advantages"][:, 0]
+            num, den, sums = grpo_terms(config, logp, old, ref, advantages, batch["loss_mask"])
+            metrics = {f"train/{k}": s / jnp.maximum(n, 1.0) for k, (s, n) in sums.items()}
+            return num, (num, den, metrics)
+
+        return objective
+
+    return make
+
+
+class GRPOJob(PretrainJob):
+    """GRPO (and RLOO, Dr. GRPO) on the embedded addition task, full fine-tuning or LoRA."""
+
+    config_type = GRPOJobConfig
+    layout = "padded"  # the data config names the tokenizer (a tokenized chat dataset)
+
+    @classmethod
+    def setup_options(cls, config: GRPOJobConfig) -> dict[str, Any]:
+        return {
+            "objective": grpo_objective(config.grpo),
+            "keeps_reference": config.lora.rank == 0 and config.grpo.beta > 0,
+        }
+
+    def __call__(self) -> dict[str, Any]:
+        from theseus.core.recipes.grpo_run import run_grpo
+
+        return run_grpo(self)

@@ -1,0 +1,254 @@
+"""What ``<model>/train/grpo`` does when it runs: rollouts on the host, the usual trainer.
+
+The trainer (:class:`~theseus.core.train.trainer.Trainer`) is reused as it is: checkpoints,
+resume, the metrics log, the non-finite policy and the lifecycle hooks. Two things change:
+
+* the batches come from :class:`Rollouts`, which samples them with the trainer's current
+  weights (handed over by a callback after each step: no copy, no weight sync);
+* the validation loss (a cross entropy on chat data, meaningless here) gives way to the
+  held-out accuracy, greedy answers to ``grpo.eval_prompts`` problems no step trains on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from itertools import count
+from typing import Any
+
+import numpy as np
+from theseus.core.errors import ConfigError, JobError
+from theseus.core.evaluate.target import load_tokenizer
+from theseus.core.recipes.grpo_loss import group_advantages
+from theseus.core.recipes.grpo_task import addition_task, row_seed, step_prompts
+from theseus.core.recipes.training_run import write_summary
+from theseus.core.sharding.distributed import initialize_from_env
+from theseus.core.train.callbacks import Callback, Events, due
+from theseus.core.train.evaluation import Evaluation
+from theseus.core.train.recorder import Recorder
+from theseus.core.train.setup import open_data
+from theseus.core.train.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+class Rollouts:
+    """Batches of sampled completions, scored, as the trainer's data."""
+
+    def __init__(self, setup: Any, data: Any) -> None:
+        config = setup.config
+        self.setup, self.data, self.grpo = setup, data, config.grpo
+        self.seed = config.training.seed
+        self.rows, self.seq_len = config.training.global_batch_size, config.training.seq_len
+        self.tokenizer = load_tokenizer(data.tokenizer_dir, setup.registries)
+        self.train, self.held_out = addition_task(
+            self.seed, self.grpo.max_digits, self.grpo.problems, self.grpo.eval_prompts
+        )
+        self.rewards = [setup.registries.rewards.get(n).load() for n in self.grpo.rewards]
+        self.stops = [self.tokenizer.eos_id]
+        end = self.tokenizer.special_id("<|end|>")  # the chat template's end of turn
+        if end is not None:
+            self.stops.append(end)
+        self.state: Any = None  # the trainer's newest state (set by StateTap)
+        self.pending: dict[int, dict[str, float]] = {}  # step -> host metrics of its rollouts
+        longest = max(len(self.prompt(p.question)) for p in self.train + self.held_out)
+        if longest + self.grpo.max_new_tokens - 1 > self.seq_len:
+            raise ConfigError(
+                f"a prompt of {longest} tokens + grpo.max_new_tokens={self.grpo.max_new_tokens}"
+                f" does not fit training.seq_len={self.seq_len}: raise it or lower the other"
+            )
+
+    # --------------------------------------------------------------- the trainer's data
+    def __getattr__(self, name: str) -> Any:  # tokenizer_dir, vocab_size, layout, ...
+        return getattr(self.data, name)
+
+    def iterator(self, start: int) -> Iterator[dict[str, np.ndarray]]:
+        for step in count(start):
+            yield self.batch(step)
+
+    def step_metrics(self, step: int) -> dict[str, float]:
+        """The rollout metrics of ``step``, added to its record (the trainer's DataMetrics
+        callback asks its data for them)."""
+        for old in [s for s in self.pending if s < step]:
+            del self.pending[old]
+        return self.pending.pop(step, {})
+
+    # --------------------------------------------------------------- rollouts
+    def prompt(self, question: str) -> list[int]:
+        """``<|user|>question<|end|><|assistant|>`` as the SFT data renders a chat."""
+
+        def marker(token: str) -> list[int]:
+            found = self.tokenizer.special_id(token)
+            return [found] if found is not None else list(self.tokenizer.encode(token))
+
+        user = list(self.tokenizer.encode(question))
+        return marker("<|user|>") + user + marker("<|end|>") + marker("<|assistant|>")
+
+    def sample(self, prompts: list[list[int]], seeds: list[int]) -> list[list[int]]:
+        model = self.setup.model(self.setup.full_params(self.state))
+        grpo = self.grpo
+        out = self.setup.registries.hook.theseus_sample(
+            model=model,
+            prompts=prompts,
+            max_new_tokens=grpo.max_new_tokens,
+            stop_tokens=self.stops,
+            pad_id=0,
+            temperature=grpo.temperature,
+            top_k=grpo.top_k,
+            top_p=grpo.top_p,
+            seeds=seeds,
+        )
+        if out is None:
+            raise JobError(
+                f"no installed plugin samples from {type(model).__name__} (it needs "
+                "init_cache/decode, theseus.core.model.Decoder, and theseus-models installed)"
+            )
+        return out
+
+    def text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode([t for t in ids if t not in self.stops])
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """Step ``step``'s rollouts: G completions of each of its prompts, scored."""
+        G = self.grpo.generations
+        picked = step_prompts(self.seed, step, self.rows // G, len(self.train))
+        problems = [self.train[i] for i in picked for _ in range(G)]
+        prompts = [self.prompt(p.question) for p in problems]
+        seeds = [row_seed(self.seed, step, i, g) for i in picked for g in range(G)]
+        started = time.perf_counter()
+        completions = self.sample(prompts, seeds)
+        sampled = time.perf_counter() - started
+        texts = [self.text(c) for c in completions]
+        questions = [p.question for p in problems]
+        answers = [p.answer for p in problems]
+        total = np.zeros(len(texts), np.float32)
+        metrics: dict[str, float] = {"rollout/sample_time": sampled}
+        for name, reward, weight in zip(
+            self.grpo.rewards, self.rewards, self.grpo.weights(), strict=True
+        ):
+            values = np.asarray(reward(questions, texts, answer=answers), np.float32)
+            total += weight * values
+            metrics[f"reward/{name}/mean"] = float(values.mean())
+            metrics[f"reward/{name}/min"] = float(values.min())
+            metrics[f"reward/{name}/max"] = float(values.max())
+        metrics["reward/total/mean"] = float(total.mean())
+        metrics["rollout/completion_length"] = float(np.mean([len(c) for c in completions]))
+        stds = total.reshape(-1, G).std(axis=1)
+        metrics["rollout/groups_without_signal"] = float(np.mean(stds == 0))
+        advantages = np.asarray(
+            group_advantages(total, G, self.grpo.advantage, self.grpo.scale_eps), np.float32
+        )
+        self.pending[step] = metrics
+        return rollout_rows(prompts, completions, advantages, self.seq_len)
+
+
+def rollout_rows(
+    prompts: list[list[int]], completions: list[list[int]], advantages: np.ndarray, T: int
+) -> dict[str, np.ndarray]:
+    """Rows of prompt + completion, right-padded to ``T`` inputs: the loss mask is 1 on the
+    targets that are completion tokens; ``advantages`` fills each row's columns."""
+    B = len(prompts)
+    batch = {
+        "inputs": np.zeros((B, T), np.int32),
+        "targets": np.zeros((B, T), np.int32),
+        "positions": np.zeros((B, T), np.int32),
+        "segment_ids": np.zeros((B, T), np.int32),
+        "loss_mask": np.zeros((B, T), np.float32),
+        "advantages": np.repeat(advantages[:, None], T, axis=1).astype(np.float32),
+    }
+    for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        tokens = np.asarray(prompt + completion, np.int32)
+        n = len(tokens) - 1  # inputs: every token but the last
+        batch["inputs"][row, :n] = tokens[:-1]
+        batch["targets"][row, :n] = tokens[1:]
+        batch["positions"][row, :n] = np.arange(n)
+        batch["segment_ids"][row, :n] = 1
+        batch["loss_mask"][row, len(prompt) - 1 : n] = 1.0
+    return batch
+
+
+class StateTap(Callback):
+    """Hands each step's new state to the rollouts (sampled from before the next step)."""
+
+    def __init__(self, rollouts: Rollouts) -> None:
+        self.rollouts = rollouts
+
+    def on_step(self, step: int, state: Any, metrics: dict) -> None:
+        self.rollouts.state = state
+
+
+class HeldOutAccuracy(Callback):
+    """Greedy exact-match accuracy on the held-out problems: at the start, every
+    ``eval.every`` steps and at the end (``eval/accuracy``)."""
+
+    def __init__(self, rollouts: Rollouts, writer: Any, flush: Any) -> None:
+        self.rollouts, self.writer, self.flush = rollouts, writer, flush
+        setup = rollouts.setup
+        self.every, self.total = setup.config.eval.every, setup.total_steps
+
+    def on_train_start(self, step: int) -> None:
+        self.evaluate(self.rollouts.state, step)
+
+    def on_step(self, step: int, state: Any, metrics: dict) -> None:
+        if due(step + 1, self.every, self.total):
+            self.flush()
+            self.evaluate(state, step + 1)
+
+    def on_train_end(self, state: Any, summary: dict[str, Any]) -> None:
+        summary["eval/accuracy"] = self.evaluate(state, int(state.step))
+
+    def evaluate(self, state: Any, step: int) -> float:
+        rollouts = self.rollouts
+        setup = rollouts.setup
+        model = setup.model(setup.full_params(state))
+        problems = rollouts.held_out
+        prompts = [rollouts.prompt(p.question) for p in problems]
+        out = setup.registries.hook.theseus_generate(
+            model=model,
+            prompts=prompts,
+            max_new_tokens=rollouts.grpo.max_new_tokens,
+            stop_tokens=rollouts.stops,
+            pad_id=0,
+        )
+        answers = [rollouts.text(ids).strip() for ids in out]
+        accuracy = float(np.mean([a == p.answer for a, p in zip(answers, problems, strict=True)]))
+        self.writer.write({"step": step, "eval/accuracy": accuracy})
+        self.events.emit("on_eval", step=step, results={"eval/accuracy": accuracy})
+        return accuracy
+
+
+class GRPOTrainer(Trainer):
+    """The trainer with rollouts as its data and held-out accuracy as its evaluation."""
+
+    def __init__(self, setup: Any, rollouts: Rollouts, context: Any) -> None:
+        super().__init__(setup, rollouts, context, None)  # type: ignore[arg-type]
+        self.rollouts = rollouts
+
+    def initial_state(self) -> Any:
+        state = super().initial_state()
+        self.rollouts.state = state
+        return state
+
+    def _callbacks(self, start: int) -> tuple[Events, Recorder]:
+        events, recorder = super()._callbacks(start)
+        callbacks = []
+        for callback in events.callbacks:
+            if isinstance(callback, Evaluation):
+                callback = HeldOutAccuracy(self.rollouts, callback.writer, recorder.flush)
+            callbacks.append(callback)
+        callbacks.insert(0, StateTap(self.rollouts))
+        return Events(callbacks), recorder
+
+
+def run_grpo(job: Any) -> dict[str, Any]:
+    """Train ``job``'s run to its last step (resuming, branching or starting it)."""
+    initialize_from_env()
+    config, context = job.config, job.context
+    data = open_data(config, context.root, job.layout, run=job.run)
+    setup = job.build_setup(config, context.registries, data.vocab_size)
+    rollouts = Rollouts(setup, data)
+    summary = GRPOTrainer(setup, rollouts, context).fit()
+    write_summary(job.run, summary)
+    log.info("finished %s: %s", job.run.name, summary)
+    return summary

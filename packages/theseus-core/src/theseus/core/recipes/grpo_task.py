@@ -1,0 +1,60 @@
+"""The embedded arithmetic task of ``<model>/train/grpo``: addition problems from a seed.
+
+Training problems and held-out problems are drawn from two streams of ``training.seed``; a
+held-out problem never appears among the training ones. Each step's prompts are a pure
+function of (seed, step), so a resumed run asks the same questions.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Problem:
+    question: str
+    answer: str
+
+
+def _problem(rng: random.Random, max_digits: int) -> tuple[int, int]:
+    top = 10**max_digits
+    return rng.randrange(top), rng.randrange(top)
+
+
+def addition_task(seed: int, max_digits: int, problems: int, held_out: int):
+    """``(training problems, held-out problems)``: disjoint, as long as the operand space
+    allows (the held-out set is drawn first and may be smaller when it is nearly exhausted)."""
+    space = 10 ** (2 * max_digits)
+    held_rng = random.Random(f"grpo-held-out-{seed}")
+    held: dict[tuple[int, int], None] = {}
+    for _ in range(held_out * 20):
+        if len(held) >= min(held_out, space // 2):
+            break
+        held.setdefault(_problem(held_rng, max_digits))
+    train_rng = random.Random(f"grpo-train-{seed}")
+    train: list[tuple[int, int]] = []
+    for _ in range(problems * 20):
+        if len(train) >= problems:
+            break
+        pair = _problem(train_rng, max_digits)
+        if pair not in held:
+            train.append(pair)
+
+    def as_problems(pairs):
+        return [Problem(f"What is {a}+{b}?", str(a + b)) for a, b in pairs]
+
+    return as_problems(train), as_problems(list(held))
+
+
+def step_prompts(seed: int, step: int, count: int, available: int) -> list[int]:
+    """Indices of the ``count`` training problems asked at ``step`` (a function of both)."""
+    rng = np.random.default_rng([seed, step, 7])
+    return rng.choice(available, size=count, replace=count > available).tolist()
+
+
+def row_seed(seed: int, step: int, problem: int, generation: int) -> int:
+    """The sampling seed of one completion: a function of (seed, step, problem, generation)."""
+    return int(np.random.SeedSequence([seed, step, problem, generation]).generate_state(1)[0])
