@@ -43,8 +43,11 @@ class GRPOConfig:
     )
     max_digits: int = option(2, "addition task: operands have 1 to this many digits", ge=1, le=9)
     problems: int = option(1000, "addition task: training problems drawn from the seed", ge=1)
+    shuffle_rewards: bool = option(
+        False, "a control: permute the rewards across the batch's completions (learns nothing)"
+    )
     eval_prompts: int = option(
-        64, "held-out prompts scored greedily every eval.every steps", ge=1, resume_safe=True
+        64, "held-out prompts (and as many training ones) answered greedily every eval.every steps", ge=1, resume_safe=True
     )
 
     def __post_init__(self) -> None:

@@ -132,6 +132,8 @@ class Rollouts:
             metrics[f"reward/{name}/mean"] = float(values.mean())
             metrics[f"reward/{name}/min"] = float(values.min())
             metrics[f"reward/{name}/max"] = float(values.max())
+        if self.grpo.shuffle_rewards:  # the control: rewards no longer belong to their answers
+            total = total[np.random.default_rng([self.seed, step, 11]).permutation(len(total))]
         metrics["reward/total/mean"] = float(total.mean())
         metrics["rollout/completion_length"] = float(np.mean([len(c) for c in completions]))
         stds = total.reshape(-1, G).std(axis=1)
@@ -179,8 +181,9 @@ class StateTap(Callback):
 
 
 class HeldOutAccuracy(Callback):
-    """Greedy exact-match accuracy on the held-out problems: at the start, every
-    ``eval.every`` steps and at the end (``eval/accuracy``)."""
+    """Greedy exact-match accuracy on the held-out problems (``eval/accuracy``) and on as
+    many training problems (``eval/train_accuracy``, the first ones drawn): at the start,
+    every ``eval.every`` steps and at the end."""
 
     def __init__(self, rollouts: Rollouts, writer: Any, flush: Any) -> None:
         self.rollouts, self.writer, self.flush = rollouts, writer, flush
@@ -200,22 +203,27 @@ class HeldOutAccuracy(Callback):
 
     def evaluate(self, state: Any, step: int) -> float:
         rollouts = self.rollouts
-        setup = rollouts.setup
-        model = setup.model(setup.full_params(state))
-        problems = rollouts.held_out
-        prompts = [rollouts.prompt(p.question) for p in problems]
-        out = setup.registries.hook.theseus_generate(
+        model = rollouts.setup.model(rollouts.setup.full_params(state))
+        seen = list(dict.fromkeys(rollouts.train))[: len(rollouts.held_out)]
+        results = {
+            "eval/accuracy": self.accuracy(model, rollouts.held_out),
+            "eval/train_accuracy": self.accuracy(model, seen),
+        }
+        self.writer.write({"step": step, **results})
+        self.events.emit("on_eval", step=step, results=results)
+        return results["eval/accuracy"]
+
+    def accuracy(self, model: Any, problems: list[Any]) -> float:
+        rollouts = self.rollouts
+        out = rollouts.setup.registries.hook.theseus_generate(
             model=model,
-            prompts=prompts,
+            prompts=[rollouts.prompt(p.question) for p in problems],
             max_new_tokens=rollouts.grpo.max_new_tokens,
             stop_tokens=rollouts.stops,
             pad_id=0,
         )
         answers = [rollouts.text(ids).strip() for ids in out]
-        accuracy = float(np.mean([a == p.answer for a, p in zip(answers, problems, strict=True)]))
-        self.writer.write({"step": step, "eval/accuracy": accuracy})
-        self.events.emit("on_eval", step=step, results={"eval/accuracy": accuracy})
-        return accuracy
+        return float(np.mean([a == p.answer for a, p in zip(answers, problems, strict=True)]))
 
 
 class GRPOTrainer(Trainer):
