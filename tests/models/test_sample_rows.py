@@ -19,7 +19,10 @@ def test_a_rows_sample_depends_on_its_seed_alone():
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     kwargs = dict(max_new_tokens=8, temperature=1.0, top_k=0, top_p=1.0)
     together = generate(model, prompts, seeds=[11, 12, 13], **kwargs)
-    alone = [generate(model, [p], seeds=[s], **kwargs)[0] for p, s in zip(prompts, [11, 12, 13])]
+    alone = [
+        generate(model, [p], seeds=[s], **kwargs)[0]
+        for p, s in zip(prompts, [11, 12, 13], strict=True)
+    ]
     assert together == alone  # batch composition and row order do not matter
     swapped = generate(model, prompts[::-1], seeds=[13, 12, 11], **kwargs)
     assert swapped == together[::-1]

@@ -47,7 +47,10 @@ class GRPOConfig:
         False, "a control: permute the rewards across the batch's completions (learns nothing)"
     )
     eval_prompts: int = option(
-        64, "held-out prompts (and as many training ones) answered greedily every eval.every steps", ge=1, resume_safe=True
+        64,
+        "held-out prompts (and as many training ones) answered greedily every eval.every steps",
+        ge=1,
+        resume_safe=True,
     )
 
     def __post_init__(self) -> None:
