@@ -117,3 +117,9 @@ def test_a_killed_grpo_run_resumes_with_the_same_rollouts_and_losses(shared_root
         return {r["step"]: tuple(r[k] for k in keys) for r in rows if keys[0] in r}
 
     assert rollouts("grpo-killed") == rollouts("grpo-whole")  # the same completions, scored
+
+
+def test_grpo_from_random_weights_is_refused_in_one_line(tmp_path):
+    done = run_cli(tmp_path, "run", "gpt/train/grpo", *COMMON)
+    assert done.returncode == 2
+    assert "set init.checkpoint=RUN[@STEP]" in done.stderr and "GRPO" in done.stderr

@@ -88,6 +88,13 @@ class GRPOJob(PretrainJob):
             "keeps_reference": config.lora.rank == 0 and config.grpo.beta > 0,
         }
 
+    @classmethod
+    def check_setup(cls, config: GRPOJobConfig, setup: Any) -> None:
+        """The rollouts' advantages travel in the batch (the dry run lowers with them)."""
+        import numpy as np
+
+        setup.extra_fields = {"advantages": np.float32}
+
     def __call__(self) -> dict[str, Any]:
         from theseus.core.recipes.grpo_run import run_grpo
 
