@@ -13,6 +13,7 @@ it is not trained on (measured: it falls).
 
 from __future__ import annotations
 
+import json
 import signal
 
 import numpy as np
@@ -90,14 +91,28 @@ def test_grpo_raises_the_reward_and_a_shuffled_control_does_not(shared_root, sft
     assert evals[-1]["eval/train_accuracy"] >= control_evals[-1]["eval/train_accuracy"] + 0.2
 
 
-def test_the_kl_starts_at_zero_against_the_lora_base(shared_root, sft):
+def test_lora_grpo_on_a_jsonl_task_starts_with_zero_kl_to_its_base(shared_root, sft, tmp_path):
+    """A user's jsonl prompts (GSM8K-style answers, ``hash_answer``), LoRA, β > 0."""
+    path = tmp_path / "sums.jsonl"
+    rows = [
+        {"q": f"What is {a}+{b}?", "a": f"{a}+{b}\n#### {a + b}"}
+        for a in range(4)
+        for b in range(4)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     args = [*GRPO, "training.global_batch_size=16", "training.total_steps=3", "eval.every=0"]
-    args += ["grpo.beta=0.04", "lora.rank=4", "grpo.eval_prompts=8", "--name", "grpo-lora"]
+    args += ["grpo.beta=0.04", "lora.rank=4", "grpo.eval_prompts=4", "grpo.task=jsonl"]
+    args += [f"grpo.prompts_file={path}", "grpo.prompt_field=q", "grpo.answer_field=a"]
+    args += ["grpo.rewards=[hash_answer]", "--name", "grpo-lora"]
     done = run_cli(shared_root, *args)
     assert done.returncode == 0, done.stderr[-3000:]
-    train = [r for r in metrics(shared_root, "grpo-lora") if "train/kl" in r]
+    rows = metrics(shared_root, "grpo-lora")
+    train = [r for r in rows if "train/kl" in r]
     assert train[0]["train/kl"] == 0.0  # adapters start at zero output: policy == reference
-    assert all(np.isfinite(r["train/loss"]) for r in train)
+    assert all(np.isfinite(r["train/loss"]) and r["train/entropy"] > 0 for r in train)
+    assert any(r["reward/hash_answer/max"] == 1.0 for r in train)  # some sums are right
+    accuracy = [r["eval/accuracy"] for r in rows if "eval/accuracy" in r]
+    assert len(accuracy) == 2 and all(0.0 <= a <= 1.0 for a in accuracy)
 
 
 def test_a_killed_grpo_run_resumes_with_the_same_rollouts_and_losses(shared_root, sft):

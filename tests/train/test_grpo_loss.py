@@ -26,6 +26,7 @@ from theseus.core.recipes.grpo_loss import (
     group_advantages,
     grpo_loss,
     k3_kl,
+    token_entropy,
     token_logps,
 )
 
@@ -125,6 +126,19 @@ def test_token_logps_is_a_log_softmax_gather():
     log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     picked = np.take_along_axis(log_softmax, np.maximum(targets, 0)[..., None], -1)[..., 0]
     np.testing.assert_allclose(got, picked, rtol=1e-5, atol=1e-6)
+
+
+def test_temperature_scales_the_logits_of_log_probs_and_entropy():
+    logits = np.random.default_rng(3).normal(size=(2, 3, 6)).astype(np.float32)
+    targets = np.array([[0, 5, 2], [1, 3, 4]])
+    z = logits.astype(np.float64) / 0.7
+    log_softmax = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_softmax, targets[..., None], -1)[..., 0]
+    got = np.asarray(token_logps(jnp.asarray(logits), jnp.asarray(targets), 0.7))
+    np.testing.assert_allclose(got, picked, rtol=1e-5, atol=1e-6)
+    entropy = -(np.exp(log_softmax) * log_softmax).sum(-1)
+    got = np.asarray(token_entropy(jnp.asarray(logits), 0.7))
+    np.testing.assert_allclose(got, entropy, rtol=1e-5, atol=1e-6)
 
 
 def test_equal_rewards_everywhere_give_zero_loss_and_no_nan():
@@ -246,6 +260,7 @@ def test_loss_and_gradient_match_trl(loss, beta, eps, eps_high):
     }
     trl_loss = GRPOTrainer._compute_loss(stand_in, None, inputs)
     trl_loss.backward()
+    trl_loss = trl_loss.detach()
 
     config = GRPOConfig(loss=loss, beta=beta, epsilon=eps, epsilon_high=eps_high)
     config.max_new_tokens = max_len

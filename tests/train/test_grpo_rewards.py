@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from theseus.core.errors import ConfigError
 from theseus.core.plugins import registries
 from theseus.core.recipes.grpo_run import rollout_rows
-from theseus.core.recipes.grpo_task import addition_task, row_seed, step_prompts
+from theseus.core.recipes.grpo_task import addition_task, jsonl_task, row_seed, step_prompts
 from theseus.core.recipes.rewards import digits_only, exact_answer, final_number, hash_answer
 
 
@@ -50,3 +52,16 @@ def test_rollout_rows_mask_the_completion_targets_only():
     assert batch["inputs"][1].tolist()[:1] == [4] and batch["loss_mask"][1].tolist()[:2] == [1, 0]
     assert batch["segment_ids"][0].tolist() == [1, 1, 1, 1, 0, 0]
     assert batch["advantages"][1].tolist() == [-0.5] * 6
+
+
+def test_a_jsonl_task_holds_out_its_last_lines_and_names_a_bad_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"q": "a", "x": "1"}\n\n{"q": "b", "x": "2"}\n{"q": "c", "x": "3"}\n')
+    train, held = jsonl_task(str(path), "q", "x", held_out=1)
+    assert [p.question for p in train] == ["a", "b"] and held[0].answer == "3"
+    with pytest.raises(ConfigError, match="more than grpo.eval_prompts=3"):
+        jsonl_task(str(path), "q", "x", held_out=3)
+    with pytest.raises(ConfigError, match=r"p.jsonl:1: expected a JSON object with 'q' and 'y'"):
+        jsonl_task(str(path), "q", "y", held_out=1)
+    with pytest.raises(ConfigError, match="no such file"):
+        jsonl_task(str(tmp_path / "missing.jsonl"), "q", "x", held_out=1)

@@ -10,7 +10,9 @@ The reference of the KL term (``grpo.beta > 0``) is, as for DPO, the base with e
 off under LoRA, else a frozen copy of the starting weights; with ``beta = 0`` none is kept.
 The policy that sampled is the one being trained (one update per batch of rollouts), so the
 "old" log-probs are the policy's own, without gradient: the ratio is 1 in value, and its
-gradient is the policy gradient (as TRL does when it reuses no rollouts).
+gradient is the policy gradient (as TRL does when it reuses no rollouts). Policy and
+reference log-probs (and the logged entropy) are those of softmax(logits / temperature), the
+distribution the rollouts were drawn from, as TRL scores them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from theseus.core.errors import ConfigError
 from theseus.core.recipes.grpo_config import GRPOConfig
-from theseus.core.recipes.grpo_loss import grpo_terms, token_logps
+from theseus.core.recipes.grpo_loss import grpo_terms, token_entropy, token_logps
 from theseus.core.recipes.pretrain import PretrainJob
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.step import forward
@@ -49,24 +51,28 @@ def grpo_objective(config: GRPOConfig) -> Any:
     (1 on completion targets), and ``advantages`` (each row's advantage on every column)."""
 
     def make(graphdef: Any, rest: Any, remat: str, adapted: bool) -> Any:
-        def logps(params: Any, frozen: Any, batch: dict, key: Any) -> jax.Array:
-            logits, _ = forward(graphdef, params, rest, batch, remat, frozen, key)
-            return token_logps(logits, batch["targets"])
+        def logits_of(params: Any, frozen: Any, batch: dict, key: Any) -> jax.Array:
+            return forward(graphdef, params, rest, batch, remat, frozen, key)[0]
 
         def reference(params: Any, frozen: Any, batch: dict) -> jax.Array | None:
             if config.beta == 0:
                 return None
             if adapted:  # the base: every adapter's output zeroed
-                return logps(jax.tree.map(jnp.zeros_like, params), frozen, batch, None)
-            return logps(frozen, None, batch, None)  # the starting weights
+                logits = logits_of(jax.tree.map(jnp.zeros_like, params), frozen, batch, None)
+            else:  # the starting weights
+                logits = logits_of(frozen, None, batch, None)
+            return token_logps(logits, batch["targets"], config.temperature)
 
         def objective(params: Any, frozen: Any, batch: dict, key: Any) -> tuple[jax.Array, Any]:
-            logp = logps(params, frozen if adapted else None, batch, key)
+            logits = logits_of(params, frozen if adapted else None, batch, key)
+            logp = token_logps(logits, batch["targets"], config.temperature)
+            entropy = jax.lax.stop_gradient(token_entropy(logits, config.temperature))
             ref = reference(params, frozen, batch)
             ref = None if ref is None else jax.lax.stop_gradient(ref)
             old = jax.lax.stop_gradient(logp)
             advantages = batch["advantages"][:, 0]
             num, den, sums = grpo_terms(config, logp, old, ref, advantages, batch["loss_mask"])
+            sums["entropy"] = (jnp.sum(entropy * batch["loss_mask"]), jnp.sum(batch["loss_mask"]))
             metrics = {f"train/{k}": s / jnp.maximum(n, 1.0) for k, (s, n) in sums.items()}
             return num, (num, den, metrics)
 

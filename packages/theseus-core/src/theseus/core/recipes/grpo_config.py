@@ -12,6 +12,7 @@ from theseus.core.components import option
 from theseus.core.errors import ConfigError
 
 ADVANTAGES = ("group", "rloo")
+TASKS = ("addition", "jsonl")
 AGGREGATIONS = ("token_mean", "sequence_mean", "dr_grpo")
 
 
@@ -41,6 +42,12 @@ class GRPOConfig:
     reward_weights: list[float] = option(
         help="one weight per reward (empty: every weight 1)", factory=list, finite=True
     )
+    task: str = option(
+        "addition", "addition (embedded, from the seed) or jsonl (grpo.prompts_file)"
+    )
+    prompts_file: str = option("", "jsonl task: a file of one JSON object per line")
+    prompt_field: str = option("prompt", "jsonl task: the field holding the question")
+    answer_field: str = option("answer", "jsonl task: the field holding the reference answer")
     max_digits: int = option(2, "addition task: operands have 1 to this many digits", ge=1, le=9)
     problems: int = option(1000, "addition task: training problems drawn from the seed", ge=1)
     shuffle_rewards: bool = option(
@@ -60,6 +67,10 @@ class GRPOConfig:
             )
         if self.loss not in AGGREGATIONS:
             raise ConfigError(f"grpo.loss={self.loss!r}: expected one of {', '.join(AGGREGATIONS)}")
+        if self.task not in TASKS:
+            raise ConfigError(f"grpo.task={self.task!r}: expected one of {', '.join(TASKS)}")
+        if self.task == "jsonl" and not self.prompts_file:
+            raise ConfigError("grpo.task=jsonl reads grpo.prompts_file: name the file")
         if not self.rewards:
             raise ConfigError("grpo.rewards is empty: name at least one reward function")
         if self.reward_weights and len(self.reward_weights) != len(self.rewards):

@@ -21,7 +21,8 @@ import numpy as np
 from theseus.core.errors import ConfigError, JobError
 from theseus.core.evaluate.target import load_tokenizer
 from theseus.core.recipes.grpo_loss import group_advantages
-from theseus.core.recipes.grpo_task import addition_task, row_seed, step_prompts
+from theseus.core.recipes.grpo_task import load_task, row_seed, step_prompts
+from theseus.core.recipes.rewards import exact_answer, hash_answer
 from theseus.core.recipes.training_run import write_summary
 from theseus.core.sharding.distributed import initialize_from_env
 from theseus.core.train.callbacks import Callback, Events, due
@@ -42,9 +43,7 @@ class Rollouts:
         self.seed = config.training.seed
         self.rows, self.seq_len = config.training.global_batch_size, config.training.seq_len
         self.tokenizer = load_tokenizer(data.tokenizer_dir, setup.registries)
-        self.train, self.held_out = addition_task(
-            self.seed, self.grpo.max_digits, self.grpo.problems, self.grpo.eval_prompts
-        )
+        self.train, self.held_out = load_task(self.grpo, self.seed)
         self.rewards = [setup.registries.rewards.get(n).load() for n in self.grpo.rewards]
         self.stops = [self.tokenizer.eos_id]
         end = self.tokenizer.special_id("<|end|>")  # the chat template's end of turn
@@ -183,10 +182,12 @@ class StateTap(Callback):
 class HeldOutAccuracy(Callback):
     """Greedy exact-match accuracy on the held-out problems (``eval/accuracy``) and on as
     many training problems (``eval/train_accuracy``, the first ones drawn): at the start,
-    every ``eval.every`` steps and at the end."""
+    every ``eval.every`` steps and at the end. Addition answers must match exactly; jsonl
+    answers by their final number (``hash_answer``: GSM8K's ``#### <number>``)."""
 
     def __init__(self, rollouts: Rollouts, writer: Any, flush: Any) -> None:
         self.rollouts, self.writer, self.flush = rollouts, writer, flush
+        self.score = exact_answer if rollouts.grpo.task == "addition" else hash_answer
         setup = rollouts.setup
         self.every, self.total = setup.config.eval.every, setup.total_steps
 
@@ -222,8 +223,9 @@ class HeldOutAccuracy(Callback):
             stop_tokens=rollouts.stops,
             pad_id=0,
         )
-        answers = [rollouts.text(ids).strip() for ids in out]
-        return float(np.mean([a == p.answer for a, p in zip(answers, problems, strict=True)]))
+        texts = [rollouts.text(ids) for ids in out]
+        questions = [p.question for p in problems]
+        return float(np.mean(self.score(questions, texts, answer=[p.answer for p in problems])))
 
 
 class GRPOTrainer(Trainer):
