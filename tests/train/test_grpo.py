@@ -116,22 +116,33 @@ def test_lora_grpo_on_a_jsonl_task_starts_with_zero_kl_to_its_base(shared_root, 
 
 
 def test_a_killed_grpo_run_resumes_with_the_same_rollouts_and_losses(shared_root, sft):
-    args = [*GRPO, "training.global_batch_size=16", "training.total_steps=16", "eval.every=0"]
-    args += ["checkpoint.every=8", "checkpoint.asynchronous=false", "grpo.eval_prompts=8"]
+    """μ = 2 updates per batch of rollouts, a checkpoint every 5 steps: the run is killed
+    after step 8 and resumes at step 5, inside the μ steps of the rollouts of step 4, which it
+    reads back from the run instead of sampling them again from other weights."""
+    args = [*GRPO, "training.global_batch_size=16", "training.total_steps=12", "eval.every=0"]
+    args += ["checkpoint.every=5", "checkpoint.asynchronous=false", "grpo.eval_prompts=8"]
+    args += ["grpo.iterations=2"]
     done = run_cli(shared_root, *args, "--name", "grpo-whole")
     assert done.returncode == 0, done.stderr[-3000:]
-    kill_after(shared_root, "grpo-killed", args, steps=11, sig=signal.SIGKILL)
+    kill_after(shared_root, "grpo-killed", args, steps=8, sig=signal.SIGKILL)
     done = run_cli(shared_root, *args, "--name", "grpo-killed")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "resumed grpo-killed from step 8" in done.stderr
+    assert "resumed grpo-killed from step 5" in done.stderr
+    assert "reusing the rollouts of step 4" in done.stderr
     assert train_losses(shared_root, "grpo-killed") == train_losses(shared_root, "grpo-whole")
 
     def rollouts(name: str) -> dict[int, tuple]:
-        keys = ("reward/total/mean", "rollout/completion_length")
+        keys = ("reward/total/mean", "rollout/completion_length", "train/clip_fraction")
         rows = metrics(shared_root, name)
         return {r["step"]: tuple(r[k] for k in keys) for r in rows if keys[0] in r}
 
-    assert rollouts("grpo-killed") == rollouts("grpo-whole")  # the same completions, scored
+    whole = rollouts("grpo-whole")
+    assert rollouts("grpo-killed") == whole  # the same completions, scored, clipped
+    assert all(whole[s][:2] == whole[s + 1][:2] for s in range(0, 12, 2))  # reused
+    # the first update on a batch: the policy is the one that sampled, ratio 1, no clipping
+    assert all(whole[s][2] == 0.0 for s in range(0, 12, 2))
+    losses = train_losses(shared_root, "grpo-whole")
+    assert losses[0] == losses[1]  # the warmup's learning rate is 0 at step 0: same weights
 
 
 def test_grpo_from_random_weights_is_refused_in_one_line(tmp_path):

@@ -69,7 +69,10 @@ def grpo_objective(config: GRPOConfig) -> Any:
             entropy = jax.lax.stop_gradient(token_entropy(logits, config.temperature))
             ref = reference(params, frozen, batch)
             ref = None if ref is None else jax.lax.stop_gradient(ref)
-            old = jax.lax.stop_gradient(logp)
+            if config.iterations > 1:  # the policy that sampled, scored when it sampled
+                old = batch["old_logps"]
+            else:  # it is this policy: ratio 1, the gradient is the policy gradient
+                old = jax.lax.stop_gradient(logp)
             advantages = batch["advantages"][:, 0]
             num, den, sums = grpo_terms(config, logp, old, ref, advantages, batch["loss_mask"])
             sums["entropy"] = (jnp.sum(entropy * batch["loss_mask"]), jnp.sum(batch["loss_mask"]))
@@ -79,6 +82,19 @@ def grpo_objective(config: GRPOConfig) -> Any:
         return objective
 
     return make
+
+
+def old_logps_step(setup: Any, config: GRPOConfig) -> Any:
+    """Jitted ``(state, batch) -> log-probs [B, T]`` of the rollouts under ``state``'s policy
+    (π_old of the ``grpo.iterations`` updates that reuse them)."""
+    adapted = setup.adapted
+
+    def run(state: Any, batch: dict) -> jax.Array:
+        frozen = state.frozen if adapted else None
+        logits = forward(setup.graphdef, state.params, setup.rest, batch, "none", frozen)[0]
+        return token_logps(logits, batch["targets"], config.temperature)
+
+    return jax.jit(run)
 
 
 class GRPOJob(PretrainJob):
@@ -100,6 +116,8 @@ class GRPOJob(PretrainJob):
         import numpy as np
 
         setup.extra_fields = {"advantages": np.float32}
+        if config.grpo.iterations > 1:
+            setup.extra_fields["old_logps"] = np.float32
 
     def __call__(self) -> dict[str, Any]:
         from theseus.core.recipes.grpo_run import run_grpo

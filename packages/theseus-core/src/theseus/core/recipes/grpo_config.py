@@ -29,6 +29,9 @@ class GRPOConfig:
     scale_eps: float = option(1e-4, "added to the group's std before dividing (group only)", gt=0)
     epsilon: float = option(0.2, "ε_low: the ratio is clipped below at 1 - ε", ge=0, lt=1)
     epsilon_high: float = option(0.2, "ε_high: the ratio is clipped above at 1 + ε_high", ge=0)
+    iterations: int = option(
+        1, "μ: optimizer steps on each batch of rollouts (old log-probs from its first)", ge=1
+    )
     beta: float = option(0.0, "β: weight of the k3 KL to the frozen reference (0: none)", ge=0)
     loss: str = option(
         "token_mean",

@@ -4,22 +4,28 @@ The trainer (:class:`~theseus.core.train.trainer.Trainer`) is reused as it is: c
 resume, the metrics log, the non-finite policy and the lifecycle hooks. Two things change:
 
 * the batches come from :class:`Rollouts`, which samples them with the trainer's current
-  weights (handed over by a callback after each step: no copy, no weight sync);
+  weights (handed over by a callback after each step: no copy, no weight sync); with
+  ``grpo.iterations`` μ > 1 one batch serves μ steps, and is kept in ``<run>/rollouts/``
+  until a checkpoint passes it, so a run resumed inside the μ steps reuses it;
 * the validation loss (a cross entropy on chat data, meaningless here) gives way to the
   held-out accuracy, greedy answers to ``grpo.eval_prompts`` problems no step trains on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from itertools import count
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from theseus.core.errors import ConfigError, JobError
 from theseus.core.evaluate.target import load_tokenizer
+from theseus.core.recipes.grpo import old_logps_step
 from theseus.core.recipes.grpo_loss import group_advantages
 from theseus.core.recipes.grpo_task import load_task, row_seed, step_prompts
 from theseus.core.recipes.rewards import exact_answer, hash_answer
@@ -37,8 +43,11 @@ log = logging.getLogger(__name__)
 class Rollouts:
     """Batches of sampled completions, scored, as the trainer's data."""
 
-    def __init__(self, setup: Any, data: Any) -> None:
+    def __init__(self, setup: Any, data: Any, folder: Path) -> None:
         config = setup.config
+        self.folder = folder  # μ > 1: the batch of rollouts in use, for a resume
+        self.cached: tuple[int, dict[str, np.ndarray], dict[str, float]] | None = None
+        self.old_logps = old_logps_step(setup, config.grpo) if config.grpo.iterations > 1 else None
         self.setup, self.data, self.grpo = setup, data, config.grpo
         self.seed = config.training.seed
         self.rows, self.seq_len = config.training.global_batch_size, config.training.seq_len
@@ -109,6 +118,57 @@ class Rollouts:
         return self.tokenizer.decode([t for t in ids if t not in self.stops])
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
+        """Step ``step``'s batch: the rollouts sampled at step ``step - step % μ``."""
+        mu = self.grpo.iterations
+        if mu == 1:
+            batch, self.pending[step] = self.rollout(step)
+            return batch
+        start = step - step % mu
+        if self.cached is None or self.cached[0] != start:
+            self.cached = (start, *(self.load(start) or self.sample_and_keep(start)))
+        _, batch, metrics = self.cached
+        self.pending[step] = dict(metrics)
+        return batch
+
+    def path(self, start: int) -> Path:
+        return self.folder / f"{start}.npz"
+
+    def load(self, start: int) -> tuple[dict[str, np.ndarray], dict[str, float]] | None:
+        if not self.path(start).is_file():
+            return None
+        with np.load(self.path(start)) as saved:
+            arrays = {k: saved[k] for k in saved.files}
+        metrics = json.loads(str(arrays.pop("metrics")))
+        log.info("reusing the rollouts of step %d (%s)", start, self.path(start))
+        return arrays, metrics
+
+    def sample_and_keep(self, start: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Rollouts sampled now (the state must be that of step ``start``), scored by the
+        policy that sampled them, and written before any step uses them."""
+        if self.state is None or int(self.state.step) != start:
+            at = None if self.state is None else int(self.state.step)
+            raise JobError(
+                f"the rollouts of step {start} are not in {self.folder} and the weights are "
+                f"at step {at}: they cannot be sampled again; resume from a checkpoint at a "
+                f"multiple of grpo.iterations={self.grpo.iterations}"
+            )
+        batch, metrics = self.rollout(start)
+        placed = self.setup.layout.place_batch(batch)
+        batch["old_logps"] = np.asarray(self.old_logps(self.state, placed), np.float32)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f".{start}.partial.npz"
+        np.savez(partial, metrics=np.asarray(json.dumps(metrics)), **batch)
+        os.replace(partial, self.path(start))
+        return batch, metrics
+
+    def prune(self, checkpoint_step: int) -> None:
+        """Forget the rollouts that no step after ``checkpoint_step`` uses."""
+        keep = checkpoint_step - checkpoint_step % self.grpo.iterations
+        for path in self.folder.glob("*.npz"):
+            if path.stem.isdigit() and int(path.stem) < keep:
+                path.unlink(missing_ok=True)
+
+    def rollout(self, step: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Step ``step``'s rollouts: G completions of each of its prompts, scored."""
         G = self.grpo.generations
         picked = step_prompts(self.seed, step, self.rows // G, len(self.train))
@@ -140,8 +200,7 @@ class Rollouts:
         advantages = np.asarray(
             group_advantages(total, G, self.grpo.advantage, self.grpo.scale_eps), np.float32
         )
-        self.pending[step] = metrics
-        return rollout_rows(prompts, completions, advantages, self.seq_len)
+        return rollout_rows(prompts, completions, advantages, self.seq_len), metrics
 
 
 def rollout_rows(
@@ -177,6 +236,10 @@ class StateTap(Callback):
 
     def on_step(self, step: int, state: Any, metrics: dict) -> None:
         self.rollouts.state = state
+
+    def on_checkpoint(self, step: int) -> None:
+        if self.rollouts.grpo.iterations > 1:
+            self.rollouts.prune(step)
 
 
 class HeldOutAccuracy(Callback):
@@ -257,7 +320,7 @@ def run_grpo(job: Any) -> dict[str, Any]:
     config, context = job.config, job.context
     data = open_data(config, context.root, job.layout, run=job.run)
     setup = job.build_setup(config, context.registries, data.vocab_size)
-    rollouts = Rollouts(setup, data)
+    rollouts = Rollouts(setup, data, job.run.path / "rollouts")
     summary = GRPOTrainer(setup, rollouts, context).fit()
     write_summary(job.run, summary)
     log.info("finished %s: %s", job.run.name, summary)
