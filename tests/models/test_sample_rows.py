@@ -3,8 +3,11 @@ a row's completion is a function of its prompt and its seed, not of the rest of 
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 from flax import nnx
-from theseus.models.generate import generate
+from theseus.models.generate import generate, generate_with_logprobs
 from theseus.models.gpt.config import GPTConfig
 from theseus.models.gpt.model import GPT
 
@@ -46,7 +49,23 @@ def test_the_hook_samples_through_the_kv_cache_decoder():
         top_p=0.9,
         seeds=[5, 6],
     )
-    direct = generate(
+    direct = generate_with_logprobs(
         model, prompts, max_new_tokens=6, temperature=0.7, top_k=10, top_p=0.9, seeds=[5, 6]
     )
-    assert out == direct and all(len(row) == 6 for row in out)
+    assert out == direct and all(len(row) == 6 for row in out[0])
+
+
+def test_the_decoders_log_probs_are_the_full_forward_pass_ones():
+    """What GRPO logs as the sampler/trainer gap: the KV-cache decoder's log-probs of the
+    tokens it drew against a full forward pass over prompt + completion, at temperature 0.7;
+    float32 and two attention paths: equal to ~1e-6."""
+    model = tiny_gpt()
+    prompt = [1, 2, 3, 4]
+    (tokens,), (logps,) = generate_with_logprobs(
+        model, [prompt], max_new_tokens=8, temperature=0.7, seeds=[3]
+    )
+    row = jnp.asarray([prompt + tokens])
+    logits = model(row[:, :-1]).astype(jnp.float32) / 0.7
+    full = jax.nn.log_softmax(logits, axis=-1)[0, len(prompt) - 1 :]
+    expected = np.take_along_axis(np.asarray(full), np.asarray(tokens)[:, None], -1)[:, 0]
+    np.testing.assert_allclose(logps, expected, rtol=0, atol=2e-5)

@@ -92,7 +92,8 @@ def test_grpo_raises_the_reward_and_a_shuffled_control_does_not(shared_root, sft
 
 
 def test_lora_grpo_on_a_jsonl_task_starts_with_zero_kl_to_its_base(shared_root, sft, tmp_path):
-    """A user's jsonl prompts (GSM8K-style answers, ``hash_answer``), LoRA, β > 0."""
+    """A user's jsonl prompts (GSM8K-style answers, ``hash_answer``), LoRA, β > 0, truncated
+    importance sampling on."""
     path = tmp_path / "sums.jsonl"
     rows = [
         {"q": f"What is {a}+{b}?", "a": f"{a}+{b}\n#### {a + b}"}
@@ -103,7 +104,7 @@ def test_lora_grpo_on_a_jsonl_task_starts_with_zero_kl_to_its_base(shared_root, 
     args = [*GRPO, "training.global_batch_size=16", "training.total_steps=3", "eval.every=0"]
     args += ["grpo.beta=0.04", "lora.rank=4", "grpo.eval_prompts=4", "grpo.task=jsonl"]
     args += [f"grpo.prompts_file={path}", "grpo.prompt_field=q", "grpo.answer_field=a"]
-    args += ["grpo.rewards=[hash_answer]", "--name", "grpo-lora"]
+    args += ["grpo.rewards=[hash_answer]", "grpo.tis_cap=2", "--name", "grpo-lora"]
     done = run_cli(shared_root, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = metrics(shared_root, "grpo-lora")
@@ -111,6 +112,8 @@ def test_lora_grpo_on_a_jsonl_task_starts_with_zero_kl_to_its_base(shared_root, 
     assert train[0]["train/kl"] == 0.0  # adapters start at zero output: policy == reference
     assert all(np.isfinite(r["train/loss"]) and r["train/entropy"] > 0 for r in train)
     assert any(r["reward/hash_answer/max"] == 1.0 for r in train)  # some sums are right
+    # the KV-cache decoder and the trainer's forward pass score the tokens alike (float32)
+    assert all(r["train/sampler_logp_diff"] < 1e-4 for r in train)
     accuracy = [r["eval/accuracy"] for r in rows if "eval/accuracy" in r]
     assert len(accuracy) == 2 and all(0.0 <= a <= 1.0 for a in accuracy)
 

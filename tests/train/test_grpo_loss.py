@@ -201,6 +201,7 @@ class GRPOTrainerStandIn:
         self.top_entropy_quantile = 1.0
         self.off_policy_mask_threshold = None
         self.use_vllm = self.aux_loss_enabled = self._entropy_bonus_enabled = False
+        self.vllm_importance_sampling_correction = False
         self.current_gradient_accumulation_steps = 1
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._zero_entropy = torch.zeros_like(logp)
@@ -279,3 +280,48 @@ def test_loss_and_gradient_match_trl(loss, beta, eps, eps_high):
     assert clip == pytest.approx(trl_metrics["clip_ratio/region_mean"], abs=1e-6)
     if beta:
         assert float(metrics["kl"]) == pytest.approx(trl_metrics["kl"], abs=1e-6)
+
+
+@trl_parity
+@pytest.mark.parametrize("loss", list(TRL_LOSS))
+def test_truncated_importance_sampling_matches_trl(loss):
+    """A sampler whose log-probs differ from π_old by up to ±0.5: TRL weights each token's
+    clipped term by ``importance_sampling_ratio`` (grpo_trainer.py, ``token_truncate``:
+    clamp(exp((old − sampler) · mask), max=cap)) before adding β k3; so do we."""
+    import torch
+    from trl import GRPOTrainer
+
+    logp, old, ref, mask = fixed_batch()
+    sampler = (old + np.random.default_rng(5).uniform(-0.5, 0.5, old.shape)).astype(np.float32)
+    cap = 1.5
+    ratio = torch.clamp(
+        torch.exp((torch.tensor(old) - torch.tensor(sampler)) * torch.tensor(mask)), max=cap
+    )
+    leaf = torch.tensor(logp, requires_grad=True)
+    stand_in = GRPOTrainerStandIn(leaf, TRL_LOSS[loss], 0.04, 0.2, 0.28, T)
+    stand_in.use_vllm = stand_in.vllm_importance_sampling_correction = True
+    inputs = {
+        "prompt_ids": torch.zeros((B, 2), dtype=torch.long),
+        "prompt_mask": torch.ones((B, 2), dtype=torch.long),
+        "completion_ids": torch.zeros((B, T), dtype=torch.long),
+        "completion_mask": torch.tensor(mask, dtype=torch.long),
+        "advantages": trl_advantages(REWARDS),
+        "old_per_token_logps": torch.tensor(old),
+        "ref_per_token_logps": torch.tensor(ref),
+        "importance_sampling_ratio": ratio,
+    }
+    trl_loss = GRPOTrainer._compute_loss(stand_in, None, inputs)
+    trl_loss.backward()
+
+    config = GRPOConfig(loss=loss, beta=0.04, epsilon=0.2, epsilon_high=0.28, tis_cap=cap)
+    config.max_new_tokens = T
+    adv = group_advantages(REWARDS, G, "group", 1e-4)
+    weights = jnp.minimum(jnp.exp(jnp.asarray(old) - jnp.asarray(sampler)), cap)
+
+    def ours(x):
+        return grpo_loss(config, x, old, ref, adv, mask, weights)[0]
+
+    value, grad = jax.value_and_grad(ours)(jnp.asarray(logp))
+    assert float(np.max(np.asarray(weights))) == cap  # the cap is reached
+    np.testing.assert_allclose(float(value), float(trl_loss.detach()), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grad), leaf.grad.numpy(), rtol=0, atol=1e-6)

@@ -45,13 +45,17 @@ def test_held_out_problems_never_appear_in_training_and_prompts_are_keyed_by_ste
 
 
 def test_rollout_rows_mask_the_completion_targets_only():
-    batch = rollout_rows([[1, 2, 3], [4]], [[7, 8], [9]], np.array([0.5, -0.5]), T=6)
+    batch = rollout_rows(
+        [[1, 2, 3], [4]], [[7, 8], [9]], np.array([0.5, -0.5]), T=6, sampler_logps=[[-1, -2], [-3]]
+    )
     assert batch["inputs"][0].tolist() == [1, 2, 3, 7, 0, 0]
     assert batch["targets"][0].tolist() == [2, 3, 7, 8, 0, 0]
     assert batch["loss_mask"][0].tolist() == [0, 0, 1, 1, 0, 0]  # predicts 7 and 8
     assert batch["inputs"][1].tolist()[:1] == [4] and batch["loss_mask"][1].tolist()[:2] == [1, 0]
     assert batch["segment_ids"][0].tolist() == [1, 1, 1, 1, 0, 0]
     assert batch["advantages"][1].tolist() == [-0.5] * 6
+    assert batch["sampler_logps"][0].tolist() == [0, 0, -1, -2, 0, 0]
+    assert batch["sampler_logps"][1].tolist() == [-3, 0, 0, 0, 0, 0]
 
 
 def test_a_jsonl_task_holds_out_its_last_lines_and_names_a_bad_line(tmp_path):

@@ -252,8 +252,10 @@ def theseus_sample(
     top_k: int,
     top_p: float,
     seeds: list[int],
-) -> list[list[int]] | None:
-    """Sampled continuations (token ids, prompt excluded) of each prompt, or ``None``.
+) -> tuple[list[list[int]], list[list[float]]] | None:
+    """Sampled continuations (token ids, prompt excluded) of each prompt and the decoder's
+    log-probability of each token under softmax(logits / temperature) (before top-k/top-p
+    filtering), or ``None``.
 
     Row ``i`` draws every token from keys derived from ``seeds[i]`` alone, so a row's
     completion does not depend on the other rows of the batch (a resumed RL run samples the

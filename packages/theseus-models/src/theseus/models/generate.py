@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -100,7 +101,23 @@ def left_pad(
     return tokens, segments, positions
 
 
+@partial(jax.jit, static_argnums=(2,))
+def _token_logprob(logits_BxV, token_B, temperature):
+    """log softmax(logits / temperature)[token] per row (temperature 0 scores at 1)."""
+    logits = logits_BxV.astype(jnp.float32) / (temperature if temperature > 0 else 1.0)
+    picked = jnp.take_along_axis(logits, token_B[:, None], axis=-1)[:, 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
 def generate(
+    model: nnx.Module, prompts: Sequence[Sequence[int]], **options: Any
+) -> list[list[int]]:
+    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token);
+    the options are those of :func:`generate_with_logprobs`."""
+    return generate_with_logprobs(model, prompts, **options)[0]
+
+
+def generate_with_logprobs(
     model: nnx.Module,
     prompts: Sequence[Sequence[int]],
     *,
@@ -112,8 +129,10 @@ def generate(
     stop_tokens: Sequence[int] = (),
     pad_id: int = 0,
     seeds: Sequence[int] | None = None,
-) -> list[list[int]]:
-    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token).
+) -> tuple[list[list[int]], list[list[float]]]:
+    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token), and
+    the log-probability of each under softmax(logits / temperature) as the decoder computed
+    it (before top-k/top-p filtering: the distribution a trainer scores).
 
     ``seeds`` (one per prompt) replaces ``seed``: row i samples from keys of ``seeds[i]``."""
     vocab = model.config.vocab_size
@@ -143,6 +162,7 @@ def generate(
     stops = np.asarray(sorted(set(stop_tokens)), np.int32)
     stop_set = set(stops.tolist())
     out = np.zeros((B, max_new_tokens), np.int32)
+    out_logp = np.zeros((B, max_new_tokens), np.float32)
     done = np.zeros((B,), bool)
     for t in range(max_new_tokens):
         sampling = float(temperature), int(top_k), float(top_p)
@@ -151,18 +171,21 @@ def generate(
         else:
             key, sub = jax.random.split(key)
             token = np.asarray(_sample(logits, sub, *sampling))
+        out_logp[:, t] = np.asarray(_token_logprob(logits, jnp.asarray(token), float(temperature)))
         token = np.where(done, pad_id, token)
         out[:, t] = token
         done |= np.isin(token, stops)
         if done.all() or t == max_new_tokens - 1:
             break
         logits = advance(token, t)
-    results = []
+    results, logprobs = [], []
     for row in range(B):
         ids = out[row].tolist()
         hit = [i for i, tok in enumerate(ids) if tok in stop_set]
-        results.append(ids[: hit[0] + 1] if hit else ids)
-    return results
+        n = hit[0] + 1 if hit else len(ids)
+        results.append(ids[:n])
+        logprobs.append(out_logp[row, :n].tolist())
+    return results, logprobs
 
 
 def _with_cache(model, tokens, positions, segments, length):

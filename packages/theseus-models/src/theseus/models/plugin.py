@@ -118,12 +118,13 @@ def theseus_sample(
     top_p: float,
     seeds: list[int],
 ) -> Any:
-    """Sampled continuations by KV-cache decoding, one key per row; ``None`` without a cache."""
+    """Sampled continuations and their log-probs by KV-cache decoding, one key per row;
+    ``None`` without a cache."""
     if not (hasattr(model, "init_cache") and hasattr(model, "decode")):
         return None
-    from theseus.models.generate import generate
+    from theseus.models.generate import generate_with_logprobs
 
-    return generate(
+    return generate_with_logprobs(
         model,
         prompts,
         max_new_tokens=max_new_tokens,

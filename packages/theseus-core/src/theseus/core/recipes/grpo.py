@@ -74,8 +74,16 @@ def grpo_objective(config: GRPOConfig) -> Any:
             else:  # it is this policy: ratio 1, the gradient is the policy gradient
                 old = jax.lax.stop_gradient(logp)
             advantages = batch["advantages"][:, 0]
-            num, den, sums = grpo_terms(config, logp, old, ref, advantages, batch["loss_mask"])
-            sums["entropy"] = (jnp.sum(entropy * batch["loss_mask"]), jnp.sum(batch["loss_mask"]))
+            mask = batch["loss_mask"]
+            sampler = batch["sampler_logps"]  # the decoder's own log-probs of the tokens
+            weights = None
+            if config.tis_cap > 0:
+                ratio = jnp.exp(jax.lax.stop_gradient(old) - sampler)
+                weights = jnp.minimum(ratio, config.tis_cap)
+            num, den, sums = grpo_terms(config, logp, old, ref, advantages, mask, weights)
+            gap = jnp.abs(jax.lax.stop_gradient(logp) - sampler)
+            sums["sampler_logp_diff"] = (jnp.sum(gap * mask), jnp.sum(mask))
+            sums["entropy"] = (jnp.sum(entropy * mask), jnp.sum(mask))
             metrics = {f"train/{k}": s / jnp.maximum(n, 1.0) for k, (s, n) in sums.items()}
             return num, (num, den, metrics)
 
@@ -115,7 +123,7 @@ class GRPOJob(PretrainJob):
         """The rollouts' advantages travel in the batch (the dry run lowers with them)."""
         import numpy as np
 
-        setup.extra_fields = {"advantages": np.float32}
+        setup.extra_fields = {"advantages": np.float32, "sampler_logps": np.float32}
         if config.grpo.iterations > 1:
             setup.extra_fields["old_logps"] = np.float32
 

@@ -32,6 +32,11 @@ class GRPOConfig:
     iterations: int = option(
         1, "μ: optimizer steps on each batch of rollouts (old log-probs from its first)", ge=1
     )
+    tis_cap: float = option(
+        0.0,
+        "truncated importance sampling: weight each token by min(π_old/π_sampler, cap); 0 off",
+        ge=0,
+    )
     beta: float = option(0.0, "β: weight of the k3 KL to the frozen reference (0: none)", ge=0)
     loss: str = option(
         "token_mean",

@@ -17,6 +17,10 @@ clipped ratio (PPO, Schulman et al. 2017), ρ = exp(log π − log π_old):
 KL to the reference, Schulman's k3 estimator (unbiased, always ≥ 0), added with weight β:
     k3_t = exp(log π_ref − log π) − (log π_ref − log π) − 1;   ℓ_t += β k3_t
 
+truncated importance sampling (``tis_cap`` C > 0), for a sampler whose numerics differ from
+the trainer's: the clipped term of each token is weighted by min(π_old / π_sampler, C)
+(Yao et al. 2025; TRL's ``vllm_importance_sampling_correction``), before β k3 is added.
+
 aggregation of ℓ over the completion tokens (mask m_it):
     token_mean     Σ_it m ℓ / Σ_it m              (TRL's ``bnpo``; DAPO's token-level mean)
     sequence_mean  mean_i (Σ_t m ℓ / Σ_t m)       (the GRPO paper; TRL's ``grpo``)
@@ -94,11 +98,15 @@ def aggregate(loss_BxT, mask_BxT, how: str, max_new_tokens: int):
     raise ValueError(f"unknown loss aggregation {how!r}")
 
 
-def grpo_terms(config, logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT):
+def grpo_terms(
+    config, logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT, weights_BxT=None
+):
     """The loss as ``(numerator, denominator)`` and metric sums ``{name: (sum, count)}``.
 
     ``config`` is a :class:`~theseus.core.recipes.grpo_config.GRPOConfig`;
-    ``ref_logp_BxT`` is ignored (may be None) when ``config.beta == 0``.
+    ``ref_logp_BxT`` is ignored (may be None) when ``config.beta == 0``. ``weights_BxT``
+    (truncated importance sampling) multiply the clipped term per token, before the KL term
+    is added, as TRL weights it.
     """
     f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
     logp, old = f32(logp_BxT), f32(old_logp_BxT)
@@ -106,6 +114,8 @@ def grpo_terms(config, logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_
     loss_BxT, active = clipped_token_loss(
         logp, old, f32(advantages_B), config.epsilon, config.epsilon_high
     )
+    if weights_BxT is not None:
+        loss_BxT = loss_BxT * f32(weights_BxT)
     tokens = jnp.sum(mask)
     metrics = {"clip_fraction": (jnp.sum(active * mask), tokens)}
     if config.beta > 0:
@@ -117,10 +127,12 @@ def grpo_terms(config, logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_
     return numerator, denominator, metrics
 
 
-def grpo_loss(config, logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT):
+def grpo_loss(
+    config, logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT, weights_BxT=None
+):
     """The scalar loss of one batch and its metrics as means (see :func:`grpo_terms`)."""
     numerator, denominator, sums = grpo_terms(
-        config, logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT
+        config, logp_BxT, old_logp_BxT, ref_logp_BxT, advantages_B, mask_BxT, weights_BxT
     )
     metrics = {name: s / jnp.maximum(n, 1.0) for name, (s, n) in sums.items()}
     return numerator / jnp.maximum(denominator, 1.0), metrics

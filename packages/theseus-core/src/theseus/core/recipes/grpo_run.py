@@ -93,7 +93,9 @@ class Rollouts:
         user = list(self.tokenizer.encode(question))
         return marker("<|user|>") + user + marker("<|end|>") + marker("<|assistant|>")
 
-    def sample(self, prompts: list[list[int]], seeds: list[int]) -> list[list[int]]:
+    def sample(
+        self, prompts: list[list[int]], seeds: list[int]
+    ) -> tuple[list[list[int]], list[list[float]]]:
         model = self.setup.model(self.setup.full_params(self.state))
         grpo = self.grpo
         out = self.setup.registries.hook.theseus_sample(
@@ -176,7 +178,7 @@ class Rollouts:
         prompts = [self.prompt(p.question) for p in problems]
         seeds = [row_seed(self.seed, step, i, g) for i in picked for g in range(G)]
         started = time.perf_counter()
-        completions = self.sample(prompts, seeds)
+        completions, sampler_logps = self.sample(prompts, seeds)
         sampled = time.perf_counter() - started
         texts = [self.text(c) for c in completions]
         questions = [p.question for p in problems]
@@ -200,14 +202,21 @@ class Rollouts:
         advantages = np.asarray(
             group_advantages(total, G, self.grpo.advantage, self.grpo.scale_eps), np.float32
         )
-        return rollout_rows(prompts, completions, advantages, self.seq_len), metrics
+        batch = rollout_rows(prompts, completions, advantages, self.seq_len, sampler_logps)
+        return batch, metrics
 
 
 def rollout_rows(
-    prompts: list[list[int]], completions: list[list[int]], advantages: np.ndarray, T: int
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    advantages: np.ndarray,
+    T: int,
+    sampler_logps: list[list[float]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Rows of prompt + completion, right-padded to ``T`` inputs: the loss mask is 1 on the
-    targets that are completion tokens; ``advantages`` fills each row's columns."""
+    targets that are completion tokens; ``advantages`` fills each row's columns;
+    ``sampler_logps`` (the decoder's log-prob of each completion token) sit on the columns
+    whose target that token is."""
     B = len(prompts)
     batch = {
         "inputs": np.zeros((B, T), np.int32),
@@ -216,6 +225,7 @@ def rollout_rows(
         "segment_ids": np.zeros((B, T), np.int32),
         "loss_mask": np.zeros((B, T), np.float32),
         "advantages": np.repeat(advantages[:, None], T, axis=1).astype(np.float32),
+        "sampler_logps": np.zeros((B, T), np.float32),
     }
     for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
         tokens = np.asarray(prompt + completion, np.int32)
@@ -225,6 +235,8 @@ def rollout_rows(
         batch["positions"][row, :n] = np.arange(n)
         batch["segment_ids"][row, :n] = 1
         batch["loss_mask"][row, len(prompt) - 1 : n] = 1.0
+        if sampler_logps is not None:
+            batch["sampler_logps"][row, len(prompt) - 1 : n] = sampler_logps[row]
     return batch
 
 
