@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from theseus.core.errors import ConfigError, JobError
 from theseus.core.evaluate.target import load_tokenizer
-from theseus.core.recipes.grpo import old_logps_step
 from theseus.core.recipes.grpo_loss import group_advantages
+from theseus.core.recipes.grpo_objective import old_logps_step
 from theseus.core.recipes.grpo_task import load_task, row_seed, step_prompts
 from theseus.core.recipes.rewards import exact_answer, hash_answer
 from theseus.core.recipes.training_run import write_summary
