@@ -3,16 +3,12 @@
 Each step samples ``grpo.generations`` completions of each prompt from the current weights
 with the KV-cache decoder (``theseus_sample``), scores them with the reward plugins
 (``theseus_register_rewards``), turns the rewards into group advantages and takes one
-optimizer step on the clipped objective of :mod:`theseus.core.recipes.grpo_loss`. The
-rollouts are built on the host (``grpo_run``); this module holds the job and its objective.
+optimizer step (``grpo.iterations`` of them per batch) on the clipped objective of
+:mod:`theseus.core.recipes.grpo_loss`. The rollouts are built on the host (``grpo_run``),
+the step's objective is ``grpo_objective``; this module holds the job (cheap to import).
 
 The reference of the KL term (``grpo.beta > 0``) is, as for DPO, the base with every adapter
 off under LoRA, else a frozen copy of the starting weights; with ``beta = 0`` none is kept.
-The policy that sampled is the one being trained (one update per batch of rollouts), so the
-"old" log-probs are the policy's own, without gradient: the ratio is 1 in value, and its
-gradient is the policy gradient (as TRL does when it reuses no rollouts). Policy and
-reference log-probs (and the logged entropy) are those of softmax(logits / temperature), the
-distribution the rollouts were drawn from, as TRL scores them.
 """
 
 from __future__ import annotations

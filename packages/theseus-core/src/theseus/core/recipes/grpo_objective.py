@@ -1,5 +1,12 @@
 """The GRPO step's objective and the scoring of π_old, on the trainer's own forward pass.
 
+With ``grpo.iterations`` μ = 1 the policy that sampled is the one being trained, so π_old is
+the policy's own log-probs without gradient: the ratio is 1 in value and its gradient is the
+policy gradient (as TRL does when it reuses no rollouts). With μ > 1, π_old is scored once
+by :func:`old_logps_step` on the weights that sampled and travels in the batch. Policy and
+reference log-probs (and the logged entropy) are those of softmax(logits / temperature),
+the distribution the rollouts were drawn from, as TRL scores them.
+
 The formulas are :mod:`theseus.core.recipes.grpo_loss`; the job is
 :mod:`theseus.core.recipes.grpo`, the rollouts :mod:`theseus.core.recipes.grpo_run`.
 """
