@@ -104,6 +104,7 @@ def test_hookspecs_are_documented_in_the_order_plugins_calls_them():
         "theseus_load_hf_model",
         "theseus_save_hf_model",
         "theseus_generate",
+        "theseus_sample",
         "theseus_adapt_model",
         "theseus_on_train_start",
         "theseus_on_step_end",
@@ -128,6 +129,7 @@ def test_every_service_hook_is_answered_by_an_installed_plugin():
         "theseus_load_hf_model",
         "theseus_save_hf_model",
         "theseus_generate",
+        "theseus_sample",
         "theseus_adapt_model",
     ):
         owners = {impl.plugin_name for impl in getattr(regs.hook, name).get_hookimpls()}

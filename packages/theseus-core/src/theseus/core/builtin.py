@@ -62,6 +62,17 @@ def theseus_register_evaluations(register):
 
 
 @hookimpl
+def theseus_register_rewards(register):
+    target = "theseus.core.recipes.rewards"
+    for name, function, description in (
+        ("addition_exact", "exact_answer", "1 when the completion is exactly the answer"),
+        ("addition_format", "digits_only", "1 when the completion is a number and nothing else"),
+        ("hash_answer", "hash_answer", "1 when the number after #### (else the last) matches"),
+    ):
+        register(Component(name, NoOptions, f"{target}:{function}", description))
+
+
+@hookimpl
 def theseus_register_commands(register):
     from theseus.core.inspect import commands
 

@@ -18,7 +18,7 @@ Call order (``theseus.core.plugins.load_registries`` and the runner/trainer foll
 
 1. **Registration**, once per process, when the registries are first needed:
    ``models``, ``datasets``, ``tokenizers``, ``optimizers``, ``schedules``, ``evaluations``,
-   ``loggers``, ``dispatch_targets`` (each gets a ``register`` callback), then ``jobs``
+   ``loggers``, ``dispatch_targets``, ``rewards`` (each gets a ``register`` callback), then ``jobs``
    (which sees the filled component registries), then ``commands``.
 2. **Before a job runs**: ``theseus_job_prerequisites`` (jobs that must have finished first),
    which for training jobs includes ``theseus_prepare_dataset`` (the job that tokenizes each
@@ -26,7 +26,7 @@ Call order (``theseus.core.plugins.load_registries`` and the runner/trainer foll
 3. **Services while a job runs** (``firstresult``: the first plugin that answers wins, the
    others are not called; answer ``None`` for inputs you do not handle):
    ``theseus_load_tokenizer``, ``theseus_load_hf_model``, ``theseus_save_hf_model``,
-   ``theseus_generate``, ``theseus_adapt_model``.
+   ``theseus_generate``, ``theseus_sample``, ``theseus_adapt_model``.
 4. **Training lifecycle**, in the trainer's loop: ``theseus_on_train_start``, then per
    recorded step ``theseus_on_step_end``, at each evaluation ``theseus_on_eval``, after each
    checkpoint ``theseus_on_checkpoint``, and once at the end ``theseus_on_train_end``.
@@ -139,6 +139,19 @@ def theseus_register_dispatch_targets(register: Callable[..., None]) -> None:
 
 
 @hookspec
+def theseus_register_rewards(register: Callable[..., None]) -> None:
+    """Register reward functions for reinforcement learning (``<model>/train/grpo``).
+
+    ``target`` names ``reward(prompts, completions, **fields) -> list[float]``: one number
+    per completion, given the prompt texts, the completion texts (both lists of the same
+    length) and the task's fields as lists of the same length (``answer`` for the built-in
+    tasks); accept ``**fields`` and ignore what you do not use. ``config`` is a dataclass of
+    the reward's options (``NoOptions`` when it has none). A run names its rewards in
+    ``grpo.rewards`` and weights them with ``grpo.reward_weights``.
+    """
+
+
+@hookspec
 def theseus_register_jobs(register: Callable[..., None], registries: Registries) -> None:
     """Register jobs under slash keys.
 
@@ -225,6 +238,29 @@ def theseus_generate(
     """Greedy continuations (token ids, prompt excluded) of each prompt, or ``None``.
 
     Used by the generation evaluations; answer ``None`` for a model you cannot decode.
+    """
+
+
+@hookspec(firstresult=True)
+def theseus_sample(
+    model: Decoder,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    stop_tokens: list[int],
+    pad_id: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seeds: list[int],
+) -> tuple[list[list[int]], list[list[float]]] | None:
+    """Sampled continuations (token ids, prompt excluded) of each prompt and the decoder's
+    log-probability of each token under softmax(logits / temperature) (before top-k/top-p
+    filtering), or ``None``.
+
+    Row ``i`` draws every token from keys derived from ``seeds[i]`` alone, so a row's
+    completion does not depend on the other rows of the batch (a resumed RL run samples the
+    same completions). ``temperature`` > 0; ``top_k`` 0 keeps every token, ``top_p`` 1 the
+    whole mass. Used by ``<model>/train/grpo``; answer ``None`` for a model you cannot decode.
     """
 
 

@@ -31,6 +31,7 @@ COMPONENT_HOOKS = {
     "evaluations": "theseus_register_evaluations",
     "loggers": "theseus_register_loggers",
     "dispatch_targets": "theseus_register_dispatch_targets",
+    "rewards": "theseus_register_rewards",
 }
 
 

@@ -1,7 +1,8 @@
 """KV-cache generation: one prefill over the (left-padded) prompts, then one token per step.
 
 Greedy when ``temperature == 0``; otherwise temperature, top-k and top-p sampling from a
-seeded key (reproducible). A row stops at its first stop token (kept in its output).
+seeded key (reproducible), or with ``seeds`` from one key per row, so that a row's tokens do
+not depend on the rest of the batch. A row stops at its first stop token (kept in its output).
 
 A model without a KV cache (only core's ``LanguageModel`` protocol, e.g. a third-party
 family) generates too: each step runs the full forward over a fixed-length buffer (one
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -73,6 +75,16 @@ def _sample(logits, key, temperature, top_k, top_p):
     return sample(logits, key, temperature, top_k, top_p)
 
 
+@partial(jax.jit, static_argnums=(3, 4, 5))
+def _sample_rows(logits_BxV, keys_B, t, temperature, top_k, top_p):
+    """Row b's token drawn from key ``fold_in(keys_B[b], t)`` alone."""
+
+    def one(logits_V, key):
+        return sample(logits_V[None], jax.random.fold_in(key, t), temperature, top_k, top_p)[0]
+
+    return jax.vmap(one)(logits_BxV, keys_B)
+
+
 def left_pad(
     prompts: Sequence[Sequence[int]], pad_id: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -89,7 +101,23 @@ def left_pad(
     return tokens, segments, positions
 
 
+@partial(jax.jit, static_argnums=(2,))
+def _token_logprob(logits_BxV, token_B, temperature):
+    """log softmax(logits / temperature)[token] per row (temperature 0 scores at 1)."""
+    logits = logits_BxV.astype(jnp.float32) / (temperature if temperature > 0 else 1.0)
+    picked = jnp.take_along_axis(logits, token_B[:, None], axis=-1)[:, 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
 def generate(
+    model: nnx.Module, prompts: Sequence[Sequence[int]], **options: Any
+) -> list[list[int]]:
+    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token);
+    the options are those of :func:`generate_with_logprobs`."""
+    return generate_with_logprobs(model, prompts, **options)[0]
+
+
+def generate_with_logprobs(
     model: nnx.Module,
     prompts: Sequence[Sequence[int]],
     *,
@@ -100,8 +128,13 @@ def generate(
     seed: int = 0,
     stop_tokens: Sequence[int] = (),
     pad_id: int = 0,
-) -> list[list[int]]:
-    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token)."""
+    seeds: Sequence[int] | None = None,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token), and
+    the log-probability of each under softmax(logits / temperature) as the decoder computed
+    it (before top-k/top-p filtering: the distribution a trainer scores).
+
+    ``seeds`` (one per prompt) replaces ``seed``: row i samples from keys of ``seeds[i]``."""
     vocab = model.config.vocab_size
     for prompt in prompts:
         bad = [t for t in prompt if not 0 <= t < vocab]
@@ -123,25 +156,36 @@ def generate(
         advance = _without_cache(model, tokens, positions, segments, length, pad_id)
     logits = advance(None, 0)
     key = jax.random.key(seed)
+    if seeds is not None and len(seeds) != B:
+        raise ModelError(f"{len(seeds)} seeds for {B} prompts: give one seed per prompt")
+    row_keys = None if seeds is None else jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     stops = np.asarray(sorted(set(stop_tokens)), np.int32)
     stop_set = set(stops.tolist())
     out = np.zeros((B, max_new_tokens), np.int32)
+    out_logp = np.zeros((B, max_new_tokens), np.float32)
     done = np.zeros((B,), bool)
     for t in range(max_new_tokens):
-        key, sub = jax.random.split(key)
-        token = np.asarray(_sample(logits, sub, float(temperature), int(top_k), float(top_p)))
+        sampling = float(temperature), int(top_k), float(top_p)
+        if row_keys is not None:
+            token = np.asarray(_sample_rows(logits, row_keys, t, *sampling))
+        else:
+            key, sub = jax.random.split(key)
+            token = np.asarray(_sample(logits, sub, *sampling))
+        out_logp[:, t] = np.asarray(_token_logprob(logits, jnp.asarray(token), float(temperature)))
         token = np.where(done, pad_id, token)
         out[:, t] = token
         done |= np.isin(token, stops)
         if done.all() or t == max_new_tokens - 1:
             break
         logits = advance(token, t)
-    results = []
+    results, logprobs = [], []
     for row in range(B):
         ids = out[row].tolist()
         hit = [i for i, tok in enumerate(ids) if tok in stop_set]
-        results.append(ids[: hit[0] + 1] if hit else ids)
-    return results
+        n = hit[0] + 1 if hit else len(ids)
+        results.append(ids[:n])
+        logprobs.append(out_logp[row, :n].tolist())
+    return results, logprobs
 
 
 def _with_cache(model, tokens, positions, segments, length):

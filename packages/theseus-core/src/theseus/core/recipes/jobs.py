@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from theseus.core.components import Choice, JobSpec
 from theseus.core.data.config import DataConfig, PreferenceDataConfig, SFTDataConfig
+from theseus.core.recipes.grpo_config import GRPOConfig
 from theseus.core.recipes.preference_config import PreferenceConfig
 from theseus.core.sharding.config import ShardingConfig
 from theseus.core.train import configs as tc
@@ -32,7 +33,7 @@ def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:
 
 
 def register_training_jobs(register: Any, registries: Registries) -> None:
-    """Register ``<model>/train/pretrain`` and ``<model>/train/sft`` for each model."""
+    """Register ``<model>/train/{pretrain,sft,dpo,grpo}`` for each model."""
     for name, component in registries.models.items():
         register(
             JobSpec(
@@ -56,5 +57,13 @@ def register_training_jobs(register: Any, registries: Registries) -> None:
                 target="theseus.core.recipes.dpo:DPOJob",
                 description=f"preference-tune {name} (DPO, IPO, SimPO) on chosen/rejected pairs",
                 groups={**training_groups(name, PreferenceDataConfig), "dpo": PreferenceConfig},
+            )
+        )
+        register(
+            JobSpec(
+                key=f"{name}/train/grpo",
+                target="theseus.core.recipes.grpo:GRPOJob",
+                description=f"reinforce {name} with verifiable rewards (GRPO, RLOO, Dr. GRPO)",
+                groups={**training_groups(name, SFTDataConfig), "grpo": GRPOConfig},
             )
         )

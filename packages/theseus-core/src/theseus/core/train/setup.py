@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -162,6 +162,8 @@ class TrainSetup:
     train_step: Any  # jitted ``step(state, batch) -> (state, metrics)``, state donated
     eval_step: Any  # jitted ``eval_step(params, frozen, batch) -> (loss sum, count)``
     make_state: Any  # ``make_state() -> TrainState``: the seeded state (jit it into place)
+    #: batch fields an objective reads beside ``BATCH_FIELDS`` (GRPO's ``advantages``), [B, T]
+    extra_fields: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -333,7 +335,7 @@ class TrainSetup:
         shape = (training.global_batch_size, training.seq_len)
         return {
             name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.layout.batch_sharding)
-            for name, dtype in BATCH_FIELDS.items()
+            for name, dtype in {**BATCH_FIELDS, **self.extra_fields}.items()
         }
 
     @property

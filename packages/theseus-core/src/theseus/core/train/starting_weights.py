@@ -37,3 +37,9 @@ def check_starting_weights(config: Any) -> None:
             f"dpo.loss={preference.loss} compares the policy with a frozen reference, the "
             f"starting weights, but none are given and a random model would be both: {fix}"
         )
+    rl = getattr(config, "grpo", None)
+    if rl is not None:
+        raise ConfigError(
+            "GRPO improves a model that already answers sometimes: a random model's rewards "
+            f"are all zero and nothing is learned; {fix}"
+        )

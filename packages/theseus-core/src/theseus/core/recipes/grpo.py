@@ -1,0 +1,65 @@
+"""Reinforcement learning with verifiable rewards: ``<model>/train/grpo``.
+
+Each step samples ``grpo.generations`` completions of each prompt from the current weights
+with the KV-cache decoder (``theseus_sample``), scores them with the reward plugins
+(``theseus_register_rewards``), turns the rewards into group advantages and takes one
+optimizer step (``grpo.iterations`` of them per batch) on the clipped objective of
+:mod:`theseus.core.recipes.grpo_loss`. The rollouts are built on the host (``grpo_run``),
+the step's objective is ``grpo_objective``; this module holds the job (cheap to import).
+
+The reference of the KL term (``grpo.beta > 0``) is, as for DPO, the base with every adapter
+off under LoRA, else a frozen copy of the starting weights; with ``beta = 0`` none is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from theseus.core.errors import ConfigError
+from theseus.core.recipes.grpo_config import GRPOConfig
+from theseus.core.recipes.grpo_objective import grpo_objective
+from theseus.core.recipes.pretrain import PretrainJob
+from theseus.core.train.configs import TrainJobConfig
+
+
+@dataclass
+class GRPOJobConfig(TrainJobConfig):
+    grpo: GRPOConfig = None  # type: ignore[assignment]  # always given by the job
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.training.global_batch_size % self.grpo.generations:
+            raise ConfigError(
+                f"training.global_batch_size={self.training.global_batch_size} rows is not a "
+                f"multiple of grpo.generations={self.grpo.generations}: each prompt's group of "
+                "completions must be whole"
+            )
+
+
+class GRPOJob(PretrainJob):
+    """GRPO (and RLOO, Dr. GRPO) on the embedded addition task, full fine-tuning or LoRA."""
+
+    config_type = GRPOJobConfig
+    layout = "padded"  # the data config names the tokenizer (a tokenized chat dataset)
+
+    @classmethod
+    def setup_options(cls, config: GRPOJobConfig) -> dict[str, Any]:
+        return {
+            "objective": grpo_objective(config.grpo),
+            "keeps_reference": config.lora.rank == 0 and config.grpo.beta > 0,
+        }
+
+    @classmethod
+    def check_setup(cls, config: GRPOJobConfig, setup: Any) -> None:
+        """The rollouts' advantages travel in the batch (the dry run lowers with them)."""
+        import numpy as np
+
+        setup.extra_fields = {"advantages": np.float32, "sampler_logps": np.float32}
+        if config.grpo.iterations > 1:
+            setup.extra_fields["old_logps"] = np.float32
+
+    def __call__(self) -> dict[str, Any]:
+        from theseus.core.recipes.grpo_run import run_grpo
+
+        return run_grpo(self)

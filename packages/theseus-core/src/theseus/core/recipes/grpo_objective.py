@@ -1,0 +1,83 @@
+"""The GRPO step's objective and the scoring of π_old, on the trainer's own forward pass.
+
+With ``grpo.iterations`` μ = 1 the policy that sampled is the one being trained, so π_old is
+the policy's own log-probs without gradient: the ratio is 1 in value and its gradient is the
+policy gradient (as TRL does when it reuses no rollouts). With μ > 1, π_old is scored once
+by :func:`old_logps_step` on the weights that sampled and travels in the batch. Policy and
+reference log-probs (and the logged entropy) are those of softmax(logits / temperature),
+the distribution the rollouts were drawn from, as TRL scores them.
+
+The formulas are :mod:`theseus.core.recipes.grpo_loss`; the job is
+:mod:`theseus.core.recipes.grpo`, the rollouts :mod:`theseus.core.recipes.grpo_run`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from theseus.core.recipes.grpo_config import GRPOConfig
+from theseus.core.recipes.grpo_loss import grpo_terms, token_entropy, token_logps
+from theseus.core.train.step import forward
+
+
+def grpo_objective(config: GRPOConfig) -> Any:
+    """``make(graphdef, rest, remat, adapted) -> objective`` for ``TrainSetup.build``.
+
+    The batch holds rollouts: ``inputs``/``targets`` (prompt + completion), ``loss_mask``
+    (1 on completion targets), and ``advantages`` (each row's advantage on every column)."""
+
+    def make(graphdef: Any, rest: Any, remat: str, adapted: bool) -> Any:
+        def logits_of(params: Any, frozen: Any, batch: dict, key: Any) -> jax.Array:
+            return forward(graphdef, params, rest, batch, remat, frozen, key)[0]
+
+        def reference(params: Any, frozen: Any, batch: dict) -> jax.Array | None:
+            if config.beta == 0:
+                return None
+            if adapted:  # the base: every adapter's output zeroed
+                logits = logits_of(jax.tree.map(jnp.zeros_like, params), frozen, batch, None)
+            else:  # the starting weights
+                logits = logits_of(frozen, None, batch, None)
+            return token_logps(logits, batch["targets"], config.temperature)
+
+        def objective(params: Any, frozen: Any, batch: dict, key: Any) -> tuple[jax.Array, Any]:
+            logits = logits_of(params, frozen if adapted else None, batch, key)
+            logp = token_logps(logits, batch["targets"], config.temperature)
+            entropy = jax.lax.stop_gradient(token_entropy(logits, config.temperature))
+            ref = reference(params, frozen, batch)
+            ref = None if ref is None else jax.lax.stop_gradient(ref)
+            if config.iterations > 1:  # the policy that sampled, scored when it sampled
+                old = batch["old_logps"]
+            else:  # it is this policy: ratio 1, the gradient is the policy gradient
+                old = jax.lax.stop_gradient(logp)
+            advantages = batch["advantages"][:, 0]
+            mask = batch["loss_mask"]
+            sampler = batch["sampler_logps"]  # the decoder's own log-probs of the tokens
+            weights = None
+            if config.tis_cap > 0:
+                ratio = jnp.exp(jax.lax.stop_gradient(old) - sampler)
+                weights = jnp.minimum(ratio, config.tis_cap)
+            num, den, sums = grpo_terms(config, logp, old, ref, advantages, mask, weights)
+            gap = jnp.abs(jax.lax.stop_gradient(logp) - sampler)
+            sums["sampler_logp_diff"] = (jnp.sum(gap * mask), jnp.sum(mask))
+            sums["entropy"] = (jnp.sum(entropy * mask), jnp.sum(mask))
+            metrics = {f"train/{k}": s / jnp.maximum(n, 1.0) for k, (s, n) in sums.items()}
+            return num, (num, den, metrics)
+
+        return objective
+
+    return make
+
+
+def old_logps_step(setup: Any, config: GRPOConfig) -> Any:
+    """Jitted ``(state, batch) -> log-probs [B, T]`` of the rollouts under ``state``'s policy
+    (π_old of the ``grpo.iterations`` updates that reuse them)."""
+    adapted = setup.adapted
+
+    def run(state: Any, batch: dict) -> jax.Array:
+        frozen = state.frozen if adapted else None
+        logits = forward(setup.graphdef, state.params, setup.rest, batch, "none", frozen)[0]
+        return token_logps(logits, batch["targets"], config.temperature)
+
+    return jax.jit(run)
