@@ -34,7 +34,7 @@ from theseus.core.sharding.distributed import initialize_from_env
 from theseus.core.train.callbacks import Callback, Events, due
 from theseus.core.train.evaluation import Evaluation
 from theseus.core.train.recorder import Recorder
-from theseus.core.train.setup import open_data
+from theseus.core.train.setup import open_data, plan_batch
 from theseus.core.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -330,8 +330,9 @@ def run_grpo(job: Any) -> dict[str, Any]:
     """Train ``job``'s run to its last step (resuming, branching or starting it)."""
     initialize_from_env()
     config, context = job.config, job.context
-    data = open_data(config, context.root, job.layout, run=job.run)
-    setup = job.build_setup(config, context.registries, data.vocab_size)
+    batch = plan_batch(config, job.layout)  # once: the loader and the step both take it
+    data = open_data(config, context.root, job.layout, run=job.run, batch=batch)
+    setup = job.build_setup(config, context.registries, data.vocab_size, batch=batch)
     rollouts = Rollouts(setup, data, job.run.path / "rollouts")
     summary = GRPOTrainer(setup, rollouts, context).fit()
     write_summary(job.run, summary)
