@@ -198,3 +198,18 @@ def test_a_run_without_config_yaml_is_refused_and_fresh_starts_it_over(shared_ro
     fresh = run_cli(shared_root, *ARGS, "training.total_steps=2", "--name", run.name, "--fresh")
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert train_steps(shared_root, run.name) == [0, 1]
+
+
+def test_a_folder_holding_only_a_sibling_process_log_starts_as_a_new_run(shared_root):
+    """Before: in a two-host launch on a shared file system, host 1 opened its log (and wrote
+    config.yaml and job.json of its own) before host 0 checked the folder, and host 0 refused
+    the run as one that lost its job.json (seen under load in the real-sshd two-host test).
+    Now only process 0 writes the records, and a folder holding nothing but ``logs`` is a
+    run about to start."""
+    run = shared_root / "runs" / "resume-sibling-log"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "run.log").write_text("theseus: process 1 of 2\n")
+    done = run_cli(shared_root, *ARGS, "training.total_steps=2", "--name", run.name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert train_steps(shared_root, run.name) == [0, 1]
+    assert "process 1 of 2" in (run / "logs" / "run.log").read_text()  # appended, not replaced

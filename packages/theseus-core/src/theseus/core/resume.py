@@ -102,8 +102,8 @@ def check_records(run: RunDir, fresh: bool) -> None:
         return
     if not run.record_path.exists():
         held = sorted(entry.name for entry in run.path.iterdir())
-        if not held:
-            return  # an empty folder holds nothing to lose
+        if held in ([], ["logs"]):  # nothing to lose, or the log another process of the
+            return  # same multi-process launch opened before process 0 wrote the record
         listing = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
         raise ResumeRefusedError(
             f"run {run.name!r} under {run.root} has no job.json (its record) but its folder "

@@ -130,10 +130,22 @@ class PreparedRun:
             run_prerequisite(prerequisite, self.root, self.registries)
         group = process_group()
         if group is not None and group.process_id != 0:  # process 0 holds the run for all
-            return self._run_locked(job_class, config)
+            return self._run_as_follower(job_class, config)
         what = f"run {self.name!r} under {self.root}"
         with exclusive(self.run_dir.path, what, "wait for it to finish, or choose another --name"):
             return self._run_locked(job_class, config)
+
+    def _run_as_follower(self, job_class: Any, config: Any) -> Any:
+        """Another process of a multi-process launch: it runs the job beside process 0 and
+        writes no record (process 0 creates, checks and updates the run's records; on a
+        shared file system a sibling's early writes would look like a run that lost them)."""
+        context = JobContext(root=self.root, run=self.run_dir, registries=self.registries)
+        handler = _file_handler(self.run_dir.log_path)
+        try:
+            return job_class(config, context)()
+        finally:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
 
     def _run_locked(self, job_class: Any, config: Any) -> Any:
         if self.fresh and self.run_dir.path.exists():
