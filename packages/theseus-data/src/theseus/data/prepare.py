@@ -88,7 +88,9 @@ def tokenize_overrides(
     return out
 
 
-def output_of(key: str, overrides: list[str], root: str | os.PathLike, registries: Any) -> str:
+def output_of(
+    key: str, overrides: list[str], root: str | os.PathLike, registries: Registries
+) -> str:
     """The folder the tokenize job ``key`` with ``overrides`` writes ("" while the tokenizer
     file it reads does not exist yet: a mixture's shared tokenizer before the first dataset
     is tokenized)."""

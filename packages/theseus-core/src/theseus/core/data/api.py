@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from theseus.core.data import format as fmt
 from theseus.core.data.batch_plan import BatchPlan
@@ -94,7 +94,10 @@ def dataset_prerequisite(
 
 
 def dataset_path(
-    root: str | os.PathLike, data: DataConfig, name: str | None = None, registries: Any = None
+    root: str | os.PathLike,
+    data: DataConfig,
+    name: str | None = None,
+    registries: Registries | None = None,
 ) -> Path:
     """The folder of dataset ``name`` (default: the config's first) as ``data`` makes it."""
     entries = mixture_entries(data)

@@ -10,7 +10,7 @@ from theseus.core.errors import JobError
 from theseus.core.evaluate.runner import check
 from theseus.core.hf_model_config import check_model_against_hf
 from theseus.core.jobs import Job, Prerequisite, parse_reference
-from theseus.core.plugins import registries
+from theseus.core.plugins import Registries, registries
 from theseus.core.rundir import RunDir, checkpoint_step
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.loggers import check_loggers
@@ -76,7 +76,7 @@ class PretrainJob(Job):
     def build_setup(
         cls,
         config: TrainJobConfig,
-        registries: Any,
+        registries: Registries,
         vocab_size: int,
         devices: Any = None,
         batch: Any = None,

@@ -20,7 +20,7 @@ from typing import Any
 
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.errors import TheseusError
-from theseus.core.plugins import registries
+from theseus.core.plugins import Registries, registries
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.fit_advice import advise
@@ -61,7 +61,7 @@ def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
         return config.data.vocab_size, "data.vocab_size (data not tokenized yet)"
 
 
-def default_build(config: TrainJobConfig, registries: Any, vocab: int, devices: Any) -> Any:
+def default_build(config: TrainJobConfig, registries: Registries, vocab: int, devices: Any) -> Any:
     from theseus.core.train.setup import TrainSetup
 
     return TrainSetup.build(config, registries, vocab, devices=devices)
