@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import ast
 import inspect
 import re
 from pathlib import Path
 
 from theseus.core import hookspecs, plugins
+
+from tests.core.test_import_structure import circles, imports_of
 
 CORE_SRC = Path(__file__).resolve().parents[2] / "packages" / "theseus-core" / "src"
 PLUGIN_PACKAGES = re.compile(r"theseus\.(models|data|dispatch)\b")
@@ -24,50 +25,10 @@ def core_modules() -> dict[str, Path]:
     return modules
 
 
-def imported_modules(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """Core modules that ``name`` imports anywhere: top level, in functions, under TYPE_CHECKING
-    excluded (those never run)."""
-    tree = ast.parse(path.read_text())
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(child) for child in ast.walk(node))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                found.add(candidate if candidate in known else base)
-    return {m for m in found if m in known and m != name}
-
-
 def test_core_has_no_import_circles_even_through_function_level_imports():
     known = core_modules()
-    graph = {name: imported_modules(path, name, known) for name, path in known.items()}
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt) :] + [nxt])
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[node] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
+    graph = {name: imports_of(path, name, known) for name, path in known.items()}
+    cycles = circles(graph)
     assert not cycles, "import circles in core: " + "; ".join(" -> ".join(c) for c in cycles)
     # the walk sees real edges (a broken walker would pass vacuously)
     assert "theseus.core.train.setup" in graph["theseus.core.train.trainer"]
