@@ -3,7 +3,8 @@
 For each model, the largest power-of-two batch (up to BENCH_MAX_BATCH) whose step compiles and
 runs is timed; MFU is against the chip's peak from theseus's table. Writes JSON to the path in
 argv[1] (default bench/results/gpu.json). Run through bench/gpu.sh on a machine with a GPU/TPU.
-BENCH_MODELS="gpt:tiny:256" (family:preset:seq_len, comma-separated) runs a CPU smoke test.
+BENCH_MODELS="gpt:tiny:256" (family:preset:seq_len[:max_batch], comma-separated) runs a CPU smoke
+test.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
                 "peak_source": source,
                 "devices": devices,
                 "mfu": setup.flops_per_token * tps / (peak * devices),
+                "attention": setup.attention,
+                "micro_steps": setup.micro_steps,
                 "device": jax.devices()[0].device_kind,
             }
             break
@@ -85,17 +88,44 @@ def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
     return best or {"family": family, "preset": preset, "error": "no batch size fits"}
 
 
+def measured_bf16_peak(size: int = 8192, repeats: int = 10) -> float:
+    """FLOP/s of a jitted bf16 ``a @ b`` at ``size``^3 on random data, mean of ``repeats``."""
+    import jax
+    import jax.numpy as jnp
+
+    keys = jax.random.split(jax.random.key(0))
+    a, b = (jax.random.normal(key, (size, size), jnp.bfloat16) for key in keys)
+    matmul = jax.jit(lambda x, y: x @ y)
+    for _ in range(3):
+        matmul(a, b).block_until_ready()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out = matmul(a, b)
+    out.block_until_ready()
+    return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
 def main() -> None:
+    """Each model's result is printed and the JSON rewritten as soon as it is measured."""
+    import jax
+
     out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results" / "gpu.json")
     max_batch = int(os.environ.get("BENCH_MAX_BATCH", "64"))
-    results = []
-    for item in os.environ.get("BENCH_MODELS", DEFAULT_MODELS).split(","):
-        family, preset, seq_len = item.split(":")
-        result = run_one(family, preset, int(seq_len), max_batch)
-        results.append(result)
-        print(json.dumps(result), flush=True)
+    report: dict = {"benchmark": "gpu_train", "jax": jax.__version__, "results": []}
+    if jax.devices()[0].platform != "cpu":
+        report["measured_bf16_matmul_flops"] = measured_bf16_peak()
+        print(f"bf16 matmul: {report['measured_bf16_matmul_flops'] / 1e12:.0f} TFLOP/s", flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "gpu_train", "results": results}, indent=2) + "\n")
+    for item in os.environ.get("BENCH_MODELS", DEFAULT_MODELS).split(","):
+        family, preset, seq_len, *batch = item.split(":")
+        result = run_one(family, preset, int(seq_len), int(batch[0]) if batch else max_batch)
+        if "mfu" in result and "measured_bf16_matmul_flops" in report:
+            result["mfu_of_measured_matmul"] = (
+                result["mfu"] * result["peak_flops"] / report["measured_bf16_matmul_flops"]
+            )
+        report["results"].append(result)
+        print(json.dumps(result), flush=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")
 
 
