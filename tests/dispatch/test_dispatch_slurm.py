@@ -169,7 +169,7 @@ def test_two_nodes_run_jax_distributed(slurm2, cli, tmp_path):
              "XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
     )  # fmt: skip
     assert reference.returncode == 0, reference.stderr[-3000:]
-    assert "2 devices (data=2" in reference.stderr + reference.stdout
+    assert "2 cpu devices (data=2" in reference.stderr + reference.stdout
     cache = {k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION", "JAX_PERSIS"))}
     cli.write({"pair": slurm_target(slurm2, tmp_path, env={"JAX_PLATFORMS": "cpu", **cache})})
     cli("submit", TRAIN_JOB, *TRAIN_OVERRIDES, "--nodes", "2", "--name", "dist")
@@ -181,7 +181,7 @@ def test_two_nodes_run_jax_distributed(slurm2, cli, tmp_path):
     assert (launch / "exit.0").read_text().strip() == "0", logs
     assert (launch / "exit.1").read_text().strip() == "0", logs
     assert "process 0 of 2" in logs[0] and "process 1 of 2" in logs[1]
-    assert "2 devices (data=2" in logs[0], logs[0]  # one CPU device per task, one global mesh
+    assert "2 cpu devices (data=2" in logs[0], logs[0]  # one CPU device per task, one global mesh
     run_dir = root / "runs" / "dist"
     expected = losses(root / "runs" / "one" / LOSS_FILE)
     assert sorted(expected) == list(range(6)), expected

@@ -29,7 +29,7 @@ def test_float32_gradients_are_autodiffs():
 
     ours = loss(lambda a, b: float32_logits(a, b, "nd,vd->nv"))
     plain = loss(lambda a, b: jnp.einsum("nd,vd->nv", a, b))
-    for got, want in zip(ours, plain):
+    for got, want in zip(ours, plain, strict=True):
         # each entry is a sum of V (or N) products of O(1) terms: f32 rounding ~ 1e-6 relative
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 

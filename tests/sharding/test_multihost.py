@@ -62,7 +62,7 @@ def test_two_processes_match_one_and_their_checkpoint_restores_in_one(tmp_path):
         env=env_with(4),
     )
     assert single.returncode == 0, single.stderr[-3000:]
-    assert "4 devices (data=1 x fsdp=4" in single.stderr
+    assert "4 cpu devices (data=1 x fsdp=4" in single.stderr
 
     port = free_port()
     processes = [

@@ -15,7 +15,7 @@ from theseus.core.components import JobSpec
 from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
 from theseus.core.environment import check_root
 from theseus.core.errors import JobError, PreemptedError, TheseusError
-from theseus.core.hf_model_config import fill_model_from_hf
+from theseus.core.init_sources import fill_from_init_sources
 from theseus.core.jobs import (
     JobContext,
     check_job_key,
@@ -58,9 +58,12 @@ def config_for(
     overrides: Iterable[str] = (),
     base: dict | None = None,
     configs: Iterable[ConfigSource] = (),
+    root: str | None = None,
 ) -> ConfigTree:
     """The job's config tree: schema defaults, then ``base`` (a saved config), then the
-    config files (or mappings) ``configs`` left to right, then the command-line overrides."""
+    config files (or mappings) ``configs`` left to right, then the command-line overrides;
+    then what ``init.hf`` / ``init.checkpoint`` (a run under ``root``, default: the default
+    root) imply for ``model.*`` and the tokenizer."""
     tree = ConfigTree(spec, registries)
     if base:
         tree.merge(base)
@@ -69,7 +72,7 @@ def config_for(
         tree.merge(data, name)
     parsed = parse_overrides(overrides)
     tree.apply(parsed)
-    fill_model_from_hf(tree, [key for key, _ in parsed])  # init.hf: model.* from config.json
+    fill_from_init_sources(tree, [key for key, _ in parsed], root or default_root())
     return tree
 
 
@@ -228,7 +231,7 @@ def prepare(
                 f"cannot branch job {key} from run {parent_name!r} of job {parent_record.get('key')}"
             )
         base = _saved_config(parent)
-        tree = config_for(spec, registries, overrides, base, configs)
+        tree = config_for(spec, registries, overrides, base, configs, root=str(root))
         return PreparedRun(spec, tree, root, name, registries, parent=branch, fresh=fresh)
     if run_dir.exists() and not fresh:
         record = run_dir.read_record()
@@ -238,8 +241,12 @@ def prepare(
                 "choose another --name"
             )
         base = _saved_config(run_dir)
-        tree = config_for(spec, registries, overrides, base, configs)
-        changes = config_changes(config_for(spec, registries, (), base), tree) if base else []
+        tree = config_for(spec, registries, overrides, base, configs, root=str(root))
+        changes = (
+            config_changes(config_for(spec, registries, (), base, root=str(root)), tree)
+            if base
+            else []
+        )
         check_changes(run_dir, record, changes)
         check_checkpoints(run_dir, record)
         log.info("resuming run %s (%s)", name, run_dir.path)
@@ -248,7 +255,7 @@ def prepare(
         prepared = PreparedRun(spec, tree, root, name, registries, parent=record.get("parent"))
         prepared.changes = changes
         return prepared
-    tree = config_for(spec, registries, overrides, configs=configs)
+    tree = config_for(spec, registries, overrides, configs=configs, root=str(root))
     return PreparedRun(spec, tree, root, name, registries, fresh=fresh)
 
 

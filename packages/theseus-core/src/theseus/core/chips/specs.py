@@ -59,6 +59,7 @@ class Chip:
     hbm_bandwidth: float  # bytes/s
     interconnect: float  # bytes/s one way per chip (ICI, NVLink)
     gpu: GpuLimits | None = None
+    float32_matmul_flops: float = 0.0  # dense TF32 FLOP/s of float32 matmuls (0: as bf16)
 
 
 CHIPS: dict[str, Chip] = {
@@ -82,6 +83,7 @@ CHIPS: dict[str, Chip] = {
             227 * 1024,
             description="NVIDIA H100 80GB HBM3",
         ),
+        float32_matmul_flops=494e12,
     ),
     "h200": Chip(
         "h200",
@@ -94,6 +96,7 @@ CHIPS: dict[str, Chip] = {
         GpuLimits(
             (9, 0), 132, 1.98, 50 * 1024**2, 228 * 1024, 227 * 1024, description="NVIDIA H200"
         ),
+        float32_matmul_flops=494e12,
     ),
     "b200": Chip(
         "b200",
@@ -106,6 +109,7 @@ CHIPS: dict[str, Chip] = {
         GpuLimits(
             (10, 0), 148, 1.965, 126 * 1024**2, 228 * 1024, 227 * 1024, description="NVIDIA B200"
         ),
+        float32_matmul_flops=1100e12,
     ),
 }
 

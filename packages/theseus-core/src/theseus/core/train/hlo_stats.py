@@ -87,6 +87,7 @@ class HloStats:
     """Per device and per step, loops counted with their trip counts."""
 
     flops: float = 0.0  # matmul (dot, convolution, GEMM, cuDNN attention) FLOPs
+    float32_flops: float = 0.0  # the part of ``flops`` whose operands are float32
     flops_once: float = 0.0  # the same with every loop body counted once (as XLA does)
     bytes: float = 0.0  # operand + result bytes of the unfused instructions
     roofline_seconds: float = 0.0  # sum over instructions of max(FLOPs / peak, bytes / bw)
@@ -166,8 +167,13 @@ def called(instruction: Instruction) -> dict[str, list[str]]:
     return dict(roles)
 
 
-def analyze(text: str, peak_flops: float = 0.0, hbm_bandwidth: float = 0.0) -> HloStats:
-    """FLOPs, bytes, collectives (and, given the chip's peaks, a roofline) of one device."""
+def analyze(
+    text: str, peak_flops: float = 0.0, hbm_bandwidth: float = 0.0, float32_peak: float = 0.0
+) -> HloStats:
+    """FLOPs, bytes, collectives (and, given the chip's peaks, a roofline) of one device.
+
+    ``float32_peak``: the rate of matmuls with float32 operands (a GPU runs them as TF32, at
+    half the bf16 rate); 0 prices them like the others."""
     computations = parse_module(text)
     by_name = {c.name: c for c in computations}
     shapes = {i.name: i.result for c in computations for i in c.instructions}
@@ -175,11 +181,14 @@ def analyze(text: str, peak_flops: float = 0.0, hbm_bandwidth: float = 0.0) -> H
     times, times_once, fused = _multipliers(computations, by_name, stats)
     own_flops = {c.name: _own_flops(c, shapes, stats) for c in computations}
     nested = _nested_flops(computations, own_flops)
+    own_float32 = {c.name: _own_float32_flops(c, shapes) for c in computations}
+    nested_float32 = _nested_flops(computations, own_float32)
     collective_bytes: dict[str, float] = defaultdict(float)
     collective_counts: dict[str, int] = defaultdict(int)
     for computation in computations:
         runs, runs_once = times.get(computation.name, 0), times_once.get(computation.name, 0)
         stats.flops += runs * own_flops[computation.name]
+        stats.float32_flops += runs * own_float32[computation.name]
         stats.flops_once += runs_once * own_flops[computation.name]
         for instruction in computation.instructions:
             kind = collective_kind(instruction.opcode)
@@ -192,7 +201,11 @@ def analyze(text: str, peak_flops: float = 0.0, hbm_bandwidth: float = 0.0) -> H
             stats.bytes += runs * moved
             if peak_flops and hbm_bandwidth:
                 op_flops = _instruction_flops(instruction, shapes, nested)
-                seconds = max(op_flops / peak_flops, moved / hbm_bandwidth)
+                compute = op_flops / peak_flops
+                if float32_peak:
+                    f32 = _instruction_flops(instruction, shapes, nested_float32, float32=True)
+                    compute += f32 / float32_peak - f32 / peak_flops
+                seconds = max(compute, moved / hbm_bandwidth)
                 stats.roofline_seconds += runs * seconds
                 stats.roofline_seconds_once += runs_once * seconds
     stats.collective_bytes = dict(collective_bytes)
@@ -276,6 +289,19 @@ def _own_flops(computation: Computation, shapes: dict, stats: HloStats) -> float
     return total
 
 
+def _own_float32_flops(computation: Computation, shapes: dict) -> float:
+    return sum(
+        _matmul_flops(instruction, shapes, HloStats())
+        for instruction in computation.instructions
+        if _float32_operands(instruction, shapes)
+    )
+
+
+def _float32_operands(instruction: Instruction, shapes: dict) -> bool:
+    found = shapes.get(instruction.operands[0]) if instruction.operands else None
+    return bool(found) and found[0][0] == "f32"
+
+
 def _nested_flops(computations: list[Computation], own: dict[str, float]) -> dict[str, float]:
     """FLOPs of a computation with those of the fused computations it calls."""
     nested: dict[str, float] = {}
@@ -288,10 +314,16 @@ def _nested_flops(computations: list[Computation], own: dict[str, float]) -> dic
     return nested
 
 
-def _instruction_flops(instruction: Instruction, shapes: dict, nested: dict) -> float:
+def _instruction_flops(
+    instruction: Instruction, shapes: dict, nested: dict, float32: bool = False
+) -> float:
+    """The matmul FLOPs of one instruction, its fused computations' included (``float32``:
+    only those with float32 operands, ``nested`` then counting those alone)."""
     calls = called(instruction).get("calls", [])
     if calls:
         return sum(nested.get(name, 0.0) for name in calls)
+    if float32 and not _float32_operands(instruction, shapes):
+        return 0.0
     return _matmul_flops(instruction, shapes, HloStats())
 
 

@@ -156,6 +156,7 @@ def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, An
         compiled.as_text(),
         chip.peak_flops if chip else 0.0,
         chip.hbm_bandwidth if chip else 0.0,
+        chip.float32_matmul_flops if chip else 0.0,
     )
     out["flops_per_step_compiled"] = compiled_flops(compiled) * len(devices)
     out["flops_per_step_hlo"] = stats.flops * len(devices)

@@ -52,8 +52,13 @@ def estimate_step(compiled: Any, stats: HloStats, chip: Chip) -> StepEstimate:
         return StepEstimate(optimal * scale, method, comms)
     link = "ICI" if chip.platform == "tpu" else "NVLink"
     method = (
-        f"estimate: roofline at {chip.peak_flops / 1e12:.0f} TFLOP/s bf16 and "
-        f"{chip.hbm_bandwidth / 1e9:.0f} GB/s HBM per instruction, + collectives at "
+        f"estimate: roofline at {chip.peak_flops / 1e12:.0f} TFLOP/s bf16"
+        + (
+            f" ({chip.float32_matmul_flops / 1e12:.0f} for float32 matmuls)"
+            if chip.float32_matmul_flops
+            else ""
+        )
+        + f" and {chip.hbm_bandwidth / 1e9:.0f} GB/s HBM per instruction, + collectives at "
         f"{chip.interconnect / 1e9:.0f} GB/s {link} (not overlapped)"
     )
     return StepEstimate(stats.roofline_seconds + comms, method, comms)

@@ -141,12 +141,13 @@ class Trainer:
         )
         devices = len(setup.layout.mesh.devices.flat)
         log.info(
-            "training %s: steps %d -> %d, %d devices (%s, %s), micro-steps %d, attention %s, "
+            "training %s: steps %d -> %d, %d %s devices (%s, %s), micro-steps %d, attention %s, "
             "peak %.3g FLOP/s (%s)",
             self.run.name,
             start,
             self.total_steps,
             devices,
+            setup.layout.mesh.devices.flat[0].platform,
             describe(setup.layout.mesh),
             config.sharding.strategy,
             setup.micro_steps,
