@@ -34,7 +34,8 @@ def config_tree(family: str, preset: str, seq_len: int):
     ]
     tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, overrides)
     tree.set("model.max_seq_len", max(seq_len, int(tree.get("model.max_seq_len"))))
-    return tree, regs, int(tree.get("model.vocab_size")) or 50304
+    vocab = int(os.environ.get("BENCH_VOCAB", "0")) or int(tree.get("model.vocab_size")) or 50304
+    return tree, regs, vocab
 
 
 def run_one(family: str, preset: str, seq_len: int, max_batch: int) -> dict:
