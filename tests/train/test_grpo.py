@@ -111,6 +111,9 @@ def test_lora_grpo_on_a_jsonl_task_starts_with_zero_kl_to_its_base(shared_root, 
     train = [r for r in rows if "train/kl" in r]
     assert train[0]["train/kl"] == 0.0  # adapters start at zero output: policy == reference
     assert all(np.isfinite(r["train/loss"]) and r["train/entropy"] > 0 for r in train)
+    # the step's time split: sampling every step, learning from the second rollouts on
+    assert all(r["time/sample"] > 0 and r["time/score"] >= 0 for r in train)
+    assert "time/learn" not in train[0] and all(r["time/learn"] > 0 for r in train[1:])
     assert any(r["reward/hash_answer/max"] == 1.0 for r in train)  # some sums are right
     # the KV-cache decoder and the trainer's forward pass score the tokens alike (float32)
     assert all(r["train/sampler_logp_diff"] < 1e-4 for r in train)

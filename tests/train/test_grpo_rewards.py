@@ -8,7 +8,13 @@ from theseus.core.errors import ConfigError
 from theseus.core.plugins import registries
 from theseus.core.recipes.grpo_run import rollout_rows
 from theseus.core.recipes.grpo_task import addition_task, jsonl_task, row_seed, step_prompts
-from theseus.core.recipes.rewards import digits_only, exact_answer, final_number, hash_answer
+from theseus.core.recipes.rewards import (
+    digit_match,
+    digits_only,
+    exact_answer,
+    final_number,
+    hash_answer,
+)
 
 
 def test_rewards_score_each_completion():
@@ -16,6 +22,14 @@ def test_rewards_score_each_completion():
     answers = ["12", "12", "12", "12", "-3"]
     assert exact_answer([""] * 5, completions, answer=answers) == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert digits_only([""] * 5, completions) == [1.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_digit_match_gives_credit_per_digit_in_place():
+    completions = ["57", " 47 ", "5", "157", "x7", "-57", "7"]
+    scores = digit_match([""] * 7, completions, answer=["57"] * 7)
+    # exact; tens wrong; one digit against the answer's tens' place (units 5 != 7) of 2;
+    # an extra digit (2 of 3 places); not an integer; a sign (2 of 3); the units only (1 of 2)
+    assert scores == [1.0, 0.5, 0.0, 2 / 3, 0.0, 2 / 3, 0.5]
 
 
 def test_hash_answer_reads_the_number_after_the_marker():
@@ -29,7 +43,9 @@ def test_hash_answer_reads_the_number_after_the_marker():
 
 def test_the_builtin_rewards_are_registered_plugins():
     rewards = registries().rewards
-    assert {"addition_exact", "addition_format", "hash_answer"} <= set(rewards.names())
+    assert {"addition_exact", "addition_digits", "addition_format", "hash_answer"} <= set(
+        rewards.names()
+    )
     assert rewards.get("addition_exact").load() is exact_answer
 
 

@@ -66,6 +66,7 @@ def theseus_register_rewards(register):
     target = "theseus.core.recipes.rewards"
     for name, function, description in (
         ("addition_exact", "exact_answer", "1 when the completion is exactly the answer"),
+        ("addition_digits", "digit_match", "the share of the answer's digits in place"),
         ("addition_format", "digits_only", "1 when the completion is a number and nothing else"),
         ("hash_answer", "hash_answer", "1 when the number after #### (else the last) matches"),
     ):

@@ -22,6 +22,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 from theseus.core.errors import ConfigError, JobError
 from theseus.core.evaluate.target import load_tokenizer
@@ -60,6 +61,7 @@ class Rollouts:
             self.stops.append(end)
         self.state: Any = None  # the trainer's newest state (set by StateTap)
         self.pending: dict[int, dict[str, float]] = {}  # step -> host metrics of its rollouts
+        self.rolled: float | None = None  # when the last rollouts were scored (time/learn)
         longest = max(len(self.prompt(p.question)) for p in self.train + self.held_out)
         if longest + self.grpo.max_new_tokens - 1 > self.seq_len:
             raise ConfigError(
@@ -177,14 +179,19 @@ class Rollouts:
         problems = [self.train[i] for i in picked for _ in range(G)]
         prompts = [self.prompt(p.question) for p in problems]
         seeds = [row_seed(self.seed, step, i, g) for i in picked for g in range(G)]
+        if self.state is not None:  # the updates since the last rollouts are done first
+            jax.block_until_ready(self.state.params)
         started = time.perf_counter()
+        learned = None if self.rolled is None else started - self.rolled
         completions, sampler_logps = self.sample(prompts, seeds)
         sampled = time.perf_counter() - started
         texts = [self.text(c) for c in completions]
         questions = [p.question for p in problems]
         answers = [p.answer for p in problems]
         total = np.zeros(len(texts), np.float32)
-        metrics: dict[str, float] = {"rollout/sample_time": sampled}
+        metrics: dict[str, float] = {"time/sample": sampled}
+        if learned is not None:
+            metrics["time/learn"] = learned
         for name, reward, weight in zip(
             self.grpo.rewards, self.rewards, self.grpo.weights(), strict=True
         ):
@@ -203,6 +210,8 @@ class Rollouts:
             group_advantages(total, G, self.grpo.advantage, self.grpo.scale_eps), np.float32
         )
         batch = rollout_rows(prompts, completions, advantages, self.seq_len, sampler_logps)
+        metrics["time/score"] = time.perf_counter() - started - sampled
+        self.rolled = time.perf_counter()
         return batch, metrics
 
 

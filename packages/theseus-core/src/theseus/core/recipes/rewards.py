@@ -20,6 +20,23 @@ def exact_answer(prompts: list[str], completions: list[str], **fields: Any) -> l
     return [float(c.strip() == str(a).strip()) for c, a in zip(completions, answers, strict=True)]
 
 
+def digit_match(prompts: list[str], completions: list[str], **fields: Any) -> list[float]:
+    """Partial credit: the fraction of the answer's digits that the stripped completion has
+    at the same place counted from the right (units with units), divided by the longer of
+    the two lengths, so extra or missing digits cost; 1.0 only for the exact answer. A
+    completion that is not an integer scores 0.0."""
+    answers = fields["answer"]
+    scores = []
+    for completion, answer in zip(completions, answers, strict=True):
+        got, want = completion.strip(), str(answer).strip()
+        if DIGITS.fullmatch(got) is None:
+            scores.append(0.0)
+            continue
+        same = sum(a == b for a, b in zip(reversed(got), reversed(want), strict=False))
+        scores.append(same / max(len(got), len(want)))
+    return scores
+
+
 def digits_only(prompts: list[str], completions: list[str], **fields: Any) -> list[float]:
     """1.0 when the completion, stripped, is an integer and nothing else (the answer format
     of the addition task); else 0.0."""
