@@ -49,13 +49,14 @@ def default_run_name(key: str) -> str:
     return key.replace("/", "-")
 
 
-def unique_run_name(key: str, root: str | Path, when: dt.datetime | None = None) -> str:
+def unique_run_name(key: str, root: str | Path | None, when: dt.datetime | None = None) -> str:
     """A new run's default name for a one-shot job: ``<key-slug>-<YYYYmmdd-HHMMSS>`` (UTC),
-    with ``-2``, ``-3``, ... when that folder exists already (two runs in one second)."""
+    with ``-2``, ``-3``, ... when that folder exists already under ``root`` (two runs in one
+    second; ``root`` None: a root that is not here, e.g. a dispatch target's)."""
     stamp = (when or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
     base = f"{default_run_name(key)}-{stamp}"
     name, count = base, 1
-    while RunDir(root, name).path.exists():
+    while root is not None and RunDir(root, name).path.exists():
         count += 1
         name = f"{base}-{count}"
     return name

@@ -32,7 +32,7 @@ def resolve(
     tree = config_for(spec, registries, overrides)
     tree.validate()
     if name is None:  # a one-shot job's runs never share a name (the target's root is remote)
-        name = default_run_name(job) if spec.resumes else unique_run_name(job, "/nonexistent")
+        name = default_run_name(job) if spec.resumes else unique_run_name(job, None)
     return check_run_name(name), tree.to_yaml()
 
 
