@@ -61,6 +61,9 @@ def theseus_register_jobs(register, registries):
     register(JobSpec("wf/produce", "wf_plugin:Producer", "produces a file", {"count": Count}))
     register(JobSpec("wf/consume", "wf_plugin:Consumer", "consumes the file", {"count": Count}))
     register(JobSpec("wf/fails", "wf_plugin:Fails", "always fails", {"count": Count}))
+    register(
+        JobSpec("wf/once", "wf_plugin:Producer", "one-shot", {"count": Count}, resumes=False)
+    )
 """
 
 

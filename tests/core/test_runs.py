@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 from theseus.core.errors import JobError
-from theseus.core.jobs import check_run_name
+from theseus.core.jobs import check_run_name, job_kind, unique_run_name
 from theseus.core.resume import ResumeRefusedError
 from theseus.core.runner import prepare, run
 
@@ -82,3 +82,54 @@ def test_unknown_job_suggests_the_closest(root):
         JobError, match="unknown job 'example/fit-lines'; did you mean 'example/fit-line'"
     ):
         prepare("example/fit-lines", [], root=root)
+
+
+def test_one_shot_jobs_get_a_new_default_name_and_training_jobs_resume(root, workflow_registries):
+    first = prepare("wf/once", [], root=root)
+    first()
+    second = prepare("wf/once", ["count.upto=7"], root=root)  # another config: no refusal
+    second()
+    assert first.name.startswith("wf-once-") and second.name.startswith("wf-once-")
+    assert first.name != second.name
+    assert record(root, second.name)["status"] == "finished"
+    run("example/fit-line", ["task.steps=2"], root=root)
+    again = prepare("example/fit-line", [], root=root)  # a job that resumes: the key's name
+    assert again.name == "example-fit-line" and again.config.task.steps == 2
+
+
+def test_unique_names_within_one_second_are_counted(root):
+    import datetime as dt
+
+    when = dt.datetime(2026, 12, 4, 17, 5, 9, tzinfo=dt.UTC)
+    assert unique_run_name("hf/export", root, when) == "hf-export-20261204-170509"
+    (root / "runs" / "hf-export-20261204-170509").mkdir(parents=True)
+    assert unique_run_name("hf/export", root, when) == "hf-export-20261204-170509-2"
+
+
+def test_a_named_one_shot_run_given_another_config_says_the_name_is_taken(
+    root, workflow_registries
+):
+    run("wf/once", [], root=root, name="exp")
+    with pytest.raises(ResumeRefusedError) as refused:
+        prepare("wf/once", ["count.upto=5"], root=root, name="exp")
+    message = str(refused.value)
+    assert "run name 'exp' is taken" in message and "finished wf/once run" in message
+    assert "count.upto: 3 -> 5" in message and "--name" in message
+    assert "resuming would change what it trains" not in message
+
+
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [
+        ("gpt/train/pretrain", "train"),
+        ("llama/train/dpo", "train"),
+        ("data/tokenize/fineweb", "data"),
+        ("hf/export", "export"),
+        ("hf/import", "import"),
+        ("gpt/generate", "generate"),
+        ("gpt/evaluate", "evaluate"),
+        ("example/fit-line", "fit-line"),
+    ],
+)
+def test_job_kinds(key, kind):
+    assert job_kind(key) == kind

@@ -158,3 +158,15 @@ def test_bootstrap_quotes_every_value(tmp_path):
     assert not (tmp_path / "pwned").exists()
     with pytest.raises(TheseusError, match="environment variable name 'A B' is not valid"):
         bootstrap.secrets_file({"A B": "v"})
+
+
+def test_submitted_one_shot_jobs_get_a_new_default_name_and_trainings_the_keys():
+    import re
+
+    from theseus.core.plugins import registries
+    from theseus.dispatch.submit import resolve
+
+    name, _ = resolve(registries(), "core/info", [], None)
+    assert re.fullmatch(r"core-info-\d{8}-\d{6}", name), name
+    assert resolve(registries(), "core/info", [], "mine")[0] == "mine"
+    assert resolve(registries(), "gpt/train/pretrain", [], None)[0] == "gpt-train-pretrain"

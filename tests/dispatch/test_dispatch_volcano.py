@@ -190,3 +190,24 @@ def test_a_bundle_above_one_mebibyte_travels_in_several_configmaps(k8s, tmp_path
     assert "cat /theseus-bundle/bundle.tar.gz.part-* | tar -xz -C" in command
     backend.cancel(handle)
     assert not [k for k in k8s.objects if "theseus-big" in k[2]]
+
+
+def test_without_the_kubernetes_client_the_error_names_the_extra(k8s, cli, tmp_path):
+    """kubernetes is the volcano extra's (theseus-dispatch[volcano]), not a dependency:
+    made unimportable, a volcano submit is one line naming the extra, and nothing is sent."""
+    from dispatch_helpers import REPO, VENV_PYTHON
+
+    cli.write({"vk": volcano_target(k8s, tmp_path)})
+    cli.env["WANDB_API_KEY"] = SECRET
+    hide = "import sys; sys.modules['kubernetes'] = None; from theseus.cli.main import main; main()"
+    args = ["submit", JOB, "--to", "vk", "--chips", "16", "--name", "no-client"]
+    done = subprocess.run(
+        [VENV_PYTHON, "-c", hide, *args],
+        env=cli.env, cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: target vk (volcano): reaching Kubernetes needs the kubernetes package: "
+        "pip install 'theseus-dispatch[volcano]'"
+    ]
+    assert k8s.requests == []

@@ -336,6 +336,7 @@ def test_the_cli_on_four_simulated_devices_with_fsdp_agrees(
     assert "sharded over 4 device(s)" in result.stderr
     assert "|theseus_arc" in result.stdout
     (saved,) = tmp_path.rglob("results_*.json")
+    assert saved.parent == tmp_path / f"{RUN}-at-{STEPS}"  # named after the run, not at random
     arc = json.loads(saved.read_text())["results"]["theseus_arc"]
     assert arc["acc,none"] == reference["results"]["theseus_arc"]["acc,none"]
     for task in ("theseus_arc", "theseus_rolling"):
@@ -361,6 +362,37 @@ def test_imported_weights_score_like_their_run(opened, folder, reference, tmp_pa
     assert result["config"]["model_args"] == {"hf_dir": str(tmp_path / "hf")}
     worst = float(np.max(np.abs(lls(result, "theseus_arc") - lls(reference, "theseus_arc"))))
     assert worst <= TOLERANCE
+
+
+@needs_lm_eval
+def test_the_cli_without_an_output_path_writes_into_the_runs_folder(pretrained, folder):
+    args = theseus_cmd(
+        "lm-eval", "--model", "theseus", "--model_args", f"run={RUN},root={pretrained}",
+        "--tasks", "theseus_arc", "--include_path", str(folder), "--limit", "4",
+    )  # fmt: skip
+    result = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=folder)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (saved,) = (pretrained / "runs" / RUN / "lm-eval").glob("results_*.json")
+    assert json.loads(saved.read_text())["results"]["theseus_arc"]["alias"] == "theseus_arc"
+    assert not list(folder.rglob("results_*.json"))  # nothing in the working directory
+
+
+def test_output_path_placement_is_decided_from_the_arguments(tmp_path):
+    from theseus.core.evaluate.harness import placed_output, results_name
+
+    run = ["--model", "theseus", "--model_args", f"run=pre@400,root={tmp_path}", "--tasks", "x"]
+    assert placed_output(run)[-2:] == [
+        "--output_path",
+        str(tmp_path / "runs" / "pre" / "lm-eval" / "results.json"),
+    ]
+    assert placed_output([*run, "--output_path", "out"]) == [*run, "--output_path", "out"]
+    assert placed_output([*run, "-o=out"]) == [*run, "-o=out"]
+    hf = ["--model", "theseus", "--model_args", f"hf_dir={tmp_path / 'gpt2-ft'}"]
+    assert placed_output(hf) == hf  # no run: lm-eval's own rules
+    assert results_name({"run": "pre@400"}) == "pre-at-400"
+    assert results_name({"hf_dir": str(tmp_path / "gpt2-ft")}) == "gpt2-ft"
+    other = ["--model", "hf", "--model_args", "pretrained=gpt2"]
+    assert placed_output(other) == other
 
 
 @needs_lm_eval

@@ -126,7 +126,7 @@ def test_runs_lists_the_others_and_flags_a_run_with_a_damaged_job_json(
     done = cli(root, "runs")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:]}
-    assert rows["good"][1:4] == ["gpt/train/pretrain", "finished", "1"]
+    assert rows["good"][1:4] == ["gpt/train/pretrain", "finished", "2"]  # the step reached
     assert rows["broken"][1:3] == ["-", "unreadable"]
     warnings = done.stderr.strip().splitlines()
     assert len(warnings) == 1 and str(broken) in warnings[0] and message in warnings[0]
@@ -206,7 +206,7 @@ def test_a_non_json_line_in_the_middle_is_skipped_and_named(root, finished):
     runs = cli(root, "runs")
     assert runs.returncode == 0 and runs.stderr.strip().splitlines() == [warning]
     row = next(line.split() for line in runs.stdout.splitlines() if line.split()[0] == "mid")
-    assert row[2:5] == ["finished", "1", "5.9321"]
+    assert row[2:5] == ["finished", "2", "5.9321"]  # 2 steps done; the last loss is step 1's
     show = cli(root, "show", "mid")
     assert show.returncode == 0 and show.stderr.strip().splitlines() == [warning]
 

@@ -78,7 +78,11 @@ def test_runs_table_matches_the_runs_on_disk(api):
             record["status"],
             record["host"],
         )
-        assert (row["step"], row["loss"]) == losses[-1]
+        # the step reached: the last checkpoint and final evaluation (4), one past the last
+        # training loss, which is logged as the state after 3 updates
+        assert row["loss"] == losses[-1][1] and losses[-1][0] == 3
+        steps = [r["step"] for r in metric_rows(root, name)]
+        assert row["step"] == record["checkpoint_step"] == max(steps) == 4
         assert row["started"] == record["started"] and row["dispatched"] is None
     assert rows["beta"]["parent"] == "alpha@2" and rows["alpha"]["parent"] is None
     assert rows["broken"]["status"] == "unreadable" and "job.json" in rows["broken"]["problem"]

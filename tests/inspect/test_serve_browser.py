@@ -148,3 +148,27 @@ def test_pages_draw_and_a_run_page_follows_its_metrics(copied_root, browser):
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
     (ARTIFACTS / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
     print(f"\nscreenshots in {ARTIFACTS}; timings: " + json.dumps(timings))
+
+
+def test_a_finished_run_says_so_and_a_one_point_metric_is_a_number(copied_root, browser):
+    metrics_path = copied_root / "runs" / "alpha" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines()]
+    (first,) = [r for r in rows if "perf/first_step_time" in r]  # the compile: one point
+    single = '.chart.single[data-metric="perf/first_step_time"]'
+    with served(copied_root) as url:
+        browser.get(url + "runs/alpha")
+        wait_until(lambda: elements(browser, "#chart-train_loss .scatterlayer"), 30, "train/loss")
+        wait_until(lambda: text_of(browser, "#liveness") == "finished", 10, "the status")
+        wait_until(lambda: elements(browser, single), 10, "the one-point metric")
+        shown = text_of(browser, single)
+        assert f"perf/first_step_time (step {first['step']})" in shown
+        value = browser.execute_script(
+            "return theseus.format(arguments[0])", first["perf/first_step_time"]
+        )
+        assert shown.splitlines()[-1] == value
+        assert not elements(browser, f"{single} .scatterlayer")  # no chart for one point
+        with metrics_path.open("a") as out:  # a second point: now it is a curve
+            out.write(json.dumps({"step": 99, "perf/first_step_time": 1.5}) + "\n")
+        chart = "#chart-perf_first_step_time:not(.single) .scatterlayer"
+        wait_until(lambda: elements(browser, chart), 20, "the chart of two points")
+        assert errors_in_console(browser) == []

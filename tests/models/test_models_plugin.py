@@ -73,7 +73,8 @@ def test_generate_job_end_to_end(root, tmp_path):
         root=root,
     )
     assert len(texts) == 2 and all(len(t.split()) == 4 for t in texts)
-    lines = (root / "runs" / "llama-generate" / "generations.jsonl").read_text().splitlines()
+    (folder,) = (root / "runs").glob("llama-generate-*")  # a one-shot job: a fresh name
+    lines = (folder / "generations.jsonl").read_text().splitlines()
     assert json.loads(lines[1])["prompt"] == "4 5"
 
 

@@ -176,7 +176,12 @@ def run(
     configs: ConfigFiles = None,
     root: RootOption = None,
     name: Annotated[
-        str | None, typer.Option("--name", help="run name (default: from the key)")
+        str | None,
+        typer.Option(
+            "--name",
+            help="run name (default: the key's, so training resumes; one-shot jobs such as "
+            "hf/export, generate and evaluate get <key>-<UTC time>)",
+        ),
     ] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="start over instead of resuming")] = False,
     branch: Annotated[

@@ -97,6 +97,7 @@ def theseus_register_jobs(register, registries):
             target="theseus.core.info:InfoJob",
             description="print versions, plugins and the devices JAX sees",
             groups={},
+            resumes=False,
         )
     )
     from theseus.core.recipes.jobs import register_training_jobs

@@ -97,12 +97,16 @@ class JobSpec:
     ``groups`` maps top-level config keys to either a dataclass schema (fixed) or a
     :class:`Choice` (the component chosen by name brings its own schema).
     ``target`` names the job class, imported only when the job runs.
+    ``resumes``: a run of the job started again under its name continues it (training,
+    tokenizing), so the default name is the key's; ``False`` for a one-shot job (export,
+    import, generate, evaluate), whose runs get a new default name each time.
     """
 
     key: str
     target: str
     description: str
     groups: Mapping[str, type | Choice] = field(default_factory=dict)
+    resumes: bool = True
 
     def load(self) -> Any:
         return load_target(self.target)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from theseus.core.errors import JobError
@@ -45,6 +47,31 @@ def parse_reference(reference: str, key: str) -> tuple[str, int | None]:
 
 def default_run_name(key: str) -> str:
     return key.replace("/", "-")
+
+
+def unique_run_name(key: str, root: str | Path | None, when: dt.datetime | None = None) -> str:
+    """A new run's default name for a one-shot job: ``<key-slug>-<YYYYmmdd-HHMMSS>`` (UTC),
+    with ``-2``, ``-3``, ... when that folder exists already under ``root`` (two runs in one
+    second; ``root`` None: a root that is not here, e.g. a dispatch target's)."""
+    stamp = (when or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
+    base = f"{default_run_name(key)}-{stamp}"
+    name, count = base, 1
+    while root is not None and RunDir(root, name).path.exists():
+        count += 1
+        name = f"{base}-{count}"
+    return name
+
+
+def job_kind(key: str) -> str:
+    """What a job does, for listings (``theseus runs --kind``): ``train`` for
+    ``<model>/train/<recipe>``, ``data`` for ``data/...``, else the key's last word
+    (``export``, ``import``, ``generate``, ``evaluate``, ``merge``, ``info``, ...)."""
+    parts = key.split("/")
+    if "train" in parts[1:-1]:
+        return "train"
+    if parts[0] == "data":
+        return "data"
+    return parts[-1]
 
 
 @dataclass(frozen=True)

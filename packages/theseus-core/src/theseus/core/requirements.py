@@ -67,6 +67,7 @@ MODULE_PACKAGES: dict[str, str] = {
     "plotly": "theseus-core[serve]",
     "datasets": "theseus-data[hub]",
     "huggingface_hub": "theseus-models[hub]",
+    "kubernetes": "theseus-dispatch[volcano]",
     "tokenizers": "tokenizers",
 }
 

@@ -70,11 +70,22 @@ def has_progress(run: RunDir, record: dict[str, Any]) -> bool:
     )
 
 
-def check_changes(run: RunDir, record: dict[str, Any], changes: list[Change]) -> None:
-    """Refuse the changes that would alter the model or the training of ``run``."""
+def check_changes(
+    run: RunDir, record: dict[str, Any], changes: list[Change], trains: bool = True
+) -> None:
+    """Refuse the changes that would alter the model or the training of ``run``; ``trains``
+    False: ``run`` is of a one-shot job (export, generate, ...), which a name given again
+    would overwrite rather than resume."""
     if not has_progress(run, record):
         return
     refused = [change for change in changes if not change.safe]
+    if refused and not trains:
+        listing = ", ".join(str(change) for change in refused)
+        raise ResumeRefusedError(
+            f"run name {run.name!r} is taken under {run.root}: a {record.get('status')} "
+            f"{record.get('key')} run with another config ({listing}); give this one a new "
+            "--name (or leave --name out for a fresh one), or add --fresh to replace it"
+        )
     if refused:
         listing = ", ".join(str(change) for change in refused)
         raise ResumeRefusedError(

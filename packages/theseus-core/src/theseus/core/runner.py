@@ -22,6 +22,7 @@ from theseus.core.jobs import (
     check_run_name,
     default_run_name,
     parse_reference,
+    unique_run_name,
 )
 from theseus.core.locks import exclusive
 from theseus.core.plugins import Registries
@@ -207,13 +208,19 @@ def prepare(
 ) -> PreparedRun:
     """Resolve a run: a new one, the same name again (resume), ``fresh`` or a ``branch``.
 
+    Without ``name`` a job that resumes (training, tokenizing) is named after its key, so
+    running it again continues it; a one-shot job (``JobSpec.resumes=False``: export,
+    import, generate, evaluate) gets a new name each time (:func:`unique_run_name`).
+
     ``configs`` (YAML files or mappings) apply left to right before ``overrides``; on a
     resume or a branch they apply over the saved config, like overrides.
     """
     registries = registries or default_registries()
     spec = job_spec(key, registries)
     root = str(root or default_root())
-    name = check_run_name(name or default_run_name(key))
+    if name is None:
+        name = default_run_name(key) if spec.resumes else unique_run_name(key, root)
+    name = check_run_name(name)
     run_dir = RunDir(root, name)
     overrides, configs = list(overrides), list(configs)
     check_records(run_dir, fresh)  # a folder that lost its records is never written into
@@ -247,7 +254,7 @@ def prepare(
             if base
             else []
         )
-        check_changes(run_dir, record, changes)
+        check_changes(run_dir, record, changes, trains=spec.resumes)
         check_checkpoints(run_dir, record)
         log.info("resuming run %s (%s)", name, run_dir.path)
         for change in changes:

@@ -25,12 +25,15 @@ def resolve(
     registries: Registries, job: str, overrides: list[str], name: str | None
 ) -> tuple[str, str]:
     """Validate the job and overrides here (strict config) -> (run name, config YAML)."""
-    from theseus.core.jobs import check_run_name, default_run_name
+    from theseus.core.jobs import check_run_name, default_run_name, unique_run_name
     from theseus.core.runner import config_for, job_spec
 
-    tree = config_for(job_spec(job, registries), registries, overrides)
+    spec = job_spec(job, registries)
+    tree = config_for(spec, registries, overrides)
     tree.validate()
-    return check_run_name(name or default_run_name(job)), tree.to_yaml()
+    if name is None:  # a one-shot job's runs never share a name (the target's root is remote)
+        name = default_run_name(job) if spec.resumes else unique_run_name(job, None)
+    return check_run_name(name), tree.to_yaml()
 
 
 def read_secrets(target_name: str, names: list[str]) -> dict[str, str]:

@@ -38,9 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from theseus.core.jobs import Job
+from theseus.core.errors import TheseusError
+from theseus.core.jobs import Job, parse_reference
 from theseus.core.plugins import registries
-from theseus.core.rundir import write_atomic
+from theseus.core.rundir import RunDir, write_atomic
 from theseus.core.runner import config_for
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.opening import open_run, params_from_hf
@@ -261,6 +262,17 @@ def write_tokenizer(folder: Path, out: Path, specials: dict[str, Any], max_len: 
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+def saved_model_class(root: str, reference: str) -> type | None:
+    """The model class of run ``RUN[@STEP]``'s saved ``model.name``; ``None`` when it cannot
+    be told here (``open_run`` names the problem)."""
+    name, _ = parse_reference(reference, "hf.run")
+    try:
+        model = RunDir(root, name).read_config().get("model") or {}
+        return registries().models.get(model["name"]).load()
+    except (TheseusError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def check_export(config: Any, root: str) -> None:
     """A LoRA run exports as merged weights or as PEFT adapters, chosen explicitly (its
     checkpoints hold adapters alone: writing its base as "the run" would drop all it
@@ -273,6 +285,9 @@ def check_export(config: Any, root: str) -> None:
     rank = saved_lora_rank(root, config.run, "hf.run")
     if rank is None:
         return  # no readable run here: open_run says why
+    model_class = saved_model_class(root, config.run)
+    if model_class is not None:
+        family_of(model_class)  # a subclass inheriting its parent's mapping unasked: refused
     if rank and not (config.merge or config.peft):
         raise ModelError(
             f"hf.run: run {config.run!r} trained LoRA adapters (lora.rank={rank}) on a frozen "

@@ -44,6 +44,7 @@ def theseus_register_jobs(register: Any, registries: Registries) -> None:
                         "model": Choice("models", name, locked=True),
                         "generate": GenerateConfig,
                     },
+                    resumes=False,
                 )
             )
     register(
@@ -53,6 +54,7 @@ def theseus_register_jobs(register: Any, registries: Registries) -> None:
             description="import a Hugging Face folder as a <family>/train/pretrain run at "
             "step 0 (weights, model config, tokenizer)",
             groups={"hf": ImportConfig},
+            resumes=False,
         )
     )
     register(
@@ -62,6 +64,7 @@ def theseus_register_jobs(register: Any, registries: Registries) -> None:
             description="export a run's checkpoint as a Hugging Face folder (config.json, "
             "safetensors, tokenizer); a LoRA run merged (hf.merge) or as PEFT adapters (hf.peft)",
             groups={"hf": ExportConfig},
+            resumes=False,
         )
     )
     register(
@@ -71,6 +74,7 @@ def theseus_register_jobs(register: Any, registries: Registries) -> None:
             description="fold a LoRA run's adapters into its base: a plain run of the same job "
             "at step 0",
             groups={"merge": MergeConfig},
+            resumes=False,
         )
     )
 

@@ -20,6 +20,7 @@ import math
 import random
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -176,18 +177,71 @@ def run(config: LmEvalConfig, target: Any) -> dict[str, float]:
 # ----------------------------------------------------------------------------- command line
 
 
+def option_value(args: Sequence[str], *names: str) -> str | None:
+    """The value of the first of ``names`` in ``args`` (``--opt VALUE`` or ``--opt=VALUE``)."""
+    for index, arg in enumerate(args):
+        for name in names:
+            if arg == name and index + 1 < len(args):
+                return args[index + 1]
+            if arg.startswith(f"{name}="):
+                return arg[len(name) + 1 :]
+    return None
+
+
+def model_source(args: Sequence[str]) -> dict[str, str]:
+    """``run``/``root``/``hf_dir`` of ``--model theseus --model_args ...``; empty otherwise."""
+    if option_value(args, "--model") != "theseus":
+        return {}
+    model_args = option_value(args, "--model_args") or ""
+    pairs = (part.partition("=") for part in model_args.split(",") if "=" in part)
+    return {key.strip(): value.strip() for key, _, value in pairs if key.strip()}
+
+
+def results_name(source: dict[str, str]) -> str | None:
+    """What names the results folder under ``--output_path`` (lm-eval draws a random name
+    for a model without ``pretrained=``): the run (``RUN@STEP`` as ``RUN-at-STEP``) or the
+    Hugging Face folder's name."""
+    if source.get("run"):
+        return source["run"].replace("@", "-at-")
+    if source.get("hf_dir"):
+        return Path(source["hf_dir"]).expanduser().resolve().name or None
+    return None
+
+
+def placed_output(args: Sequence[str]) -> list[str]:
+    """``args`` with ``--output_path`` into the run's folder when a run is evaluated without
+    one: ``<root>/runs/<RUN>/lm-eval/results_<time>.json`` (and its samples beside it)."""
+    args = list(args)
+    source = model_source(args)
+    if not source.get("run") or option_value(args, "--output_path", "-o") is not None:
+        return args
+    from theseus.core.jobs import parse_reference
+    from theseus.core.runner import default_root
+
+    name, _ = parse_reference(source["run"], "model_args run")
+    root = Path(source.get("root") or default_root())
+    return [*args, "--output_path", str(root / "runs" / name / "lm-eval" / "results.json")]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """lm-eval's command line with the ``theseus`` model registered."""
+    """lm-eval's command line with the ``theseus`` model registered; the results of a run
+    land in its folder (see :func:`placed_output`), or under ``--output_path`` in a folder
+    named after the run, not a random one."""
     load_adapter()
     from lm_eval.__main__ import cli_evaluate
+    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    saved = sys.argv
+    args = placed_output(sys.argv[1:] if argv is None else argv)
+    name = results_name(model_source(args))
+    saved, naming = sys.argv, GeneralConfigTracker.__dict__["_get_model_name"]
     sys.argv = ["lm-eval", *args]  # lm-eval's parser reads sys.argv
+    if name:  # lm-eval's name for a model without pretrained=: a random one
+        GeneralConfigTracker._get_model_name = staticmethod(lambda model_args: name)
     try:
         cli_evaluate()
     finally:
         sys.argv = saved
+        GeneralConfigTracker._get_model_name = naming
 
 
 class _PassThrough(TyperGroup):

@@ -112,5 +112,6 @@ def register_evaluate_jobs(register: Any, registries: Registries) -> None:
                     "model": Choice("models", name, locked=True),
                     "evaluate": EvaluateConfig,
                 },
+                resumes=False,
             )
         )

@@ -28,14 +28,30 @@ def _root(root: str | None) -> str:
 def runs(
     root_dir: Annotated[str | None, typer.Argument(help="root directory")] = None,
     root: RootOption = None,
+    kind: Annotated[
+        str,
+        typer.Option(
+            "--kind",
+            help="only runs of this kind: train, data, export, import, generate, evaluate, "
+            "merge, ... (the job key's last word)",
+        ),
+    ] = "",
 ) -> None:
-    """Table of runs: job, status, step, last loss, parent, start time."""
+    """Table of runs, trainings first: job, status, step, last loss, parent, start time."""
     from rich.console import Console
     from rich.table import Table
-    from theseus.core.inspect.runs import run_summaries
+    from theseus.core.inspect.runs import run_summaries, sorted_for_listing
 
+    summaries = run_summaries(_root(root_dir or root))  # a damaged run: a row and a warning
+    shown = sorted_for_listing(summaries, kind)
+    if kind and not shown:
+        kinds = sorted({s["kind"] for s in summaries if s.get("kind")})
+        raise TheseusError(
+            f"--kind {kind}: no run of that kind under {_root(root_dir or root)} "
+            f"(kinds there: {', '.join(kinds) or 'none'})"
+        )
     table = Table("run", "job", "status", "step", "loss", "parent", "started", box=None)
-    for s in run_summaries(_root(root_dir or root)):  # a damaged run: a row and a warning
+    for s in shown:
         loss = f"{s['loss']:.4f}" if s["loss"] is not None else None
         cells = (s["name"], s["key"], s["status"], s["step"], loss, s["parent"], s["started"])
         table.add_row(*("-" if c is None else str(c) for c in cells))

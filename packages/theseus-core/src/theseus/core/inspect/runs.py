@@ -17,6 +17,7 @@ from typing import Any
 
 from theseus.core import safe_yaml
 from theseus.core.errors import JobError
+from theseus.core.jobs import job_kind
 from theseus.core.liveness import shown_status
 from theseus.core.regular_files import open_regular, read_all, read_small
 from theseus.core.rundir import RunDir, read_record
@@ -128,11 +129,32 @@ def last_value(rows: list[dict], metric: str) -> tuple[int | None, float | None]
     return None, None
 
 
+def reached_step(rows: list[dict], record: dict[str, Any]) -> int | None:
+    """How many steps the run has done: the newest step of its metrics or its checkpoints.
+
+    A training row ``step k`` holds the loss of the state after k updates, so a run of 100
+    steps logs its last training loss at step 99 and its final evaluation and checkpoint at
+    step 100: the table shows 100."""
+    steps = [row["step"] for row in rows if isinstance(row.get("step"), int)]
+    checkpointed = record.get("checkpoint_step")
+    if isinstance(checkpointed, int) and not isinstance(checkpointed, bool):
+        steps.append(checkpointed)
+    return max(steps) if steps else None
+
+
+def sorted_for_listing(summaries: list[dict[str, Any]], kind: str = "") -> list[dict[str, Any]]:
+    """Trainings first, then the other kinds by name; within each kind by run name. ``kind``:
+    only runs of that kind (``train``, ``data``, ``export``, ...)."""
+    chosen = [s for s in summaries if not kind or s.get("kind") == kind]
+    return sorted(chosen, key=lambda s: (s.get("kind") != "train", s.get("kind") or "~", s["name"]))
+
+
 def unreadable_row(name: str, problem: str) -> dict[str, Any]:
     log.warning("run %r is unreadable: %s", name, problem)
     return {
         "name": name,
         "key": None,
+        "kind": None,
         "status": "unreadable",
         "step": None,
         "loss": None,
@@ -179,12 +201,15 @@ def run_summary(
         record = read(record_path)
     except JobError as error:
         return unreadable_row(path.name, str(error))
-    step, loss = last_value(metrics(path), "train/loss")
+    rows = metrics(path)
+    _, loss = last_value(rows, "train/loss")
+    key = record.get("key")
     return {
         "name": path.name,
-        "key": record.get("key"),
+        "key": key,
+        "kind": job_kind(key) if isinstance(key, str) and key else None,
         "status": shown_status(path, record.get("status")),  # "died": running, lock free
-        "step": step,
+        "step": reached_step(rows, record),
         "loss": loss,
         "parent": record.get("parent"),
         "started": record.get("started") or record.get("created"),

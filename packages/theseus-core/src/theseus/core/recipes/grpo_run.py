@@ -30,7 +30,7 @@ from theseus.core.recipes.grpo_loss import group_advantages
 from theseus.core.recipes.grpo_objective import old_logps_step
 from theseus.core.recipes.grpo_task import load_task, row_seed, step_prompts
 from theseus.core.recipes.rewards import exact_answer, hash_answer
-from theseus.core.recipes.training_run import write_summary
+from theseus.core.recipes.training_run import finished_line, write_summary
 from theseus.core.sharding.distributed import initialize_from_env
 from theseus.core.train.callbacks import Callback, Events, due
 from theseus.core.train.evaluation import Evaluation
@@ -345,5 +345,5 @@ def run_grpo(job: Any) -> dict[str, Any]:
     rollouts = Rollouts(setup, data, job.run.path / "rollouts")
     summary = GRPOTrainer(setup, rollouts, context).fit()
     write_summary(job.run, summary)
-    log.info("finished %s: %s", job.run.name, summary)
+    log.info(finished_line(job.run.name, summary))
     return summary

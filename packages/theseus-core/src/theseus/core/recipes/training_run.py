@@ -33,8 +33,24 @@ def run_training(job: PretrainJob) -> dict[str, Any]:
     tasks = training_tasks(setup, data, context.root, job.run)
     summary = Trainer(setup, data, context, tasks).fit()
     write_summary(job.run, summary)
-    log.info("finished %s: %s", job.run.name, summary)
+    log.info(finished_line(job.run.name, summary))
     return summary
+
+
+def finished_line(name: str, summary: dict[str, Any]) -> str:
+    """The line a finished training prints: ``finished RUN at step 100: train/loss 2.31,
+    val/loss 2.40`` (then any other number; ``skipped`` only when steps were skipped)."""
+    step = summary.get("step")
+    values = []
+    for key, value in summary.items():
+        if key == "step" or (key == "skipped" and not value):
+            continue
+        if isinstance(value, float):
+            values.append(f"{key} {value:.4g}")
+        elif isinstance(value, int | str) and not isinstance(value, bool):
+            values.append(f"{key} {value}")
+    at = f" at step {step}" if step is not None else ""
+    return f"finished {name}{at}" + (f": {', '.join(values)}" if values else "")
 
 
 def write_summary(run: RunDir, summary: dict[str, Any]) -> None:

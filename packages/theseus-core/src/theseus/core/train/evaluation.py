@@ -22,6 +22,16 @@ from theseus.core.train.state import TrainState
 Tasks = Callable[[Any, int, MetricsWriter], dict[str, Any]]
 
 
+class RowCollector:
+    """What the evaluations get as their metrics writer: their records join one row."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.row = row
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.row.update({k: v for k, v in record.items() if k != "step"})
+
+
 class Evaluation(Callback):
     def __init__(
         self,
@@ -31,11 +41,15 @@ class Evaluation(Callback):
         *,
         flush: Callable[[], None],
         tasks: Tasks | None = None,
+        publish: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.setup = setup
         self.data = data
         self.writer = writer
         self.flush = flush  # records the pending metrics first (an evaluation blocks the loop)
+        # where an evaluation's one row goes: the recorder joins it to the training row of
+        # the same step (both describe the state after that many updates); else written alone
+        self.publish = publish or writer.write
         self.tasks = tasks
         self.every = setup.config.eval.every
         self.batches = setup.config.eval.batches
@@ -52,9 +66,10 @@ class Evaluation(Callback):
     def evaluate(self, state: TrainState, step: int) -> float:
         """Validation loss and the job's tasks at ``step``, recorded; returns the loss."""
         loss = self.validation_loss(state)
-        self.writer.write({"step": step, "val/loss": loss})
+        row: dict[str, Any] = {"step": step, "val/loss": loss}
         params = self.setup.full_params(state)
-        results = self.tasks(params, step, self.writer) if self.tasks else {}
+        results = self.tasks(params, step, RowCollector(row)) if self.tasks else {}
+        self.publish(row)  # the validation loss and every task's metrics: one row
         self.events.emit("on_eval", step=step, results={"val/loss": loss, **results})
         return loss
 

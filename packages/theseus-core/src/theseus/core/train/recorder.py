@@ -45,6 +45,18 @@ class Recorder(Callback):
         self.window_tokens = 0.0
         self.window_steps = 0
         self.last_loss = float("nan")
+        self.attached: dict[int, dict[str, Any]] = {}  # step -> an evaluation's row
+        self.looping = True
+
+    def attach(self, row: dict[str, Any]) -> None:
+        """An evaluation's row of step k: written with the training row of step k (the loss
+        of the same state, after k updates), or alone when no such row comes (that step is
+        not logged, or the loop is over)."""
+        step = row["step"]
+        if not self.looping or step >= self.total_steps:
+            self.writer.write(row)
+        else:
+            self.attached.setdefault(step, {}).update(row)
 
     def on_step(self, step: int, state: Any, metrics: dict) -> None:
         previous, self.pending = self.pending, (step, metrics)
@@ -53,6 +65,10 @@ class Recorder(Callback):
 
     def on_loop_end(self, state: Any) -> None:
         self.flush()
+        self.looping = False
+        for step in sorted(self.attached):  # a stop before their step's training row
+            self.writer.write(self.attached[step])
+        self.attached.clear()
 
     def close(self) -> None:
         self.writer.close()
@@ -84,7 +100,10 @@ class Recorder(Callback):
             self.window_tokens += self.tokens_per_step
             self.window_steps += 1
         # "step k" is the loss of the state after k updates on the batch of index k
+        evaluated = self.attached.pop(step, None)
         if sample and step % self.every and step != self.total_steps - 1:
+            if evaluated:
+                self.writer.write(evaluated)
             return
         record: dict[str, Any] = {
             "step": step,
@@ -107,6 +126,7 @@ class Recorder(Callback):
             record["train/skipped"] = values["skipped"]
         for extra in self.events.emit("on_record", step=step, record=dict(record)):
             record.update(extra or {})
+        record.update(evaluated or {})
         self.writer.write(record)
         self.recorded = True
         self.window_start = now if timed else None

@@ -174,7 +174,14 @@ class Trainer:
                 max_skipped=config.training.max_skipped_steps,
                 restored_from=self.restored_from,
             ),
-            Evaluation(setup, self.data, writer, flush=recorder.flush, tasks=self.tasks),
+            Evaluation(
+                setup,
+                self.data,
+                writer,
+                flush=recorder.flush,
+                tasks=self.tasks,
+                publish=recorder.attach,
+            ),
             Checkpointing(
                 self.checkpoints,
                 self.run,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 from typing import Any, TextIO
 
+from theseus.core.requirements import require
 from theseus.dispatch.bootstrap import Submission, plan_text, script, secrets_file
 from theseus.dispatch.bundle import Bundle
 from theseus.dispatch.remote import DispatchError, q
@@ -58,6 +59,7 @@ class VolcanoBackend(Backend):
     # ------------------------------------------------------------------ client
     def api(self) -> Any:
         if self._api is None:
+            require("kubernetes", "reaching Kubernetes", error=DispatchError)
             from kubernetes import client, config
 
             try:

@@ -129,13 +129,39 @@ def special_tokens(hf: dict) -> tuple:
     return tuple(found)
 
 
-def family_of(model: nnx.Module) -> Family | None:
-    """The family of ``model``'s class, or of its nearest base class that has one."""
+def family_of(model: nnx.Module | type) -> Family | None:
+    """The family whose Hugging Face mapping writes ``model`` (an instance or a class): that
+    of its class, or of its nearest base class that has one; ``None`` for none.
+
+    A subclass changes what the model computes as easily as it changes nothing, and a
+    mapping cannot tell: a class between ``model``'s and the family's that does not set
+    ``hf_mapping_exact = True`` in its own body is refused (:class:`ModelError`), since
+    transformers would load the export as the parent architecture, a different model.
+    """
+    model_class = model if isinstance(model, type) else type(model)
     by_class = {family.load_model(): family for family in FAMILIES if family.hf}
-    for cls in type(model).__mro__:
+    for position, cls in enumerate(model_class.__mro__):
         if cls in by_class:
+            check_inherited_mapping(model_class.__mro__[:position], cls, by_class[cls])
             return by_class[cls]
     return None
+
+
+def check_inherited_mapping(subclasses: tuple[type, ...], parent: type, family: Family) -> None:
+    """Refuse ``subclasses`` of ``parent`` (most derived first) when one of them has not
+    declared, in its own body, that ``parent``'s mapping is exact for it."""
+    unsure = [cls for cls in subclasses if cls.__dict__.get("hf_mapping_exact") is not True]
+    if not unsure:
+        return
+    cls = unsure[0]
+    architecture = family.load_hf().ARCHITECTURE
+    raise ModelError(
+        f"{cls.__module__}.{cls.__qualname__} subclasses {parent.__qualname__} "
+        f"({family.name}) and declares no Hugging Face mapping of its own: exporting it would "
+        f"silently reuse {parent.__qualname__}'s ({architecture}), which transformers loads as "
+        f"a plain {family.name} model; if that mapping is exact for it (same computation, "
+        f"not only the same parameters), set hf_mapping_exact = True in {cls.__qualname__}"
+    )
 
 
 # ---------------------------------------------------------------------------- files

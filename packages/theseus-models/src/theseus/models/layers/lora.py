@@ -171,6 +171,8 @@ def _cached(key: tuple) -> type:
             "make_block": make_block,
             "merge_adapters": merge_adapters,
             "lora": settings,
+            # hf/export merges the adapters or writes them as PEFT: the base's mapping is exact
+            "hf_mapping_exact": True,
             "__module__": __name__,
         },
     )

@@ -23,15 +23,39 @@ function chartId(metric) {
   return `chart-${metric.replace(/[^A-Za-z0-9_-]/g, "_")}`;
 }
 
+// A metric with one point so far (perf/first_step_time, a final evaluation) is a number,
+// not a chart; its second point turns it into a chart.
 function chart(metric, x, y) {
   const charts = document.getElementById("charts");
-  const div = el("div", { class: "chart", id: chartId(metric), "data-metric": metric });
+  const single = x.length === 1;
+  const div = el("div", { class: single ? "chart single" : "chart", id: chartId(metric), "data-metric": metric });
   const after = [...charts.children].find((c) => order(c.dataset.metric) > order(metric));
   charts.insertBefore(div, after || null);
-  series.set(metric, { div });
+  series.set(metric, { div, single, x: [...x], y: [...y] });
+  if (single) {
+    div.append(el("div", { class: "metric" }, `${metric} (step ${x[0]})`),
+      el("div", { class: "value" }, theseus.format(y[0])));
+    return;
+  }
   const mode = x.length > 300 ? "lines" : "lines+markers";
   Plotly.newPlot(div, [{ x, y, mode, marker: { size: 3 }, name: metric }],
     theseus.chartLayout(metric), { responsive: true, displaylogo: false });
+}
+
+function extend(metric, points) {
+  const entry = series.get(metric);
+  if (!entry.single) {
+    Plotly.extendTraces(entry.div, { x: [points.x], y: [points.y] }, [0]);
+    return;
+  }
+  entry.div.remove();
+  chart(metric, [...entry.x, ...points.x], [...entry.y, ...points.y]);
+}
+
+function showLiveness(record) {
+  // "live" only while the run is running; a finished (failed, died, ...) run says so
+  const status = record && record.status;
+  document.getElementById("liveness").textContent = status === "running" ? "live" : (status || "-");
 }
 
 function showLastStep() {
@@ -52,7 +76,7 @@ function addRows(rows) {
     }
   }
   for (const [metric, points] of fresh) {
-    if (series.has(metric)) Plotly.extendTraces(series.get(metric).div, { x: [points.x], y: [points.y] }, [0]);
+    if (series.has(metric)) extend(metric, points);
     else chart(metric, points.x, points.y);
   }
   showLastStep();
@@ -63,7 +87,7 @@ let stopFollowing = () => {};
 async function curves() {
   stopFollowing();
   const answer = await theseus.series(name, [], maxPoints);
-  for (const entry of series.values()) { Plotly.purge(entry.div); entry.div.remove(); }
+  for (const entry of series.values()) { if (!entry.single) Plotly.purge(entry.div); entry.div.remove(); }
   series.clear();
   lastStep = null;
   for (const metric of Object.keys(answer.series).sort((a, b) => order(a).localeCompare(order(b)))) {
@@ -128,6 +152,7 @@ async function details() {
   document.title = `theseus: ${name}`;
   theseus.showProblems(document.getElementById("problems"), answer.problems);
   if (answer.record) facts(answer.record, answer);
+  showLiveness(answer.record);
   evaluations(answer.evaluations);
   checkpoints(answer.checkpoints, answer.record);
 }
