@@ -76,10 +76,11 @@ class GSM8KConfig(ChoiceConfig):
 @dataclass
 class AdditionEvalConfig:
     num_examples: int = option(100, "how many a+b problems", ge=1)
-    max_digits: int = option(1, "operands have 1 to this many digits", ge=1)
+    max_digits: int = option(2, "operands have 1 to this many digits (as the training set)", ge=1)
     seed: int = option(1234, "generator seed (same seed, same problems)", ge=0)
     max_new_tokens: int = option(8, "tokens generated per problem", ge=1)
     limit: int = option(0, "at most this many examples (0: all)", ge=0)
+    shown: int = option(5, "problems logged with the model's answers at each evaluation", ge=0)
 
 
 LM_EVAL_FEATURE = "evaluating with lm-evaluation-harness"
