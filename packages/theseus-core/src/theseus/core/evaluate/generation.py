@@ -60,9 +60,10 @@ def greedy(target: EvalTarget, prompts: list[list[int]], max_new_tokens: int) ->
 
 
 def addition_problems(config: Any) -> list[tuple[str, str]]:
-    """Held-out problems only (``theseus.core.addition``): none is in the ``addition``
-    training sets."""
-    pairs = held_out_problems(config.seed, config.max_digits, config.num_examples, True)
+    """Held-out problems (``theseus.core.addition``: none is in the ``addition`` training
+    sets), or with ``split=training`` problems those sets draw from."""
+    held_out = config.split == "held-out"
+    pairs = held_out_problems(config.seed, config.max_digits, config.num_examples, held_out)
     return [(addition_question(a, b), str(a + b)) for a, b in pairs]
 
 
