@@ -63,6 +63,7 @@ def training_runs(root: Path) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # about 7 minutes on two idle cores; shared machines are slower
 def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     root = tmp_path / "runs"
     env = dict(os.environ, THESEUS_ROOT=str(root))
