@@ -42,9 +42,10 @@ def cpu_seconds() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def run_line(line: str, env: dict, cwd: Path) -> float:
+def run_line(line: str, env: dict, cwd: Path) -> tuple[float, str]:
     """Run one README line; print its wall time and CPU time (on a shared machine the wall
-    time says more about the neighbours than about the command) and return the wall time."""
+    time says more about the neighbours than about the command); return the wall time and
+    the standard output."""
     words = shlex.split(line)
     assert words[:2] == ["uv", "run"], line
     program = Path(os.sys.executable).parent / words[2]  # already inside the environment
@@ -55,7 +56,7 @@ def run_line(line: str, env: dict, cwd: Path) -> float:
     took, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     assert done.returncode == 0, (line, done.stderr[-3000:])
     print(f"\n{took:6.1f} s wall, {cpu:6.1f} s CPU  {line}\n{done.stderr[-1500:]}", flush=True)
-    return took
+    return took, done.stdout
 
 
 def training_runs(root: Path) -> set[str]:
@@ -67,7 +68,9 @@ def training_runs(root: Path) -> set[str]:
 def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     root = tmp_path / "runs"
     env = dict(os.environ, THESEUS_ROOT=str(root))
-    times = {"main job": run_line(readme_commands()[0], env, tmp_path)}
+    took, out = run_line(readme_commands()[0], env, tmp_path)
+    times = {"main job": took}
+    assert "run " in out and str(root) in out  # where the run went
     (main,) = training_runs(root)
     val = [r["val/loss"] for r in metrics(root, main) if "val/loss" in r]
     assert val[-1] < math.log(BPE_VOCAB) - 1.5 and val[-1] < val[0] - 0.5, val
@@ -76,7 +79,7 @@ def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     names = ["base", "sft", "dpo", "export"]
     assert len(lines) == len(names), lines
     for name, line in zip(names, lines, strict=True):
-        times[name] = run_line(line, env, tmp_path)
+        times[name] = run_line(line, env, tmp_path)[0]
     summary = ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
     print(f"\nREADME times: {summary}; tour {sum(times.values()) - times['main job']:.0f} s")
 
