@@ -15,14 +15,18 @@ from tests.train.conftest import metrics, run_cli
 
 pytestmark = pytest.mark.slow
 RUN = "add"
+# one-digit problems the training set holds (not the held-out ones): these tests check the
+# machinery on a model that has memorized its table
+ADDITION = AdditionEvalConfig(max_digits=1, split="training")
+OPTIONS = "{max_digits: 1, split: training}"
 SFT = [
     "model.n_layers=2", "model.d_model=64", "model.n_heads=2", "model.max_seq_len=64",
     "training.seq_len=32", "training.global_batch_size=16", "training.total_steps=300",
     "optimizer.learning_rate=0.003", "data.dataset=addition", "data.tokenizer=byte",
     "data.dataset_options={max_digits: 1, num_examples: 1000}", "data.num_workers=1",
     "data.validation_fraction=0.05", "eval.batches=2", "eval.every=150",
-    "eval.tasks=[addition, val-ppl]", "checkpoint.every=150", "logging.every=50",
-    "logging.progress=false",
+    "eval.tasks=[addition, val-ppl]", f"eval.options={{addition: {OPTIONS}}}",
+    "checkpoint.every=150", "logging.every=50", "logging.progress=false",
 ]  # fmt: skip
 
 
@@ -39,7 +43,7 @@ def gsm8k_file(tmp_path_factory):
     """The addition problems in GSM8K's schema (question, reasoning + ``#### answer``)."""
     rows = [
         {"question": q, "answer": f"{q[8:-1]} = {a}\n#### {a}"}
-        for q, a in generation.addition_problems(AdditionEvalConfig())
+        for q, a in generation.addition_problems(ADDITION)
     ]
     return write_jsonl(tmp_path_factory.mktemp("gsm8k") / "gsm8k.jsonl", rows)
 
@@ -65,7 +69,8 @@ def test_the_evaluate_job_reproduces_the_training_numbers(sft_root, gsm8k_file):
     result = run_cli(
         sft_root, "run", "gpt/evaluate", f"evaluate.checkpoint={RUN}",
         "evaluate.tasks=[addition, val-ppl, gsm8k]",
-        f"evaluate.options={{gsm8k: {{files: {gsm8k_file}, chat: true, max_new_tokens: 8}}}}",
+        f"evaluate.options={{addition: {OPTIONS}, "
+        f"gsm8k: {{files: {gsm8k_file}, chat: true, max_new_tokens: 8}}}}",
         "--name", "eval-add",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -84,7 +89,7 @@ def test_a_trained_model_adds_and_an_untrained_one_does_not(sft_root):
     from theseus.core.evaluate.target import checkpoint_target
 
     trained, _ = checkpoint_target(str(sft_root), RUN)
-    config = AdditionEvalConfig(limit=40)
+    config = dataclasses.replace(ADDITION, limit=40)
     good = generation.addition(config, trained)
     bad = generation.addition(config, untrained(trained, RUN, 300))
     assert good["exact_match"] >= 0.9 and bad["exact_match"] <= 0.1

@@ -108,8 +108,8 @@ def sft(folder, tmp_path_factory) -> Path:
     and by lm-eval's generate_until on the same problems."""
     root = tmp_path_factory.mktemp("lm-eval-sft")
     options = (
-        "eval.options={lm-eval: {tasks: [theseus_addition], include_path: "
-        f"{folder}, apply_chat_template: true}}}}"
+        "eval.options={addition: {max_digits: 1, split: training}, lm-eval: {tasks: "
+        f"[theseus_addition], include_path: {folder}, apply_chat_template: true}}}}"
     )
     args = theseus_cmd(
         "run", "gpt/train/sft", *SFT, "eval.tasks=[addition, lm-eval]", options,
@@ -224,7 +224,7 @@ def test_generate_until_agrees_with_the_builtin_addition(sft_target, folder):
     from theseus.core.evaluate import generation, harness
     from theseus.core.evaluate.configs import AdditionEvalConfig
 
-    config = AdditionEvalConfig()
+    config = AdditionEvalConfig(max_digits=1, split="training")  # as the sft fixture's
     problems = generation.addition_problems(config)
     rows = [json.loads(line) for line in (folder / "addition.jsonl").read_text().splitlines()]
     assert [(r["question"], r["answer"]) for r in rows] == problems  # the fixture is current

@@ -51,7 +51,10 @@ def test_full_fine_tuning_dpo_starts_at_log_2_and_learns_the_preference(shared_r
     accuracy = [r["train/rewards/accuracy"] for r in train]
     first, last = np.mean(accuracy[:10]), np.mean(accuracy[-10:])
     val = [r["val/loss"] for r in rows if "val/loss" in r]
+    val_accuracy = [r["val/rewards/accuracy"] for r in rows if "val/loss" in r]
     print(f"\nDPO reward accuracy {first:.3f} -> {last:.3f}; validation loss {val}")
+    print(f"validation reward accuracy {val_accuracy}")
+    assert all(0.0 <= a <= 1.0 for a in val_accuracy)  # every evaluation reports its own
     assert last > first + 0.05
     assert val[-1] < val[0] and val[-1] < LOG2 - 0.05
     assert train[-1]["train/rewards/margin"] > 0

@@ -93,3 +93,9 @@ class PreferenceDataConfig(DataConfig):
         "addition-preference",
         "registered preference dataset (prompt, chosen, rejected) to train on",
     )
+    validation_fraction: float = option(
+        0.05,
+        "fraction of pairs held out for validation (reward accuracy and margin)",
+        ge=0,
+        lt=1,
+    )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.components import option
+from theseus.core.errors import ConfigError
 from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.requirements import missing_module_message
 
@@ -73,13 +74,28 @@ class GSM8KConfig(ChoiceConfig):
     chat: bool = option(False, "wrap the question in the chat template (SFT models)")
 
 
+ADDITION_SPLITS = ("held-out", "training")
+
+
 @dataclass
 class AdditionEvalConfig:
     num_examples: int = option(100, "how many a+b problems", ge=1)
-    max_digits: int = option(1, "operands have 1 to this many digits", ge=1)
+    max_digits: int = option(2, "operands have 1 to this many digits (as the training set)", ge=1)
     seed: int = option(1234, "generator seed (same seed, same problems)", ge=0)
     max_new_tokens: int = option(8, "tokens generated per problem", ge=1)
     limit: int = option(0, "at most this many examples (0: all)", ge=0)
+    split: str = option(
+        "held-out",
+        "held-out: problems the addition training sets never contain; training: the ones "
+        "they draw from (to check memorization)",
+    )
+    shown: int = option(5, "problems logged with the model's answers at each evaluation", ge=0)
+
+    def __post_init__(self) -> None:
+        if self.split not in ADDITION_SPLITS:
+            raise ConfigError(
+                f"addition split={self.split!r}: expected one of {', '.join(ADDITION_SPLITS)}"
+            )
 
 
 LM_EVAL_FEATURE = "evaluating with lm-evaluation-harness"

@@ -7,16 +7,19 @@ exact match does. ``gsm8k`` reads the number after ``####`` (else the last numbe
 
 from __future__ import annotations
 
-import random
+import logging
 import re
 from typing import Any
 
 import numpy as np
+from theseus.core.addition import problems as held_out_problems
+from theseus.core.addition import question as addition_question
 from theseus.core.evaluate import sources
 from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.evaluate.target import EvalTarget
 from theseus.core.plugins import registries
 
+log = logging.getLogger(__name__)
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -57,13 +60,11 @@ def greedy(target: EvalTarget, prompts: list[list[int]], max_new_tokens: int) ->
 
 
 def addition_problems(config: Any) -> list[tuple[str, str]]:
-    rng = random.Random(config.seed)
-    top = 10**config.max_digits
-    problems = []
-    for _ in range(config.num_examples):
-        a, b = rng.randrange(top), rng.randrange(top)
-        problems.append((f"What is {a}+{b}?", str(a + b)))
-    return problems
+    """Held-out problems (``theseus.core.addition``: none is in the ``addition`` training
+    sets), or with ``split=training`` problems those sets draw from."""
+    held_out = config.split == "held-out"
+    pairs = held_out_problems(config.seed, config.max_digits, config.num_examples, held_out)
+    return [(addition_question(a, b), str(a + b)) for a, b in pairs]
 
 
 def addition(config: Any, target: EvalTarget) -> dict[str, float]:
@@ -82,6 +83,9 @@ def addition(config: Any, target: EvalTarget) -> dict[str, float]:
     matches = [
         given.strip() == answer for given, (_, answer) in zip(answers, problems, strict=True)
     ]
+    shown = list(zip(problems, answers, matches, strict=True))[: config.shown]
+    for (asked, answer), given, right in shown:  # what a person can check at a glance
+        log.info("  %s -> %s (%s)", asked, given.strip() or "''", "right" if right else answer)
     return {
         "exact_match": float(np.mean(matches)),
         "answer_logprob": float(np.mean([lp for lp, _, _ in forced])),

@@ -64,20 +64,27 @@ class Evaluation(Callback):
         summary["val/loss"] = self.evaluate(state, int(state.step))
 
     def evaluate(self, state: TrainState, step: int) -> float:
-        """Validation loss and the job's tasks at ``step``, recorded; returns the loss."""
-        loss = self.validation_loss(state)
-        row: dict[str, Any] = {"step": step, "val/loss": loss}
+        """Validation loss, the objective's own validation metrics (``val/rewards/accuracy``
+        of a preference run) and the job's tasks at ``step``, recorded; returns the loss."""
+        loss, metrics = self.validation_metrics(state)
+        row: dict[str, Any] = {"step": step, "val/loss": loss, **metrics}
         params = self.setup.full_params(state)
         results = self.tasks(params, step, RowCollector(row)) if self.tasks else {}
-        self.publish(row)  # the validation loss and every task's metrics: one row
-        self.events.emit("on_eval", step=step, results={"val/loss": loss, **results})
+        self.publish(row)  # the validation metrics and every task's: one row
+        self.events.emit("on_eval", step=step, results={"val/loss": loss, **metrics, **results})
         return loss
 
-    def validation_loss(self, state: TrainState) -> float:
+    def validation_metrics(self, state: TrainState) -> tuple[float, dict[str, float]]:
+        """The loss over the fixed validation batches, and each of the objective's metrics
+        averaged over them, weighted like the loss (by tokens, or by pairs)."""
         total, count = 0.0, 0.0
+        sums: dict[str, float] = {}
         for batch in self.data.validation_batches(self.batches):
             placed = self.setup.layout.place_batch(batch)
-            loss_sum, n = self.setup.eval_step(state.params, state.frozen, placed)
+            loss_sum, n, metrics = self.setup.eval_step(state.params, state.frozen, placed)
             total += float(loss_sum)
             count += float(n)
-        return total / max(count, 1.0)
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value) * float(n)
+        scale = 1.0 / max(count, 1.0)
+        return total * scale, {f"val/{name}": value * scale for name, value in sums.items()}

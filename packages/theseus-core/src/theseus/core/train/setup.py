@@ -160,7 +160,7 @@ class TrainSetup:
     abstract_state: TrainState  # ShapeDtypeStructs carrying the state's shardings
     state_shardings: TrainState
     train_step: Any  # jitted ``step(state, batch) -> (state, metrics)``, state donated
-    eval_step: Any  # jitted ``eval_step(params, frozen, batch) -> (loss sum, count)``
+    eval_step: Any  # jitted ``eval_step(params, frozen, batch) -> (loss sum, count, metrics)``
     make_state: Any  # ``make_state() -> TrainState``: the seeded state (jit it into place)
     #: batch fields an objective reads beside ``BATCH_FIELDS`` (GRPO's ``advantages``), [B, T]
     extra_fields: dict[str, Any] = field(default_factory=dict)

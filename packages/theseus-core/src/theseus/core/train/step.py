@@ -82,6 +82,7 @@ def summed_loss(
 #: step differentiates (``total``) and reports (``loss sum / count``); metrics named
 #: ``train/...`` are logged as they are, others as ``model/<name>``.
 Objective = Callable[[Any, Any, Batch, Any], tuple[jax.Array, Any]]
+TRAIN_PREFIX = "train/"
 
 
 def cross_entropy(graphdef: nnx.GraphDef, rest: Any, remat: str = "none") -> Objective:
@@ -180,12 +181,19 @@ def make_train_step(
 
 def make_eval_step(
     graphdef: nnx.GraphDef, rest: Any, objective: Objective | None = None
-) -> Callable[[Any, Any, Batch], tuple[jax.Array, jax.Array]]:
-    """``eval_step(params, frozen, batch) -> (summed loss, count)`` of the objective."""
+) -> Callable[[Any, Any, Batch], tuple[jax.Array, jax.Array, dict]]:
+    """``eval_step(params, frozen, batch) -> (summed loss, count, metrics)`` of the
+    objective; ``metrics`` are the objective's own ``train/...`` metrics of the batch (a
+    preference objective's reward accuracy and margin), keyed without the prefix."""
     objective = objective or cross_entropy(graphdef, rest)
 
-    def eval_step(params: Any, frozen: Any, batch: Batch) -> tuple[jax.Array, jax.Array]:
-        _, (loss_sum, count, _) = objective(params, frozen, batch, None)
-        return loss_sum, count
+    def eval_step(params: Any, frozen: Any, batch: Batch) -> tuple[jax.Array, jax.Array, dict]:
+        _, (loss_sum, count, metrics) = objective(params, frozen, batch, None)
+        own = {
+            k.removeprefix(TRAIN_PREFIX): v
+            for k, v in metrics.items()
+            if k.startswith(TRAIN_PREFIX)
+        }
+        return loss_sum, count, own
 
     return eval_step

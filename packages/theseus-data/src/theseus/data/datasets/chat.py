@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from theseus.core import addition
 from theseus.core.components import option
 from theseus.data.datasets.base import Dataset, Message
 from theseus.data.datasets.files import expand, read_jsonl
@@ -46,26 +46,24 @@ class Alpaca(Dataset):
 
 @dataclass
 class AdditionConfig:
-    num_examples: int = option(2000, "how many problems to generate", ge=1)
-    max_digits: int = option(3, "operands have 1 to this many digits", ge=1)
+    num_examples: int = option(5000, "how many problems to generate", ge=1)
+    max_digits: int = option(2, "operands have 1 to this many digits", ge=1)
     seed: int = option(0, "generator seed (same seed, same examples)", ge=0)
 
 
 def addition_problems(seed: int, max_digits: int, count: int) -> Iterator[tuple[int, int]]:
     """The operands of the addition problems, drawn from ``seed`` (shared by the chat
-    set and the preference set built on it)."""
-    rng = random.Random(seed)
-    top = 10**max_digits
-    for _ in range(count):
-        yield rng.randrange(top), rng.randrange(top)
+    set and the preference set built on it): never a problem the ``addition`` evaluation
+    holds out (``theseus.core.addition``)."""
+    return addition.problems(seed, max_digits, count, evaluation=False)
 
 
 def addition_question(a: int, b: int) -> str:
-    return f"What is {a}+{b}?"
+    return addition.question(a, b)
 
 
 class Addition(Dataset):
-    """``"What is 12+345?"`` -> ``"357"``, generated from a seed."""
+    """``"What is 12+34?"`` -> ``"46"``, generated from a seed."""
 
     kind = "chat"
 

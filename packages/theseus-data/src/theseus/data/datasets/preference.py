@@ -136,8 +136,13 @@ class PreferenceJsonl(PreferenceDataset):
 @dataclass
 class AdditionPreferenceConfig:
     num_examples: int = option(2000, "how many problems to generate", ge=1)
-    max_digits: int = option(3, "operands have 1 to this many digits", ge=1)
-    seed: int = option(0, "generator seed: the problems of `addition` with the same seed", ge=0)
+    max_digits: int = option(2, "operands have 1 to this many digits", ge=1)
+    seed: int = option(
+        1,
+        "generator seed: the problems of `addition` with the same seed (by default another "
+        "draw than the SFT set's)",
+        ge=0,
+    )
     max_documents: int = option(0, "use at most this many pairs (0: all)", ge=0)
 
 
