@@ -25,7 +25,9 @@ def held_out(a: int, b: int) -> bool:
     return zlib.crc32(f"{a}+{b}".encode()) % HELD_OUT_ONE_IN == 0
 
 
-def problems(seed: int, max_digits: int, count: int, evaluation: bool) -> Iterator[tuple[int, int]]:
+def problems(
+    seed: int | str, max_digits: int, count: int, evaluation: bool
+) -> Iterator[tuple[int, int]]:
     """``count`` operand pairs below ``10**max_digits`` drawn from ``seed``, all on one side
     of the split (``evaluation``: the held-out side). Pairs may repeat; with one-digit
     operands there are 100 problems, 10 of them held out."""

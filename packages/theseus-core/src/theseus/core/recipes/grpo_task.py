@@ -1,7 +1,8 @@
 """The problems of ``<model>/train/grpo``: the embedded addition task, or a jsonl file.
 
-Addition: training problems and held-out problems are drawn from two streams of
-``training.seed``; a held-out problem never appears among the training ones. Jsonl: one
+Addition: training and held-out problems are drawn from two streams of ``training.seed``,
+on the two sides of the task's one split, so a held-out problem is in no training set (SFT,
+DPO or GRPO). Jsonl: one
 object per line with a question and a reference answer (GSM8K's ``question``/``answer``
 with ``grpo.prompt_field=question``); the last ``grpo.eval_prompts`` lines are held out.
 Each step's prompts are a pure function of (seed, step), so a resumed run asks the same
@@ -10,13 +11,14 @@ questions.
 
 from __future__ import annotations
 
+import itertools
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from theseus.core import addition as split
 from theseus.core.errors import ConfigError
 
 
@@ -26,34 +28,20 @@ class Problem:
     answer: str
 
 
-def _problem(rng: random.Random, max_digits: int) -> tuple[int, int]:
-    top = 10**max_digits
-    return rng.randrange(top), rng.randrange(top)
-
-
 def addition_task(seed: int, max_digits: int, problems: int, held_out: int):
-    """``(training problems, held-out problems)``: disjoint, as long as the operand space
-    allows (the held-out set is drawn first and may be smaller when it is nearly exhausted)."""
-    space = 10 ** (2 * max_digits)
-    held_rng = random.Random(f"grpo-held-out-{seed}")
-    held: dict[tuple[int, int], None] = {}
-    for _ in range(held_out * 20):
-        if len(held) >= min(held_out, space // 2):
-            break
-        held.setdefault(_problem(held_rng, max_digits))
-    train_rng = random.Random(f"grpo-train-{seed}")
-    train: list[tuple[int, int]] = []
-    for _ in range(problems * 20):
-        if len(train) >= problems:
-            break
-        pair = _problem(train_rng, max_digits)
-        if pair not in held:
-            train.append(pair)
+    """``(training problems, held-out problems)`` on the two sides of the addition task's one
+    split (:mod:`theseus.core.addition`), the split the SFT chats, the preference pairs and
+    the ``addition`` evaluation use: a held-out problem is in none of their training sets
+    either. Held-out problems are distinct (fewer when the operand space has too few: one
+    digit has 10); training problems may repeat, as draws."""
+    draws = split.problems(f"grpo-held-out-{seed}", max_digits, held_out * 20, evaluation=True)
+    held = list(dict.fromkeys(itertools.islice(draws, held_out * 20)))[:held_out]
+    train = list(split.problems(f"grpo-train-{seed}", max_digits, problems, evaluation=False))
 
     def as_problems(pairs):
-        return [Problem(f"What is {a}+{b}?", str(a + b)) for a, b in pairs]
+        return [Problem(split.question(a, b), str(a + b)) for a, b in pairs]
 
-    return as_problems(train), as_problems(list(held))
+    return as_problems(train), as_problems(held)
 
 
 def jsonl_task(path: str, prompt_field: str, answer_field: str, held_out: int):
