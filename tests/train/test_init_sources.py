@@ -45,20 +45,6 @@ def test_checkpoint_run_gives_its_model_and_byte_tokenizer(tmp_path: Path):
     assert again.to_container() == tree.to_container()
 
 
-def test_trained_tokenizer_is_reused_by_file(tmp_path: Path):
-    """A BPE tokenizer is trained on its run's corpus: a run on other data must not train
-    another under the same name, so it reads the file the source trained with."""
-    run = make_run(tmp_path, "base", BASE_MODEL)  # data.tokenizer=bpe, the default
-    folder = tmp_path / "data" / "python-stdlib" / "bpe8192-0123456789"
-    (folder / "tokenizer").mkdir(parents=True)
-    (folder / "tokenizer" / "tokenizer.json").write_text("{}")
-    entry = {"name": "python-stdlib", "path": "data/python-stdlib/bpe8192-0123456789"}
-    (run.path / "data-identity.json").write_text(json.dumps({"datasets": [entry]}))
-    tree = resolved(tmp_path, "gpt/train/sft", ["init.checkpoint=base@4"])
-    assert tree.get("data.tokenizer") == "hf"
-    assert tree.get("data.tokenizer_options.path") == str(folder / "tokenizer")
-
-
 @pytest.mark.parametrize(
     ("override", "named"),
     [("model.n_layers=2", "model.n_layers=3"), ("data.tokenizer=bpe", "data.tokenizer=byte")],

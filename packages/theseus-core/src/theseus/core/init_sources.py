@@ -49,7 +49,7 @@ FREE_MODEL_FIELDS = frozenset(
     }
 )
 TOKENIZER_KEYS = ("tokenizer", "vocab_size", "tokenizer_options")
-TRAINED_TOKENIZERS = ("bpe",)  # kinds trained on their corpus: reused by file, not by name
+TRAINED_TOKENIZERS: tuple[str, ...] = ()  # reuse by file: off until the trainer tokenizes for it
 
 
 def fill_from_init_sources(tree: Any, explicit: Iterable[str], root: str | None) -> None:
