@@ -5,9 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: gpu_device.sh OUT_DIR}"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.92
+source bench/gpu_device_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
 python3 -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())"
 # one model per process, each under its own limit, so one slow compile cannot starve the rest

@@ -4,9 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: gpu_device_profile.sh OUT_DIR}"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.92
+source bench/gpu_device_env.sh
 quiet() { grep -v -E "^\s*$|TF-TRT|cuda_dnn|computation_placer" | tail -n 40; }
 timeout 80 python3 bench/gpu_profile.py "$out/profile_gpt_124m.json" gpt:124m:1024:64 2>&1 | quiet
 XLA_FLAGS=--xla_gpu_enable_triton_gemm=false timeout 70 python3 bench/gpu_profile.py \

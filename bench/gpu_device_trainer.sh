@@ -6,9 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: gpu_device_trainer.sh OUT_DIR}"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.92
+source bench/gpu_device_env.sh
 cli='import sys; from theseus.cli.main import main; sys.argv[0] = "theseus"; main()'
 shape=(model.preset=124m training.seq_len=1024 training.global_batch_size=64
     precision.compute_dtype=bfloat16 optimizer.name=adamw schedule.name=constant)
