@@ -53,7 +53,10 @@ def _devices(target: Target) -> tuple[Any, ...]:
 
     try:
         if target.platform == "tpu":
-            topology = topologies.get_topology_desc(topology_name=target.topology, platform="tpu")
+            bounds = tuple(int(n) for n in target.host_bounds.split("x"))
+            topology = topologies.get_topology_desc(
+                topology_name=target.topology, platform="tpu", chips_per_host_bounds=bounds
+            )
         else:
             topology = topologies.get_topology_desc(
                 platform="cuda",

@@ -62,9 +62,13 @@ class Chip:
     float32_matmul_flops: float = 0.0  # dense TF32 FLOP/s of float32 matmuls (0: as bf16)
 
 
+# A v5e's 16 GiB of HBM as the chip itself reports what a program may use (memory_stats()
+# "bytes_limit" on a lent v5e, December 2026; XLA:TPU refuses programs over the same 15.75 GiB)
+V5E_USABLE = 16_911_433_728
+
 CHIPS: dict[str, Chip] = {
     "v5p": Chip("v5p", "tpu", "TPU v5", 95 * GiB, 459e12, 2765 * GB, 600 * GB),
-    "v5e": Chip("v5e", "tpu", "TPU v5 lite", 16 * GB, 197e12, 819 * GB, 200 * GB),
+    "v5e": Chip("v5e", "tpu", "TPU v5 lite", V5E_USABLE, 197e12, 819 * GB, 200 * GB),
     "v6e": Chip("v6e", "tpu", "TPU v6 lite", 32 * GB, 918e12, 1638 * GB, 400 * GB),
     "h100": Chip(
         "h100",

@@ -40,6 +40,11 @@ LITE_SHAPES = {
     128: "8x16",
     256: "16x16",
 }
+# chips per host: v5p hosts hold 4 chips (2x2x1); v5e and v6e hold 1, 4 or 8 in a one-host
+# slice (v5litepod-1/-4/-8, v6e-1/-4/-8) and 4 in every larger slice
+V5P_HOST = "2x2x1"
+LITE_HOSTS = {1: "1x1x1", 4: "2x2x1", 8: "2x4x1"}
+LITE_MULTI_HOST = "2x2x1"
 GPUS_PER_HOST = 8
 EXAMPLES = "v5p-8, v5p-64, v5litepod-16, v6e-8, h100x8, h200x8, b200x8, h100x16"
 
@@ -54,6 +59,17 @@ class Target:
     chip: Chip
     devices: int  # JAX devices: chips (TPU) or GPUs
     topology: str  # TPU: libtpu's "v5p:2x2x1"; GPU: "partitions x hosts x devices per host"
+    host_bounds: str = ""  # TPU: chips per host, "2x2x1" (libtpu's chips_per_host_bounds)
+
+    @property
+    def hosts(self) -> int:
+        """Hosts of the slice (TPU: chips / chips per host; GPU: from the topology)."""
+        if self.platform == "tpu":
+            per_host = 1
+            for n in self.host_bounds.split("x"):
+                per_host *= int(n)
+            return max(1, self.devices // per_host)
+        return int(self.topology.split("x")[1])
 
     @property
     def platform(self) -> str:
@@ -77,13 +93,15 @@ def _tpu(name: str, family: str, count: int) -> Target:
         if count % 2:
             raise TargetError(f"--target {name}: v5p-N counts TensorCores, two per chip: N is even")
         chips, shapes, chip = count // 2, V5P_SHAPES, CHIPS["v5p"]
+        bounds = V5P_HOST
     else:
         chips, shapes = count, LITE_SHAPES
         chip = CHIPS["v6e" if family == "v6e" else "v5e"]
+        bounds = LITE_HOSTS.get(chips, LITE_MULTI_HOST)
     if chips not in shapes:
         sizes = ", ".join(f"{family}-{n * 2 if family == 'v5p' else n}" for n in shapes)
         raise TargetError(f"--target {name}: no such slice; {family} slices are {sizes}")
-    return Target(name, chip, chips, f"{chip.name}:{shapes[chips]}")
+    return Target(name, chip, chips, f"{chip.name}:{shapes[chips]}", bounds)
 
 
 def _gpu(name: str, chip_name: str, count: int) -> Target:

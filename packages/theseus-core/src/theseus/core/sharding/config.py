@@ -13,7 +13,7 @@ from theseus.core.errors import ConfigError
 MESH_AXES = ("data", "fsdp", "expert", "context", "tensor")
 SHOWN_WHEN_ONE = ("data", "fsdp", "tensor")  # the others are named only when they split
 BASES = ("dp", "zero1", "fsdp")
-REMAT = ("none", "block", "full")
+REMAT = ("auto", "none", "block", "mlp", "full")  # theseus.core.sharding.remat says what each keeps
 CONTEXT_ATTENTION = ("ring", "all_gather")
 CONTEXT_ORDERS = ("zigzag", "contiguous")  # theseus.core.sharding.sequence lays them out
 
@@ -71,7 +71,10 @@ class ShardingConfig:
         resume_safe=True,
     )
     remat: str = option(
-        "none", "activation checkpointing: none | block (save matmuls) | full", resume_safe=True
+        "auto",
+        "activation checkpointing: auto (the most kept that fits the chip) | none (keep every "
+        "matmul output) | block | mlp (recompute the MLP's hidden) | full (keep block inputs)",
+        resume_safe=True,
     )
 
     def __post_init__(self) -> None:

@@ -1,30 +1,78 @@
-"""Activation checkpointing around each transformer block, without touching model code.
+"""Activation checkpointing: what each transformer block keeps for its backward pass.
 
-``block``: each block keeps the outputs of its weight matmuls and recomputes the rest
-(norms, activations, attention scores and softmax) in the backward pass.
-``full``: each block keeps only its input and recomputes everything inside it.
+A block's layers tag what they compute with ``jax.ad_checkpoint.checkpoint_name``, and each
+``sharding.remat`` level is a policy over those tags (and over matmuls in general, for layers
+that tag nothing). From the most kept (fastest, most memory) to the least:
 
-A model's ``blocks`` are either a sequence of block modules (each is wrapped) or one module
-holding every layer's parameters stacked, which the model runs under a scan, calling it
-once per layer: wrapped once, it is then rematerialized per layer, inside the scan.
+* ``none``: every matmul output and the attention kernel's output; only elementwise work
+  (norms, activations, rotary embeddings) is recomputed, fused into the backward.
+* ``block``: the matmul outputs without batch dimensions (projections, not attention scores)
+  and the attention kernel's output.
+* ``mlp``: everything of ``none`` except the MLP's hidden projections (``mlp_hidden``, the
+  widest activations of a block), recomputed from the block's saved input to the MLP.
+* ``full``: only each block's input; everything inside is recomputed.
+* ``auto`` (the default): the first of ``none``, ``mlp``, ``full`` whose activations fit the
+  chip beside the training state (``choose_remat``), decided once when the setup is built.
+
+The attention kernels' residuals (their output and log-sum-exp) are tagged ``attention``: a
+kept kernel output means the backward pass runs only the kernel's backward, never its forward
+again. A model's ``blocks`` are either a sequence of block modules (each is wrapped) or one
+module holding every layer's parameters stacked, run under a scan, called once per layer:
+wrapped once, it is rematerialized per layer inside the scan.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 from flax import nnx
 from theseus.core.sharding.config import ShardingError
 
-POLICIES = {
-    "block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    "full": jax.checkpoint_policies.nothing_saveable,
+# What the layers tag (``checkpoint_name``); the policies below select by these names.
+QKV = "qkv"  # the query, key and value projections
+ATTENTION = "attention"  # the attention kernel's output (and its log-sum-exp residual)
+ATTENTION_OUT = "attention_out"  # the attention's output projection
+MLP_HIDDEN = "mlp_hidden"  # the MLP's up (and gate) projections: its widest activations
+MLP_OUT = "mlp_out"  # the MLP's (or expert layer's) output
+NAMES = (QKV, ATTENTION, ATTENTION_OUT, MLP_HIDDEN, MLP_OUT)
+
+LEVELS = ("none", "block", "mlp", "full")  # most kept first
+AUTO_LEVELS = ("none", "mlp", "full")  # what ``auto`` tries, in order
+CHOICES = ("auto", *LEVELS)
+
+_cp = jax.checkpoint_policies
+
+
+def _not_mlp_hidden(prim: Any, *args: Any, **params: Any) -> bool:
+    """Every matmul and named value except the MLP's hidden projections."""
+    if prim.name == "name":
+        return params.get("name") != MLP_HIDDEN
+    return False
+
+
+POLICIES: dict[str, Callable[..., Any]] = {
+    "none": _cp.save_from_both_policies(_cp.dots_saveable, _cp.save_only_these_names(ATTENTION)),
+    "block": _cp.save_from_both_policies(
+        _cp.dots_with_no_batch_dims_saveable, _cp.save_only_these_names(ATTENTION)
+    ),
+    "mlp": _not_mlp_hidden,
+    "full": _cp.nothing_saveable,
 }
 
 
+def policy(level: str) -> Callable[..., Any]:
+    """The ``jax.checkpoint`` policy of a remat level (not ``auto``: choose one first)."""
+    if level not in POLICIES:
+        raise ShardingError(f"sharding.remat={level!r} is not one of {', '.join(CHOICES)}")
+    return POLICIES[level]
+
+
 class Rematerialized(nnx.Module):
-    """A block whose forward is recomputed in the backward pass (``nnx.remat``).
+    """A block whose forward is recomputed in the backward pass (``nnx.remat``), keeping what
+    its level's policy saves.
 
     ``rematerialized`` tells a model that scans over it to apply no checkpoint policy of its
     own around it: nested, the outer policy would decide what is kept.
@@ -40,13 +88,12 @@ class Rematerialized(nnx.Module):
         def forward(block: nnx.Module, *inputs: Any) -> Any:
             return block(*inputs)
 
-        return nnx.remat(forward, policy=POLICIES[self.mode])(self.inner, *args)
+        return nnx.remat(forward, policy=policy(self.mode))(self.inner, *args)
 
 
 def checkpoint_blocks(model: Any, mode: str) -> None:
     """Wrap the blocks of a model just merged inside the traced step (``model.blocks``)."""
-    if mode not in POLICIES:
-        raise ShardingError(f"sharding.remat={mode!r} is not one of none, {', '.join(POLICIES)}")
+    policy(mode)  # refuses an unknown level
     blocks = model.blocks  # part of theseus.core.model.LanguageModel, checked at setup
     if not isinstance(blocks, nnx.List | list | tuple):  # stacked: called once per layer
         if not isinstance(blocks, Rematerialized):
@@ -55,3 +102,11 @@ def checkpoint_blocks(model: Any, mode: str) -> None:
     for index in range(len(blocks)):
         if not isinstance(blocks[index], Rematerialized):
             blocks[index] = Rematerialized(blocks[index], mode)
+
+
+@dataclass(frozen=True)
+class RematChoice:
+    """The level a run uses and why (``auto`` resolved), for the log and the dry run."""
+
+    level: str
+    reason: str

@@ -25,7 +25,13 @@ def format_report(r: dict[str, Any]) -> str:
         f"remat {r['remat']}",
         f"model       {r['parameters'] / 1e6:.1f}M parameters, vocab {r['vocab']}, "
         f"attention {r['attention']}, dtype {r['dtype']}",
-        f"batch       {r['batch']}",
+        f"batch       {r['batch']}"
+        + (
+            f", loss over {r['loss_chunks']} pieces of the sequence"
+            if r.get("loss_chunks", 1) > 1
+            else ""
+        ),
+        *([f"remat       {r['remat']}: {r['remat_reason']}"] if r.get("remat_reason") else []),
         "per device:",
         f"  parameters             {size(r['params_bytes'])}",
         *(

@@ -28,10 +28,13 @@ from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.config import check_remat
 from theseus.core.sharding.parallel import prepare_model
 from theseus.core.sharding.placement import Layout
+from theseus.core.sharding.remat import RematChoice
 from theseus.core.sharding.rules import batch_ways
+from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainingConfig, TrainJobConfig
+from theseus.core.train.remat_choice import decide_remat
 from theseus.core.train.state import TrainState
-from theseus.core.train.step import make_eval_step, make_train_step
+from theseus.core.train.step import cross_entropy, make_eval_step, make_train_step
 from theseus.core.train.weights import FrozenRole, WeightSource, frozen_role
 
 if TYPE_CHECKING:
@@ -151,6 +154,8 @@ class TrainSetup:
     batch: BatchPlan  # rows per process, per device and micro-step (checked once)
     flops_per_token: float
     attention: str  # the attention implementation the model runs (logged, in the dry run)
+    remat: RematChoice  # the activation checkpointing level the step runs, and why
+    loss_chunks: int  # pieces of the sequence the output head and loss take at a time
     graphdef: Any
     rest: Any
     optimizer: optax.GradientTransformation
@@ -235,10 +240,22 @@ class TrainSetup:
                 base = jax.tree.map(jnp.copy, params)
             return TrainState.fresh(trainable, optimizer, cast_frozen(base, config.lora.base_dtype))
 
-        remat = check_remat(config.sharding)
+        check_remat(config.sharding)
         abstract = jax.eval_shape(fresh_state)
         state_shardings = abstract.shardings(layout)  # refuses shapes the mesh cannot divide
-        made = None if objective is None else objective(graphdef, rest, remat, adapted)
+        chunks = loss_chunks(
+            batch.per_device, training.seq_len, configured.vocab_size, layout.context
+        )
+        remat = decide_remat(
+            config.sharding.remat,
+            layout,
+            abstract.abstract(state_shardings),
+            abstract_batch(config, layout),
+            lambda level: cross_entropy(graphdef, rest, level, chunks),
+            compute_dtype=getattr(configured, "dtype", "float32"),
+            layers=getattr(configured, "n_layers", 1),
+        )
+        made = None if objective is None else objective(graphdef, rest, remat.level, adapted)
         step = make_train_step(
             graphdef,
             rest,
@@ -248,7 +265,8 @@ class TrainSetup:
             training.skip_nonfinite,
             micro_sharding=layout.micro_sharding(),
             grad_shardings=layout.grad_shardings(abstract.params),
-            remat=remat,
+            remat=remat.level,
+            loss_chunks=chunks,
             dropout_seed=training.seed if adapted and config.lora.dropout else None,
             objective=made,
         )
@@ -262,6 +280,8 @@ class TrainSetup:
             batch=batch,
             flops_per_token=counted["flops"],
             attention=attention,
+            remat=remat,
+            loss_chunks=chunks,
             graphdef=graphdef,
             rest=rest,
             optimizer=optimizer,
@@ -331,13 +351,20 @@ class TrainSetup:
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         """The global batch as abstract arrays, for lowering the step without data."""
-        training = self.config.training
-        shape = (training.global_batch_size, training.seq_len)
-        return {
-            name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.layout.batch_sharding)
-            for name, dtype in {**BATCH_FIELDS, **self.extra_fields}.items()
-        }
+        return abstract_batch(self.config, self.layout, self.extra_fields)
 
     @property
     def tokens_per_step(self) -> int:
         return self.config.training.global_batch_size * self.config.training.seq_len
+
+
+def abstract_batch(
+    config: TrainJobConfig, layout: Layout, extra_fields: dict[str, Any] | None = None
+) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global batch as abstract arrays (with the layout's sharding), for tracing and
+    lowering the step without data."""
+    shape = (config.training.global_batch_size, config.training.seq_len)
+    return {
+        name: jax.ShapeDtypeStruct(shape, dtype, sharding=layout.batch_sharding)
+        for name, dtype in {**BATCH_FIELDS, **(extra_fields or {})}.items()
+    }

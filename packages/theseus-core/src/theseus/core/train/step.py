@@ -18,6 +18,7 @@ from flax import nnx
 from theseus.core.adapters import dropout_key
 from theseus.core.model import STAT_PREFIX
 from theseus.core.sharding.remat import checkpoint_blocks
+from theseus.core.train.chunked_loss import chunked_cross_entropy
 from theseus.core.train.state import TrainState
 
 Batch = dict[str, jax.Array]
@@ -40,16 +41,24 @@ def forward(
 ) -> tuple[jax.Array, dict]:
     """``(logits_BxTxV, aux)`` of the model made of ``params`` and ``frozen`` on ``batch``;
     dropout (in adapters) draws from ``key`` when one is given."""
+    model = merged_model(graphdef, params, rest, remat, frozen)
+    with dropout_key(key):
+        return model.forward_with_aux(
+            batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
+        )
+
+
+def merged_model(
+    graphdef: nnx.GraphDef, params: Any, rest: Any, remat: str = "none", frozen: Any = None
+) -> Any:
+    """The model of ``params`` and ``frozen``, its blocks checkpointed at level ``remat``."""
     # fresh variables (same values): flax's scan wants every variable of the model created
     # at the trace level the forward pass runs at, and frozen weights come from outside it
     params, frozen, rest = jax.tree.map(lambda x: x, (params, frozen or nnx.State({}), rest))
     model = nnx.merge(graphdef, params, frozen, rest)
     if remat != "none":
         checkpoint_blocks(model, remat)
-    with dropout_key(key):
-        return model.forward_with_aux(
-            batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
-        )
+    return model
 
 
 def summed_loss(
@@ -60,17 +69,28 @@ def summed_loss(
     remat: str = "none",
     frozen: Any = None,
     key: jax.Array | None = None,
+    chunks: int = 1,
 ) -> tuple[jax.Array, Any]:
     """Sum of masked token losses (plus aux losses scaled by the token count), and
     ``(cross-entropy sum, token count, model metrics)``.
 
     The model's ``aux`` entries are weighted losses added to the training loss, except those
     named ``stat/...`` (router health and the like), which are only reported. Every entry is
-    returned in the model metrics, to be logged as ``model/<name>``.
+    returned in the model metrics, to be logged as ``model/<name>``. ``chunks`` > 1 runs the
+    output head and the loss over that many pieces of the sequence, one at a time
+    (``chunked_loss``), for a model with ``hidden_with_aux`` and ``head``.
     """
-    logits, aux = forward(graphdef, params, rest, batch, remat, frozen, key)
     mask = batch["loss_mask"].astype(jnp.float32)
-    ce_sum = jnp.sum(token_losses(logits, batch["targets"]) * mask)
+    if chunks > 1:
+        model = merged_model(graphdef, params, rest, remat, frozen)
+        with dropout_key(key):
+            hidden, aux = model.hidden_with_aux(
+                batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
+            )
+        ce_sum = chunked_cross_entropy(model.head, hidden, batch["targets"], mask, chunks)
+    else:
+        logits, aux = forward(graphdef, params, rest, batch, remat, frozen, key)
+        ce_sum = jnp.sum(token_losses(logits, batch["targets"]) * mask)
     count = jnp.sum(mask)
     losses = [value for name, value in aux.items() if not name.startswith(STAT_PREFIX)]
     aux_total = sum(losses) if losses else jnp.zeros((), jnp.float32)
@@ -85,11 +105,14 @@ Objective = Callable[[Any, Any, Batch, Any], tuple[jax.Array, Any]]
 TRAIN_PREFIX = "train/"
 
 
-def cross_entropy(graphdef: nnx.GraphDef, rest: Any, remat: str = "none") -> Objective:
-    """Next-token cross entropy summed over the unmasked tokens (pretraining, SFT)."""
+def cross_entropy(
+    graphdef: nnx.GraphDef, rest: Any, remat: str = "none", chunks: int = 1
+) -> Objective:
+    """Next-token cross entropy summed over the unmasked tokens (pretraining, SFT), its
+    logits taken ``chunks`` pieces of the sequence at a time."""
 
     def objective(params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[jax.Array, Any]:
-        return summed_loss(graphdef, params, rest, batch, remat, frozen, key)
+        return summed_loss(graphdef, params, rest, batch, remat, frozen, key, chunks)
 
     return objective
 
@@ -111,6 +134,7 @@ def make_train_step(
     remat: str = "none",
     dropout_seed: int | None = None,
     objective: Objective | None = None,
+    loss_chunks: int = 1,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
     """``step(state, batch) -> (state, metrics)``, to be jitted with the state donated.
 
@@ -122,7 +146,8 @@ def make_train_step(
     a function of the seed, the step and the micro-batch, so a resumed run replays it.
     """
 
-    grad_fn = jax.grad(objective or cross_entropy(graphdef, rest, remat), has_aux=True)
+    objective = objective or cross_entropy(graphdef, rest, remat, loss_chunks)
+    grad_fn = jax.grad(objective, has_aux=True)
 
     root = None if dropout_seed is None else jax.random.fold_in(jax.random.key(dropout_seed), 3)
 

@@ -41,6 +41,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
+from theseus.core.sharding.remat import ATTENTION, ATTENTION_OUT, QKV
 from theseus.core.sharding.rules import CONTEXT_AXIS
 from theseus.models.attention_choice import STAGES, check_attention, resolve_attention
 from theseus.models.errors import ModelError
@@ -52,6 +54,7 @@ from theseus.models.layers.linear import Linear
 from theseus.models.layers.mesh_axes import axis_size
 from theseus.models.layers.norms import RMSNorm
 from theseus.models.layers.splash_attention import splash_attention
+from theseus.models.splash_blocks import SplashBlocks, splash_blocks
 
 NEG_INF = -1e30  # finite, so a fully masked row gives a uniform softmax, never NaN
 
@@ -170,6 +173,7 @@ class Attention(nnx.Module):
         self.dtype = dtype
         self.implementation = implementation  # what model.attention asked for
         self.kernel: str | None = None  # what runs, once planned (see plan)
+        self.blocks: SplashBlocks | None = None  # splash: its block sizes, once planned
         # refuse an unknown name, or a kernel that would skip an overridden stage, right away
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
 
@@ -327,7 +331,11 @@ class Attention(nnx.Module):
         (a chip of ``device_kind``, the heads split ``head_shards`` ways); kept on the layer
         (a static part of the model). The name returned is what a training step runs:
         ``ring/flash`` when the sequence is split."""
+        if platform is None:
+            device_kind = context_platform()[1]
         self.kernel = self.implementation_for(seq_len, platform, device_kind, head_shards)
+        if self.kernel == "splash":
+            self.blocks = splash_blocks(device_kind, seq_len, self.head_dim)
         if self.context_parallel is not None:  # in a split step: ring (or all_gather) of flash
             return f"{self.context_parallel[0]}/flash"
         return self.kernel
@@ -366,7 +374,9 @@ class Attention(nnx.Module):
             return flash_attention(*args, **kw, block_q=size, block_k=size)
         if name == "cudnn":
             return per_shard(partial(cudnn_attention, **kw), *args)
-        return per_shard(partial(splash_attention, **kw, interpret=self.kernel_interpret), *args)
+        blocks = self.blocks or splash_blocks("", q_BxHxTxK.shape[2], self.head_dim)
+        kernel = partial(splash_attention, **kw, blocks=blocks, interpret=self.kernel_interpret)
+        return per_shard(kernel, *args)
 
     def __call__(
         self,
@@ -375,7 +385,7 @@ class Attention(nnx.Module):
         info: MaskInfo,
         cache: LayerCache | None = None,
     ) -> tuple[jax.Array, LayerCache | None]:
-        q, k, v = self.project_qkv(x_BxTxD)
+        q, k, v = (keep_merged(z, QKV) for z in self.project_qkv(x_BxTxD))
         q, k = self.normalize_qk(q, k)
         q, k = self.apply_positions(q, k, positions_BxT)
         q, k, v = (heads_first(z) for z in (q, k, v))
@@ -387,7 +397,10 @@ class Attention(nnx.Module):
             v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
             cache = LayerCache(k_all, v_all, cache.index)
             out = self.attend(q, k_all.astype(self.dtype), v_all.astype(self.dtype), info)
-        return self.output(heads_first(out)), cache
+        out_BxTxHxK = heads_first(out)
+        if cache is None and self.kernel != "splash":  # splash tags its own output
+            out_BxTxHxK = keep_merged(out_BxTxHxK, ATTENTION)
+        return checkpoint_name(self.output(out_BxTxHxK), ATTENTION_OUT), cache
 
 
 def overridden_stages(cls: type) -> tuple[str, ...]:
@@ -395,6 +408,15 @@ def overridden_stages(cls: type) -> tuple[str, ...]:
     return tuple(
         name for name in (*STAGES, "attend") if getattr(cls, name) is not getattr(Attention, name)
     )
+
+
+def keep_merged(x: jax.Array, name: str) -> jax.Array:
+    """``x`` tagged ``name`` for the remat policies, with its two minor axes merged (heads
+    and head_dim: BxTxHxK as BxTx(H*K)), so a kept copy is laid out without padding: on a TPU
+    a minor axis of 64 is stored padded to 128 lanes, twice the bytes."""
+    if x.ndim != 4:
+        return checkpoint_name(x, name)
+    return checkpoint_name(x.reshape(*x.shape[:-2], -1), name).reshape(x.shape)
 
 
 def heads_first(x: jax.Array) -> jax.Array:

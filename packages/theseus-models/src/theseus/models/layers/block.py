@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from flax.nnx import spmd
+from jax.ad_checkpoint import checkpoint_name
+from theseus.core.sharding.remat import MLP_OUT
 from theseus.models.layers.attention import LayerCache, MaskInfo
 
 LAYERS = "layers"  # the logical axis name of the stacked layer dimension
@@ -57,6 +59,7 @@ class Block(nnx.Module):
         h_BxTxD, cache = self.attention(self.attn_norm(x_BxTxD), positions_BxT, info, cache)
         x_BxTxD = x_BxTxD + self.after_attention(h_BxTxD)
         h_BxTxD, stats = self.feed_forward(self.mlp_norm(x_BxTxD), info.q_segment > 0)
+        h_BxTxD = checkpoint_name(h_BxTxD, MLP_OUT)
         return x_BxTxD + self.after_feed_forward(h_BxTxD), cache, stats
 
 

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.sharding.remat import policy as remat_policy
 from theseus.models.config import compute_dtype
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
 from theseus.models.layers.attention import KVCache, LayerCache, MaskInfo
@@ -31,10 +32,11 @@ from theseus.models.layers.linear import Linear
 
 # What the scan keeps of each layer for the backward pass. Left alone, a scan keeps every
 # intermediate in an L-stacked buffer, where an unrolled program lets XLA fuse the cheap
-# elementwise work into the backward instead: keeping the matmul outputs and recomputing the
-# rest (norms, activations, softmax) is that program's trade, as fast and with less memory.
-# ``sharding.remat`` replaces it (a block wrapped there has ``rematerialized = True``).
-SCAN_POLICY = jax.checkpoint_policies.dots_saveable
+# elementwise work into the backward instead: keeping the matmul outputs and the attention
+# kernel's output and recomputing the rest (norms, activations) is that program's trade, as
+# fast and with less memory (``sharding.remat=none``). Another ``sharding.remat`` level
+# replaces it (a block wrapped there has ``rematerialized = True``).
+SCAN_POLICY = remat_policy("none")
 
 
 def document_positions(segment_ids_BxT: jax.Array) -> jax.Array:
@@ -214,6 +216,20 @@ class DecoderLM(nnx.Module):
         cache: KVCache | None = None,
     ) -> tuple[jax.Array, dict[str, jax.Array], dict[str, jax.Array], KVCache | None]:
         """Logits (BxTxV, float32), weighted aux losses, statistics, and the updated cache."""
+        hidden_BxTxD, aux, summary, cache = self.hidden_with_stats(
+            tokens_BxT, positions=positions, segment_ids=segment_ids, cache=cache
+        )
+        return self.head(hidden_BxTxD), aux, summary, cache
+
+    def hidden_with_stats(
+        self,
+        tokens_BxT: jax.Array,
+        *,
+        positions: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[jax.Array, dict[str, jax.Array], dict[str, jax.Array], KVCache | None]:
+        """``forward_with_stats`` up to the final norm: hidden states BxTxD, not logits."""
         B, T = tokens_BxT.shape
         self.check_length(T if cache is None else cache.length)
         segment_ids_BxT = jnp.ones((B, T), jnp.int32) if segment_ids is None else segment_ids
@@ -230,11 +246,10 @@ class DecoderLM(nnx.Module):
             info = MaskInfo(q_slot_BxT + cache.index, k_slot_BxS, segment_ids_BxT, k_segment_BxS)
         x_BxTxD = self.embed_tokens(tokens_BxT, positions_BxT)
         x_BxTxD, kv, stats = self.run_blocks(x_BxTxD, positions_BxT, info, cache)
-        logits_BxTxV = self.head(self.final_norm(x_BxTxD))
         if cache is not None:
             cache = KVCache(*kv, info.k_segment, cache.index + T)
         aux, summary = self.aux_losses(stats)
-        return logits_BxTxV, aux, summary, cache
+        return self.final_norm(x_BxTxD), aux, summary, cache
 
     def run_blocks(
         self,
@@ -285,6 +300,21 @@ class DecoderLM(nnx.Module):
         the blocks' statistics (``Block.feed_forward``), each stacked on a leading L axis
         (``stats["counts"]`` is LxE); none by default."""
         return {}, {}
+
+    def hidden_with_aux(
+        self,
+        tokens_BxT: jax.Array,
+        *,
+        positions: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The final (normed) hidden states BxTxD and the aux losses: ``forward_with_aux``
+        without the output head, for a loss that runs ``head`` on a few positions at a time
+        (its logits never all in memory at once)."""
+        hidden_BxTxD, aux, _, _ = self.hidden_with_stats(
+            tokens_BxT, positions=positions, segment_ids=segment_ids
+        )
+        return hidden_BxTxD, aux
 
     def forward_with_aux(
         self,

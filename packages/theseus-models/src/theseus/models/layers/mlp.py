@@ -6,6 +6,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
+from theseus.core.sharding.remat import MLP_HIDDEN
 from theseus.models.layers.linear import Linear
 
 
@@ -47,7 +49,7 @@ class MLP(nnx.Module):
         return self.down_proj(h)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down(self.activate(self.up(x)))
+        return self.down(self.activate(checkpoint_name(self.up(x), MLP_HIDDEN)))
 
 
 class SwiGLU(nnx.Module):
@@ -81,7 +83,7 @@ class SwiGLU(nnx.Module):
         return self.down_proj(h)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down(self.activate(self.up(x)))
+        return self.down(self.activate(checkpoint_name(self.up(x), MLP_HIDDEN)))
 
 
 class GeGLU(SwiGLU):

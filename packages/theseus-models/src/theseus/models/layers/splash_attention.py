@@ -1,17 +1,25 @@
 """Causal attention through the Pallas TPU splash-attention kernel (segment ids included).
 
-The kernel works on one sequence (HxTxK queries, GxTxK keys: grouped heads natively) and is
-mapped over the batch. Its masks are static: causal, or causal within a sliding window
-(``LocalMask``); documents are its ``SegmentIds``. Lengths are padded to the block size with
-a segment id that only the padding shares (the kernel needs every row to see some key).
-``interpret=True`` runs the kernel in the Pallas interpreter, on any backend (tests).
+The kernel works on one sequence (HxTxK queries, GxTxK keys: grouped heads natively);
+``jax.vmap`` over the batch becomes one more axis of the kernel's own grid (one call per
+step, not one per row). Its masks are static: causal, or causal within a sliding window
+(``LocalMask``); documents are its ``SegmentIds``. Its block sizes come from the measured
+table (``theseus.models.splash_blocks``). Lengths are padded to the blocks with a segment id
+that only the padding shares (the kernel needs every row to see some key).
+
+The kernel's output and log-sum-exp are tagged ``attention`` (``checkpoint_name``): every
+remat level but ``full`` keeps them, so the backward pass runs the kernel's backward only,
+not its forward a second time. ``interpret=True`` runs the kernel in the Pallas interpreter,
+on any backend (tests).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from theseus.core.sharding.remat import ATTENTION
 from theseus.models.layers.flash import pad_axis
+from theseus.models.splash_blocks import DEFAULT, SplashBlocks
 
 PAD = -1  # segment id of the padding tokens: they see each other only
 
@@ -24,7 +32,7 @@ def splash_attention(
     k_segment_BxT: jax.Array,
     *,
     window: int = 0,
-    block: int = 128,
+    blocks: SplashBlocks = DEFAULT,
     interpret: bool = False,
     scale: float | None = None,
 ) -> jax.Array:
@@ -38,27 +46,31 @@ def splash_attention(
     )
 
     B, H, T, K = q_BxHxTxK.shape
-    length = -(-T // block) * block
+    blocks = blocks.clamped(T)
+    step = blocks.padded_to
+    length = -(-T // step) * step
     shape = (length, length)
     if window:
         head_mask = masks.LocalMask(shape, window_size=(window - 1, 0), offset=0)
     else:
         head_mask = masks.CausalMask(shape)
+    dq = {} if blocks.fused_bwd else dict(block_q_dq=blocks.q_dq, block_kv_dq=blocks.kv_dq)
     sizes = splash.BlockSizes(
-        block_q=block,
-        block_kv=block,
-        block_kv_compute=block,
-        block_q_dkv=block,
-        block_kv_dkv=block,
-        block_kv_dkv_compute=block,
-        block_q_dq=block,
-        block_kv_dq=block,
+        block_q=blocks.q,
+        block_kv=blocks.kv,
+        block_kv_compute=blocks.kv_compute,
+        block_q_dkv=blocks.q_dkv,
+        block_kv_dkv=blocks.kv_dkv,
+        block_kv_dkv_compute=blocks.kv_dkv_compute,
+        use_fused_bwd_kernel=blocks.fused_bwd,
+        **dq,
     )
     kernel = splash.make_splash_mha(
         masks.MultiHeadMask([head_mask] * H),
         block_sizes=sizes,
         head_shards=1,
         q_seq_shards=1,
+        residual_checkpoint_name=ATTENTION,
         interpret=interpret,
     )
     scale = K**-0.5 if scale is None else scale

@@ -1,0 +1,162 @@
+"""``sharding.remat=auto``: the level that keeps the most and still fits the chip.
+
+Decided once, when the setup is built, from what the step would hold at each level (no
+compile): the training state (parameters, optimizer state, gradients) plus what the backward
+pass keeps, read off the abstract forward pass (``jax.vjp``'s residuals under the level's
+policy, traced with ``jax.eval_shape``; the parameters themselves are not counted twice),
+plus a margin for the backward's working memory. The first of ``AUTO_LEVELS`` whose total
+is at most ``FIT_FRACTION`` of the chip's memory wins; on a CPU (host memory, no chip to
+fill) it is ``none``. A level named in the config is taken as it is.
+
+The estimate is checked against the compiler's own memory analysis (tests/chips) and
+against the chip (``bench/tpu_bench.py``); ``--dry-run`` prints the choice and its reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from theseus.core.sharding.remat import AUTO_LEVELS, RematChoice
+
+FIT_FRACTION = 0.95  # of the chip's memory: the compiler's own estimate may differ a little
+# One block's backward works on about this many times what a block keeps at level ``none``
+# (its recomputed activations, their gradients, float32 rotary halves padded to full lanes):
+# fitted to XLA:TPU's memory report of a 24 x 1024 Llama step on a v5e (2.8 GiB of working
+# memory beside 0.40 GiB kept per block), checked on the other bench shapes (tests/chips).
+WORKING = 7.0
+ACCELERATORS = ("tpu", "gpu", "cuda", "rocm")
+TPU_LANES = 128  # a TPU stores an array's minor axis padded to this many elements
+GiB = 1024**3
+
+
+def stored_bytes(shape: tuple[int, ...], dtype: Any, lanes: int = 0) -> int:
+    """Bytes an array takes in memory; with ``lanes`` (a TPU's 128) its minor axis is
+    stored padded to a multiple of it (a head_dim of 64 takes the room of 128)."""
+    if lanes and shape:
+        shape = (*shape[:-1], -(-shape[-1] // lanes) * lanes)
+    return math.prod(shape) * np.dtype(dtype).itemsize
+
+
+def residual_bytes(
+    loss: Callable[[Any, Any], jax.Array], params: Any, batch: Any, lanes: int = 0
+) -> int:
+    """Bytes the backward pass of ``loss(params, batch)`` keeps, beyond the parameters
+    (abstract: nothing is computed); ``lanes``: see ``stored_bytes``."""
+
+    def residuals(p: Any, b: Any) -> Any:
+        return jax.vjp(lambda q: loss(q, b), p)[1]
+
+    kept = jax.tree.leaves(jax.eval_shape(residuals, params, batch))
+    spare = collections.Counter(
+        (tuple(p.shape), np.dtype(p.dtype)) for p in jax.tree.leaves(params)
+    )
+    total = 0
+    for leaf in kept:
+        key = (tuple(leaf.shape), np.dtype(leaf.dtype))
+        if spare[key] > 0:  # a parameter itself, already held by the state
+            spare[key] -= 1
+            continue
+        total += stored_bytes(tuple(leaf.shape), leaf.dtype, lanes)
+    return total
+
+
+def choose_remat(
+    requested: str,
+    platform: str,
+    memory_bytes: int | None,
+    fixed_bytes: int,
+    kept_bytes: Callable[[str], int],
+    layers: int = 1,
+) -> RematChoice:
+    """The level to run: ``requested`` unless it is ``auto``. ``fixed_bytes``: what one
+    device holds whatever the level (the state, its gradients, compute-dtype copies of the
+    weights); ``kept_bytes(level)``: what one device's backward pass keeps at ``level``;
+    ``layers``: the blocks, for the working room of one block's backward (``WORKING``)."""
+    if requested != "auto":
+        return RematChoice(requested, "sharding.remat as configured")
+    if platform not in ACCELERATORS or not memory_bytes:
+        return RematChoice("none", "on the host's memory: nothing recomputed")
+    budget = FIT_FRACTION * memory_bytes
+    working = WORKING * kept_bytes(AUTO_LEVELS[0]) / max(layers, 1)
+    tried = []
+    for level in AUTO_LEVELS:
+        need = fixed_bytes + working + kept_bytes(level)
+        tried.append(f"{level} {need / GiB:.1f}")
+        if need <= budget:
+            return RematChoice(
+                level,
+                f"the most kept that fits: {', '.join(tried)} GiB of a {budget / GiB:.1f} GiB "
+                f"budget ({FIT_FRACTION:.0%} of {memory_bytes / GiB:.2f})",
+            )
+    return RematChoice(
+        AUTO_LEVELS[-1],
+        f"nothing fits {budget / GiB:.1f} GiB ({', '.join(tried)} GiB); the least kept",
+    )
+
+
+def device_memory_bytes(device: Any) -> int | None:
+    """What one device can hold: a real device's own limit, else its chip's published (or
+    measured usable) capacity; None for a device of no known chip (the host's CPU)."""
+    from theseus.core.chips.specs import chip_of_device_kind
+
+    try:
+        limit = (device.memory_stats() or {}).get("bytes_limit")
+    except Exception:  # compile-only devices, and backends without memory statistics
+        limit = None
+    if limit:
+        return int(limit)
+    chip = chip_of_device_kind(device.device_kind)
+    return chip.hbm_bytes if chip is not None else None
+
+
+def decide_remat(
+    requested: str,
+    layout: Any,
+    state: Any,
+    batch: Any,
+    loss_at: Callable[[str], Callable[..., Any]],
+    compute_dtype: Any = "float32",
+    layers: int = 1,
+) -> RematChoice:
+    """``choose_remat`` for a setup: ``state`` and ``batch`` abstract (with their shardings),
+    ``loss_at(level)`` the step's objective at that level (``objective(params, frozen,
+    batch, key) -> (total, aux)``); weights held in a wider dtype than ``compute_dtype``
+    are also held cast to it (XLA casts a scanned stack once, outside the loop); ``layers``:
+    the model's blocks."""
+    from theseus.core.sharding.placement import per_device_bytes
+
+    if requested != "auto":
+        return RematChoice(requested, "sharding.remat as configured")
+    device = layout.mesh.devices.flat[0]
+    memory = device_memory_bytes(device)
+    params = per_device_bytes(state.params)
+    held = per_device_bytes((state.params, state.opt_state, state.frozen)) + params  # + grads
+    widest = max((np.dtype(p.dtype).itemsize for p in jax.tree.leaves(state.params)), default=4)
+    held += (
+        params * np.dtype(compute_dtype).itemsize // widest
+        if widest > np.dtype(compute_dtype).itemsize
+        else 0
+    )
+    ways = max(1, layout.batch_shards * layout.context)
+    lanes = TPU_LANES if layout.platform == "tpu" else 0
+    cache: dict[str, int] = {}
+
+    def kept(level: str) -> int:
+        if level not in cache:
+            loss = loss_at(level)
+            with jax.set_mesh(layout.mesh):  # kernels read the mesh when traced
+                total = residual_bytes(
+                    lambda p, rest: loss(p, *rest, None)[0],
+                    state.params,
+                    (state.frozen, batch),
+                    lanes,
+                )
+            cache[level] = total // ways
+        return cache[level]
+
+    return choose_remat(requested, layout.platform, memory, held, kept, layers)

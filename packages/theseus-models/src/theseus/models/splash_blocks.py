@@ -1,0 +1,77 @@
+"""Block sizes of the Pallas TPU splash-attention kernel, per chip and shape (no JAX).
+
+The kernel walks the queries in blocks of ``q`` rows and, for each, the keys in blocks of
+``kv`` (loaded together), ``kv_compute`` at a time; the backward's ``dkv`` and ``dq`` passes
+have blocks of their own, and ``fused_bwd`` computes dq inside the dkv pass (one backward
+kernel, not two). Blocks of 128 (the kernel's default) spend most of a v5e's time on per-block
+overhead; larger blocks amortise it, up to the point where a block's scores no longer fit
+the core's vector memory.
+
+``MEASURED`` holds what ``bench/tpu_attention_sweep.py`` found fastest (forward + backward)
+on a chip, by head dim and up to a length; ``splash_blocks`` picks the row for a length and
+clamps the blocks to the (padded) sequence. A chip without measurements gets ``DEFAULT``.
+docs/targets.md shows the table and the sweep's timings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_BLOCK = 128  # the kernel's lane width: every block is a multiple of it
+
+
+@dataclass(frozen=True)
+class SplashBlocks:
+    q: int = 512
+    kv: int = 512
+    kv_compute: int = 512
+    q_dkv: int = 512
+    kv_dkv: int = 512
+    kv_dkv_compute: int = 512
+    q_dq: int = 512
+    kv_dq: int = 512
+    fused_bwd: bool = False
+
+    def clamped(self, length: int) -> SplashBlocks:
+        """Every block at most ``length`` (a multiple of 128), compute blocks within theirs."""
+        cap = max(MIN_BLOCK, -(-length // MIN_BLOCK) * MIN_BLOCK)
+        fit = {name: min(getattr(self, name), cap) for name in BLOCK_FIELDS}
+        fit["kv_compute"] = min(fit["kv_compute"], fit["kv"])
+        fit["kv_dkv_compute"] = min(fit["kv_dkv_compute"], fit["kv_dkv"])
+        return SplashBlocks(**fit, fused_bwd=self.fused_bwd)
+
+    @property
+    def padded_to(self) -> int:
+        """What the sequence is padded to a multiple of: every block divides it."""
+        from math import lcm
+
+        return lcm(*(getattr(self, name) for name in BLOCK_FIELDS))
+
+    def describe(self) -> str:
+        bwd = "fused" if self.fused_bwd else f"dq {self.q_dq}x{self.kv_dq}"
+        return (
+            f"blocks q {self.q} kv {self.kv}/{self.kv_compute}, "
+            f"dkv {self.q_dkv}x{self.kv_dkv}/{self.kv_dkv_compute}, {bwd}"
+        )
+
+
+BLOCK_FIELDS = ("q", "kv", "kv_compute", "q_dkv", "kv_dkv", "kv_dkv_compute", "q_dq", "kv_dq")
+
+DEFAULT = SplashBlocks()  # 512 everywhere: what MaxText configures on TPUs
+
+# chip (jax device_kind) -> head_dim -> [(up to this length, blocks)], lengths ascending
+MEASURED: dict[str, dict[int, list[tuple[int, SplashBlocks]]]] = {}
+
+
+def splash_blocks(device_kind: str, seq_len: int, head_dim: int) -> SplashBlocks:
+    """The measured blocks for this chip, length and head dim (the nearest head dim
+    measured; ``DEFAULT`` for a chip never measured), clamped to the sequence."""
+    by_dim = MEASURED.get(device_kind)
+    if not by_dim:
+        return DEFAULT.clamped(seq_len)
+    dim = min(by_dim, key=lambda d: (abs(d - head_dim), d))
+    rows = by_dim[dim]
+    for longest, blocks in rows:
+        if seq_len <= longest:
+            return blocks.clamped(seq_len)
+    return rows[-1][1].clamped(seq_len)
