@@ -26,6 +26,7 @@ LENGTHS = [
     for t in os.environ.get("SWEEP_LENGTHS", "512,1024,2048,4096,8192,16384,32768").split(",")
 ]
 HEAD_DIMS = {64: (16, 16), 128: (16, 8)}  # head_dim -> (query heads, key/value heads)
+DIMS = [int(d) for d in os.environ.get("SWEEP_DIMS", "64,128").split(",")]
 TOKENS = int(os.environ.get("SWEEP_TOKENS", "16384"))
 REPEATS = int(os.environ.get("SWEEP_REPEATS", "5"))
 REFERENCE_MAX_LEN = 4096  # XLA attention materialises every score: measured up to here
@@ -109,7 +110,8 @@ def run(path: str) -> dict:
 
     interpret = jax.default_backend() != "tpu"
     rows_out = []
-    for head_dim, (H, G) in HEAD_DIMS.items():
+    for head_dim in DIMS:
+        H, G = HEAD_DIMS[head_dim]
         for T in LENGTHS:
             B = max(1, TOKENS // T)
             key = jax.random.key(T + head_dim)

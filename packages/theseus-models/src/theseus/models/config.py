@@ -52,6 +52,13 @@ class ModelConfig:
         "GPU, splash on TPU, else flash from 512 tokens, reference below)",
         resume_safe=True,
     )
+    scan_unroll: int = option(
+        1,
+        "layers the scan over stacked blocks runs per iteration (n_layers: no loop at all); "
+        "the same model, another compiled program (its own fusions)",
+        resume_safe=True,
+        ge=1,
+    )
 
     def __post_init__(self) -> None:
         """Names that select code are checked when the config is built, naming the key."""

@@ -13,7 +13,14 @@ from theseus.core.errors import ConfigError
 MESH_AXES = ("data", "fsdp", "expert", "context", "tensor")
 SHOWN_WHEN_ONE = ("data", "fsdp", "tensor")  # the others are named only when they split
 BASES = ("dp", "zero1", "fsdp")
-REMAT = ("auto", "none", "block", "mlp", "full")  # theseus.core.sharding.remat says what each keeps
+REMAT = (
+    "auto",
+    "none",
+    "block",
+    "mlp",
+    "attention",
+    "full",
+)  # theseus.core.sharding.remat says what each keeps
 CONTEXT_ATTENTION = ("ring", "all_gather")
 CONTEXT_ORDERS = ("zigzag", "contiguous")  # theseus.core.sharding.sequence lays them out
 
@@ -73,7 +80,8 @@ class ShardingConfig:
     remat: str = option(
         "auto",
         "activation checkpointing: auto (the most kept that fits the chip) | none (keep every "
-        "matmul output) | block | mlp (recompute the MLP's hidden) | full (keep block inputs)",
+        "matmul output) | block | mlp (recompute the MLP's hidden) | attention (keep only the "
+        "attention kernel's output) | full (keep block inputs)",
         resume_safe=True,
     )
 

@@ -10,8 +10,11 @@ that tag nothing). From the most kept (fastest, most memory) to the least:
   and the attention kernel's output.
 * ``mlp``: everything of ``none`` except the MLP's hidden projections (``mlp_hidden``, the
   widest activations of a block), recomputed from the block's saved input to the MLP.
+* ``attention``: each block's input and the attention kernel's output: every matmul is
+  recomputed, the attention kernel's forward is not (what long sequences want, where the
+  kernel is most of the step).
 * ``full``: only each block's input; everything inside is recomputed.
-* ``auto`` (the default): the first of ``none``, ``mlp``, ``full`` whose activations fit the
+* ``auto`` (the default): the first of ``none``, ``mlp``, ``attention``, ``full`` whose activations fit the
   chip beside the training state (``choose_remat``), decided once when the setup is built.
 
 The attention kernels' residuals (their output and log-sum-exp) are tagged ``attention``: a
@@ -39,8 +42,8 @@ MLP_HIDDEN = "mlp_hidden"  # the MLP's up (and gate) projections: its widest act
 MLP_OUT = "mlp_out"  # the MLP's (or expert layer's) output
 NAMES = (QKV, ATTENTION, ATTENTION_OUT, MLP_HIDDEN, MLP_OUT)
 
-LEVELS = ("none", "block", "mlp", "full")  # most kept first
-AUTO_LEVELS = ("none", "mlp", "full")  # what ``auto`` tries, in order
+LEVELS = ("none", "block", "mlp", "attention", "full")  # most kept first
+AUTO_LEVELS = ("none", "mlp", "attention", "full")  # what ``auto`` tries, in order
 CHOICES = ("auto", *LEVELS)
 
 _cp = jax.checkpoint_policies
@@ -59,6 +62,7 @@ POLICIES: dict[str, Callable[..., Any]] = {
         _cp.dots_with_no_batch_dims_saveable, _cp.save_only_these_names(ATTENTION)
     ),
     "mlp": _not_mlp_hidden,
+    "attention": _cp.save_only_these_names(ATTENTION),
     "full": _cp.nothing_saveable,
 }
 

@@ -32,6 +32,7 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,7 @@ BOOKKEEPING = {
     "conditional", "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency",
     "all-gather-done", "all-reduce-done", "reduce-scatter-done", "all-to-all-done",
     "collective-permute-done", "async-done", "async-update", "copy-done", "send-done",
+    "slice-done", "slice-start", "copy-start",
     "recv-done", "domain", "iota",
 }  # fmt: skip
 
@@ -96,6 +98,8 @@ class HloStats:
     collective_counts: dict[str, int] = field(default_factory=dict)
     dynamic_loops: int = 0  # while loops of unknown trip count, counted once
     opaque_kernels: int = 0  # Pallas/Mosaic calls whose FLOPs are not counted
+    kernel_seconds: float = 0.0  # the opaque calls priced by a measured rate (``kernel_time``)
+    seconds_by_kind: dict[str, float] = field(default_factory=dict)  # the roofline, by kind
 
 
 def array_bytes(shape: tuple[str, tuple[int, ...]]) -> int:
@@ -168,12 +172,17 @@ def called(instruction: Instruction) -> dict[str, list[str]]:
 
 
 def analyze(
-    text: str, peak_flops: float = 0.0, hbm_bandwidth: float = 0.0, float32_peak: float = 0.0
+    text: str,
+    peak_flops: float = 0.0,
+    hbm_bandwidth: float = 0.0,
+    float32_peak: float = 0.0,
+    kernel_time: Any = None,
 ) -> HloStats:
     """FLOPs, bytes, collectives (and, given the chip's peaks, a roofline) of one device.
 
     ``float32_peak``: the rate of matmuls with float32 operands (a GPU runs them as TF32, at
-    half the bf16 rate); 0 prices them like the others."""
+    half the bf16 rate); 0 prices them like the others. ``kernel_time(instruction, shapes)``:
+    seconds of an opaque kernel call (None: not priced), added to the roofline."""
     computations = parse_module(text)
     by_name = {c.name: c for c in computations}
     shapes = {i.name: i.result for c in computations for i in c.instructions}
@@ -185,6 +194,7 @@ def analyze(
     nested_float32 = _nested_flops(computations, own_float32)
     collective_bytes: dict[str, float] = defaultdict(float)
     collective_counts: dict[str, int] = defaultdict(int)
+    by_kind: dict[str, float] = {}
     for computation in computations:
         runs, runs_once = times.get(computation.name, 0), times_once.get(computation.name, 0)
         stats.flops += runs * own_flops[computation.name]
@@ -206,11 +216,44 @@ def analyze(
                     f32 = _instruction_flops(instruction, shapes, nested_float32, float32=True)
                     compute += f32 / float32_peak - f32 / peak_flops
                 seconds = max(compute, moved / hbm_bandwidth)
+                priced = kernel_time(instruction, shapes) if kernel_time else None
+                if priced is None and instruction.opcode == "custom-call" and _free(instruction):
+                    priced = 0.0
+                if priced is not None:
+                    seconds = priced
+                    stats.kernel_seconds += runs * priced
+                kind = roofline_kind(instruction, by_name)
+                by_kind[kind] = by_kind.get(kind, 0.0) + runs * seconds
                 stats.roofline_seconds += runs * seconds
                 stats.roofline_seconds_once += runs_once * seconds
     stats.collective_bytes = dict(collective_bytes)
     stats.collective_counts = dict(collective_counts)
+    stats.seconds_by_kind = dict(sorted(by_kind.items(), key=lambda kv: -kv[1]))
     return stats
+
+
+FREE_CALLS = ("AllocateBuffer", "AssumeGatherIndicesInBound", "GatherScatterIndicesBitpacked")
+
+
+def _free(instruction: Instruction) -> bool:
+    """A custom call that moves no data (XLA:TPU's buffer and index bookkeeping)."""
+    return any(f'custom_call_target="{name}"' in instruction.attributes for name in FREE_CALLS)
+
+
+def roofline_kind(instruction: Instruction, by_name: dict[str, Computation]) -> str:
+    """What an instruction is, for the estimate's breakdown: the kinds a profile shows."""
+    if instruction.opcode == "custom-call":
+        return "attention kernel" if "mha" in instruction.name else "custom-call"
+    if instruction.opcode != "fusion":
+        return instruction.opcode
+    inner = by_name.get((called(instruction).get("calls") or [""])[0])
+    opcodes = {i.opcode for i in inner.instructions} if inner else set()
+    if opcodes & {"convolution", "dot"}:
+        return "matmul"
+    for opcode in ("dynamic-update-slice", "dynamic-slice", "reduce"):
+        if opcode in opcodes:
+            return opcode
+    return "elementwise fusion"
 
 
 def collective_kind(opcode: str) -> str | None:

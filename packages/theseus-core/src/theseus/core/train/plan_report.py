@@ -24,7 +24,7 @@ from theseus.core.sharding.parallel import expert_parameter_bytes
 from theseus.core.sharding.placement import per_device_bytes
 from theseus.core.train.flops import program_flops
 from theseus.core.train.hlo_stats import analyze
-from theseus.core.train.step_estimate import estimate_step
+from theseus.core.train.step_estimate import estimate_step, splash_pricer
 
 GiB = 1024**3
 _OOM_NUMBERS = (  # XLA:TPU's wordings of "needs X of Y"
@@ -154,11 +154,13 @@ def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, An
         out["fits"] = False  # refused for memory, amount not given
     if compiled is None:
         return out
+    text = compiled.as_text()
     stats = analyze(
-        compiled.as_text(),
+        text,
         chip.peak_flops if chip else 0.0,
         chip.hbm_bandwidth if chip else 0.0,
         chip.float32_matmul_flops if chip else 0.0,
+        splash_pricer(text, layout.device_kind),
     )
     out["flops_per_step_compiled"] = compiled_flops(compiled) * len(devices)
     out["flops_per_step_hlo"] = stats.flops * len(devices)
@@ -169,6 +171,7 @@ def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, An
     if chip is not None:
         estimate = estimate_step(compiled, stats, chip)
         out["step_seconds_estimate"] = estimate.seconds
+        out["estimate_by_kind"] = stats.seconds_by_kind
         out["estimate_method"] = estimate.method
         out["collective_seconds_estimate"] = estimate.collective_seconds
         peak = chip.peak_flops * len(devices)

@@ -43,6 +43,40 @@ def collective_seconds(stats: HloStats, chip: Chip) -> float:
 GPU_MEASURED = "on an H200, GPT 124M-Llama 1B steps took 1.53-1.63x this estimate"
 
 
+def splash_pricer(text: str, device_kind: str) -> Any:
+    """``kernel_time(instruction, shapes)`` for ``hlo_stats.analyze``: seconds of each splash
+    attention call of the module ``text`` at the chip's measured rate (``kernel_rates``);
+    None for other instructions, or on a chip never measured."""
+    from theseus.core.chips.kernel_rates import UNITS, splash_rate
+
+    fused = "splash_mha_dq" not in text  # a fused backward has no dq pass of its own
+
+    def kernel_time(instruction: Any, shapes: dict) -> float | None:
+        name = instruction.name
+        if instruction.opcode != "custom-call" or not name.startswith("splash_mha"):
+            return None
+        q = next(  # the queries: BxHxTxK, or HxTxK for one row
+            (
+                dims
+                for operand in instruction.operands
+                for dtype, dims in shapes.get(operand, [])
+                if dtype in ("bf16", "f32", "f16") and len(dims) in (3, 4) and dims[-1] <= 512
+            ),
+            None,
+        )
+        if q is None:
+            return None
+        B, H, T, K = q if len(q) == 4 else (1, *q)
+        rate = splash_rate(device_kind, K, T)
+        if rate is None:
+            return None
+        part = next(p for p in ("fwd", "dkv", "dq") if name.startswith(f"splash_mha_{p}"))
+        units = UNITS["fused" if part == "dkv" and fused else part]
+        return units * B * H * T * T * K / rate
+
+    return kernel_time
+
+
 def estimate_step(compiled: Any, stats: HloStats, chip: Chip) -> StepEstimate:
     """The step's seconds on ``chip``."""
     comms = collective_seconds(stats, chip)
@@ -53,7 +87,9 @@ def estimate_step(compiled: Any, stats: HloStats, chip: Chip) -> StepEstimate:
             "estimate: XLA:TPU cost model (optimal_seconds) x loop trip counts, "
             f"FLOP-weighted (x{scale:.2f})"
         )
-        return StepEstimate(optimal * scale, method, comms)
+        if stats.kernel_seconds:
+            method += f", + splash attention at its measured rate ({stats.kernel_seconds:.3f} s)"
+        return StepEstimate(optimal * scale + stats.kernel_seconds, method, comms)
     link = "ICI" if chip.platform == "tpu" else "NVLink"
     method = (
         f"estimate: roofline at {chip.peak_flops / 1e12:.0f} TFLOP/s bf16"
@@ -65,6 +101,8 @@ def estimate_step(compiled: Any, stats: HloStats, chip: Chip) -> StepEstimate:
         + f" and {chip.hbm_bandwidth / 1e9:.0f} GB/s HBM per instruction, + collectives at "
         f"{chip.interconnect / 1e9:.0f} GB/s {link} (not overlapped)"
     )
+    if stats.kernel_seconds:
+        method += f"; splash attention at its measured rate ({stats.kernel_seconds:.3f} s)"
     if chip.platform == "gpu":
         method += f"; {GPU_MEASURED}"
     return StepEstimate(stats.roofline_seconds + comms, method, comms)

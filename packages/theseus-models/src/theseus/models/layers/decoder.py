@@ -278,6 +278,7 @@ class DecoderLM(nnx.Module):
                 layer = nnx.remat(layer, policy=SCAN_POLICY)
             scan = nnx.scan(
                 layer,
+                unroll=min(getattr(self.config, "scan_unroll", 1), self.config.n_layers),
                 in_axes=(0, nnx.Carry, 0),
                 out_axes=(nnx.Carry, 0),
                 transform_metadata=LAYER_METADATA,

@@ -1,0 +1,46 @@
+"""Measured speeds of the attention kernels XLA cannot see into (no JAX).
+
+A Pallas kernel is opaque to the compiler's cost model and to the HLO roofline: its FLOPs
+are not in the program. The step estimate prices each call of TPU splash attention from its
+shapes instead: a forward call does 2 of the 7 causal ``B * H * T^2 * K`` matmul units of a
+forward + backward (the backward 5: 4 in its dkv pass and 3 in its dq pass when they run
+apart), at the rate measured for the chip, head dim and length with the blocks the model uses
+(``bench/tpu_attention_sweep.py``, rates counted as ``7 * B * H * T^2 * K / seconds``).
+"""
+
+from __future__ import annotations
+
+# device kind -> head_dim -> [(seq_len, TFLOP/s)], lengths ascending; between two lengths the
+# rate is interpolated in log(length), outside the nearest measured rate is taken
+SPLASH_TFLOPS: dict[str, dict[int, list[tuple[int, float]]]] = {
+    # TPU v5e, JAX 0.10.2, fused backward, blocks 512 (T=512) and 1024 / kv 512 (longer);
+    # bench/results/tpu_attention_sweep.json
+    "TPU v5 lite": {
+        64: [(512, 13.4), (1024, 21.4), (2048, 31.7), (4096, 44.4), (8192, 56.4), (16384, 65.4)],
+    },
+}
+UNITS = {"fwd": 2, "dkv": 4, "dq": 3, "fused": 5}  # causal matmul units per kernel call
+# The sweep times the kernels with the work around them (the loss's product and casts, the
+# backward's preparation); in a step's profile the three kernel calls took 0.64 (GPT-124M,
+# T=1024) to 0.73 (24 x 1024 Llama, T=2048) of what the sweep's rate says (blocks of 512):
+# the kernels alone run at the sweep's rate / KERNEL_SHARE.
+KERNEL_SHARE = 0.7
+
+
+def splash_rate(device_kind: str, head_dim: int, seq_len: int) -> float | None:
+    """FLOP/s of splash attention on this chip at this head dim (the nearest measured) and
+    length; None for a chip never measured."""
+    import math
+
+    by_dim = SPLASH_TFLOPS.get(device_kind)
+    if not by_dim:
+        return None
+    rows = by_dim[min(by_dim, key=lambda d: (abs(d - head_dim), d))]
+    scale = 1e12 / KERNEL_SHARE
+    if seq_len <= rows[0][0]:
+        return rows[0][1] * scale
+    for (t0, r0), (t1, r1) in zip(rows, rows[1:], strict=False):
+        if seq_len <= t1:
+            w = math.log(seq_len / t0) / math.log(t1 / t0)
+            return (r0 + w * (r1 - r0)) * scale
+    return rows[-1][1] * scale

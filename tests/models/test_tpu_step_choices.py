@@ -1,0 +1,183 @@
+"""What makes the TPU step fast, checked without a TPU: splash's measured block table, its
+fused backward in the Pallas interpreter, the kernel's forward run once per layer under every
+remat level but ``full``, remat levels that change memory and never the gradients, and the
+cross entropy taken a piece of the sequence at a time.
+
+Tolerances: the remat levels and the loss chunks compute the same float32 sums, recomputed
+or taken in another order; a gradient is a sum over the B * T tokens of every layer's
+contribution, so it may move by about eps * sqrt(B * T) * max|g| (``MARGIN`` of it allowed),
+where a wrong residual or a missing chunk moves it by orders of magnitude more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from theseus.core.sharding import remat
+from theseus.core.train import remat_choice
+from theseus.core.train.chunked_loss import CHUNK_BYTES, chunked_cross_entropy, loss_chunks
+from theseus.core.train.step import summed_loss
+from theseus.models.splash_blocks import DEFAULT, LONG, SHORT, SplashBlocks, splash_blocks
+
+from tests.models.conftest import VOCAB, tiny
+from tests.models.test_attention_impls import compare, layer, mask_info, output_and_grads
+
+EPS = float(np.finfo(np.float32).eps)
+MARGIN = 4.0
+
+
+def test_the_table_picks_measured_blocks_and_clamps_them_to_the_sequence():
+    assert splash_blocks("TPU v5 lite", 2048, 64) == LONG
+    assert splash_blocks("TPU v5 lite", 512, 64) == SHORT
+    assert splash_blocks("TPU v5 lite", 16384, 128) == LONG
+    assert not splash_blocks("TPU v5 lite", 32768, 64).fused_bwd  # its dq partials: 8.6 GB
+    assert splash_blocks("TPU v5 lite", 200, 64).q == 256  # clamped to the padded length
+    assert splash_blocks("a chip never measured", 4096, 64) == DEFAULT
+    clamped = LONG.clamped(384)
+    assert (clamped.q, clamped.kv, clamped.kv_compute, clamped.padded_to) == (384, 384, 384, 384)
+    assert SplashBlocks(1024, 1024, 512).clamped(256).kv_compute == 256
+
+
+def test_fused_backward_in_the_interpreter_equals_reference():
+    B, H, K, T = 1, 2, 64, 200
+    x = jax.random.normal(jax.random.key(5), (B, T, 32))
+    info = mask_info(B, T, packed=True)
+    reference = layer(heads=H, kv_heads=1, head_dim=K, impl="reference")
+    reference.query_block = 0
+    splash = layer(heads=H, kv_heads=1, head_dim=K, impl="splash")
+    splash.kernel_interpret = True
+    splash.blocks = SplashBlocks(256, 256, 128, 256, 256, 128, fused_bwd=True)
+    want = output_and_grads(reference, x, info)
+    got = output_and_grads(splash, x, info)
+    compare(got, want, {"out": T, "grad": B * T * H}, "splash, fused backward")
+
+
+def pallas_calls(jaxpr: Any) -> list[str]:
+    """Names of the Pallas kernels a (closed) jaxpr runs, nested jaxprs included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            info = eqn.params.get("name_and_src_info") or eqn.params.get("name")
+            found.append(str(getattr(info, "name", info)))
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    found += pallas_calls(inner)
+    return found
+
+
+def model_grad_jaxpr(model: Any, level: str, tokens: jax.Array) -> Any:
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    batch = {
+        "inputs": tokens,
+        "targets": tokens,
+        "positions": jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape),
+        "segment_ids": jnp.ones(tokens.shape, jnp.int32),
+        "loss_mask": jnp.ones(tokens.shape, jnp.float32),
+    }
+
+    def loss(p: Any) -> jax.Array:
+        return summed_loss(graphdef, p, rest, batch, level)[0]
+
+    return jax.make_jaxpr(jax.grad(loss))(params).jaxpr
+
+
+@pytest.fixture(scope="module")
+def splash_llama() -> Any:
+    model = tiny("llama", attention="splash", max_seq_len=128, head_dim=64)
+    for block in model.per_layer()[:1]:
+        block.attention.kernel_interpret = True
+        block.attention.plan(128, "tpu", "TPU v5 lite")
+    return model
+
+
+@pytest.mark.parametrize("level", ["none", "block", "mlp", "attention"])
+def test_the_kernel_forward_runs_once_unless_remat_is_full(splash_llama, level):
+    tokens = jax.random.randint(jax.random.key(0), (1, 128), 1, VOCAB)
+    kept = pallas_calls(model_grad_jaxpr(splash_llama, level, tokens))
+    full = pallas_calls(model_grad_jaxpr(splash_llama, "full", tokens))
+    forwards = [name for name in kept if "fwd" in name]
+    assert len(forwards) == 1, kept
+    assert len([name for name in full if "fwd" in name]) == 2, full
+
+
+@pytest.mark.parametrize("level", ["block", "mlp", "attention", "full"])
+def test_remat_levels_change_memory_not_gradients(level):
+    model = tiny("llama", n_layers=3)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tokens = jax.random.randint(jax.random.key(1), (2, 32), 1, VOCAB)
+    batch = {
+        "inputs": tokens,
+        "targets": jnp.roll(tokens, -1, axis=1),
+        "positions": jnp.broadcast_to(jnp.arange(32), (2, 32)),
+        "segment_ids": jnp.ones((2, 32), jnp.int32),
+        "loss_mask": jnp.ones((2, 32), jnp.float32),
+    }
+
+    def grads(level: str) -> list[np.ndarray]:
+        fn = jax.jit(jax.grad(lambda p: summed_loss(graphdef, p, rest, batch, level)[0]))
+        return [np.asarray(g) for g in jax.tree.leaves(fn(params))]
+
+    for got, want in zip(grads(level), grads("none"), strict=True):
+        tol = MARGIN * EPS * np.sqrt(2 * 32) * float(np.abs(want).max())
+        assert float(np.abs(got - want).max()) <= tol
+
+
+def test_the_loss_in_pieces_equals_the_whole():
+    B, T, D, V = 2, 48, 16, 40
+    keys = jax.random.split(jax.random.key(2), 4)
+    hidden = jax.random.normal(keys[0], (B, T, D))
+    table = jax.random.normal(keys[1], (V, D))
+    targets = jax.random.randint(keys[2], (B, T), 0, V)
+    mask = (jax.random.uniform(keys[3], (B, T)) > 0.2).astype(jnp.float32)
+
+    def whole(hidden, table):
+        logits = hidden @ table.T
+        losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
+        return jnp.sum(losses * mask)
+
+    def pieces(hidden, table):
+        return chunked_cross_entropy(lambda h: h @ table.T, hidden, targets, mask, 4)
+
+    want, want_grads = jax.value_and_grad(whole, argnums=(0, 1))(hidden, table)
+    got, got_grads = jax.jit(jax.value_and_grad(pieces, argnums=(0, 1)))(hidden, table)
+    assert abs(float(got) - float(want)) <= MARGIN * EPS * np.sqrt(B * T) * float(want)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        tol = MARGIN * EPS * np.sqrt(B * T) * float(np.abs(w).max())
+        assert float(np.abs(np.asarray(g) - np.asarray(w)).max()) <= tol
+
+
+def test_loss_chunks_keep_a_piece_under_the_limit():
+    assert loss_chunks(8, 2048, 32000) == 8  # 2 GiB of float32 logits -> 8 pieces of 250 MiB
+    assert loss_chunks(2, 256, 8192) == 1  # small: the whole at once
+    assert loss_chunks(8, 2048, 32000, context=2) == 1  # a sequence split over devices
+    for rows, length, vocab in [(8, 2048, 32000), (1, 32768, 151936), (32, 1024, 8192)]:
+        chunks = loss_chunks(rows, length, vocab)
+        assert length % chunks == 0 and rows * length // chunks * vocab * 4 <= CHUNK_BYTES
+
+
+def test_auto_remat_keeps_the_most_that_fits():
+    kept = {"none": 10, "mlp": 6, "attention": 3, "full": 1}
+    choose = remat_choice.choose_remat
+    assert choose("auto", "tpu", 100, 50, kept.get, layers=100).level == "none"
+    assert choose("auto", "tpu", 56, 48, kept.get, layers=100).level == "mlp"
+    assert choose("auto", "tpu", 50, 45, kept.get, layers=100).level == "full"
+    assert choose("auto", "cpu", 10, 45, kept.get).level == "none"  # host memory
+    assert choose("mlp", "tpu", 1, 45, kept.get).reason == "sharding.remat as configured"
+    assert "nothing fits" in choose("auto", "tpu", 10, 45, kept.get).reason
+
+
+def test_every_level_has_a_policy_and_the_config_knows_it():
+    from theseus.core.sharding.config import REMAT
+
+    assert set(REMAT) == {"auto", *remat.LEVELS}
+    for level in remat.LEVELS:
+        assert callable(remat.policy(level))
+    with pytest.raises(Exception, match="sharding.remat='auto' is not one of"):
+        remat.policy("auto")
