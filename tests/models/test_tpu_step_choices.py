@@ -1,6 +1,6 @@
 """What makes the TPU step fast, checked without a TPU: splash's measured block table, its
-fused backward in the Pallas interpreter, the kernel's forward run once per layer under every
-remat level but ``full``, remat levels that change memory and never the gradients, and the
+fused backward in the Pallas interpreter, remat levels that change memory and never the
+gradients (tests/chips counts the kernel's forward calls in the compiled program), and the
 cross entropy taken a piece of the sequence at a time.
 
 Tolerances: the remat levels and the loss chunks compute the same float32 sums, recomputed
@@ -10,8 +10,6 @@ where a wrong residual or a missing chunk moves it by orders of magnitude more.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -55,56 +53,6 @@ def test_fused_backward_in_the_interpreter_equals_reference():
     want = output_and_grads(reference, x, info)
     got = output_and_grads(splash, x, info)
     compare(got, want, {"out": T, "grad": B * T * H}, "splash, fused backward")
-
-
-def pallas_calls(jaxpr: Any) -> list[str]:
-    """Names of the Pallas kernels a (closed) jaxpr runs, nested jaxprs included."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call":
-            info = eqn.params.get("name_and_src_info") or eqn.params.get("name")
-            found.append(str(getattr(info, "name", info)))
-        for value in eqn.params.values():
-            for inner in value if isinstance(value, tuple | list) else (value,):
-                inner = getattr(inner, "jaxpr", inner)
-                if hasattr(inner, "eqns"):
-                    found += pallas_calls(inner)
-    return found
-
-
-def model_grad_jaxpr(model: Any, level: str, tokens: jax.Array) -> Any:
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    batch = {
-        "inputs": tokens,
-        "targets": tokens,
-        "positions": jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape),
-        "segment_ids": jnp.ones(tokens.shape, jnp.int32),
-        "loss_mask": jnp.ones(tokens.shape, jnp.float32),
-    }
-
-    def loss(p: Any) -> jax.Array:
-        return summed_loss(graphdef, p, rest, batch, level)[0]
-
-    return jax.make_jaxpr(jax.grad(loss))(params).jaxpr
-
-
-@pytest.fixture(scope="module")
-def splash_llama() -> Any:
-    model = tiny("llama", attention="splash", max_seq_len=128, head_dim=64)
-    for block in model.per_layer()[:1]:
-        block.attention.kernel_interpret = True
-        block.attention.plan(128, "tpu", "TPU v5 lite")
-    return model
-
-
-@pytest.mark.parametrize("level", ["none", "block", "mlp", "attention"])
-def test_the_kernel_forward_runs_once_unless_remat_is_full(splash_llama, level):
-    tokens = jax.random.randint(jax.random.key(0), (1, 128), 1, VOCAB)
-    kept = pallas_calls(model_grad_jaxpr(splash_llama, level, tokens))
-    full = pallas_calls(model_grad_jaxpr(splash_llama, "full", tokens))
-    forwards = [name for name in kept if "fwd" in name]
-    assert len(forwards) == 1, kept
-    assert len([name for name in full if "fwd" in name]) == 2, full
 
 
 @pytest.mark.parametrize("level", ["block", "mlp", "attention", "full"])
@@ -166,7 +114,8 @@ def test_auto_remat_keeps_the_most_that_fits():
     kept = {"none": 10, "mlp": 6, "attention": 3, "full": 1}
     choose = remat_choice.choose_remat
     assert choose("auto", "tpu", 100, 50, kept.get, layers=100).level == "none"
-    assert choose("auto", "tpu", 56, 48, kept.get, layers=100).level == "mlp"
+    assert choose("auto", "tpu", 60, 48, kept.get, layers=100).level == "mlp"
+    assert choose("auto", "tpu", 56, 48, kept.get, layers=100).level == "attention"
     assert choose("auto", "tpu", 50, 45, kept.get, layers=100).level == "full"
     assert choose("auto", "cpu", 10, 45, kept.get).level == "none"  # host memory
     assert choose("mlp", "tpu", 1, 45, kept.get).reason == "sharding.remat as configured"

@@ -1,0 +1,59 @@
+"""The TPU v5e step compiled here, without the chip: a single-chip target plans, the splash
+kernel's forward runs once per layer unless remat is ``full``, and the estimate prices the
+kernel at its measured rate. What the chip itself measured is in bench/results/tpu_v5e.json.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.chips.compiling import compile_train, require_aot, target_setup, tiny
+
+
+def splash_calls(text: str) -> dict[str, int]:
+    """Splash kernel calls of a compiled TPU program, by pass (fwd, dkv, dq)."""
+    found: dict[str, int] = {}
+    for part in re.findall(r"%splash_mha_(fwd|dkv|dq)\w*\.\d+ = ", text):
+        found[part] = found.get(part, 0) + 1
+    return found
+
+
+@pytest.mark.parametrize(
+    "level, forwards", [("none", 1), ("mlp", 1), ("attention", 1), ("full", 2)]
+)
+def test_the_kernel_forward_runs_twice_only_under_full_remat(level, forwards):
+    require_aot()
+    overrides = tiny("llama", f"sharding.remat={level}", "model.head_dim=64", seq_len=256)
+    setup = target_setup("llama", "v5e-1", overrides)
+    assert setup.attention == "splash" and setup.remat.level == level
+    calls = splash_calls(compile_train(setup).as_text())
+    # the layers are scanned: one call site per pass; the backward is fused (no dq of its own)
+    assert calls == {"fwd": forwards, "dkv": 1}, calls
+
+
+@pytest.mark.parametrize("target, hosts", [("v5e-1", 1), ("v5e-8", 1), ("v6e-1", 1), ("v5e-16", 4)])
+def test_single_host_tpu_targets_compile(target, hosts):
+    require_aot()
+    from theseus.core.chips.devices import compile_only_devices
+    from theseus.core.chips.targets import parse_target
+
+    devices = compile_only_devices(target)
+    assert len(devices) == parse_target(target).devices
+    assert len({d.process_index for d in devices}) == hosts == parse_target(target).hosts
+
+
+def test_the_v5e_plan_prices_splash_and_says_why_it_chose_its_remat(tmp_path):
+    require_aot()
+    from theseus.core.train.dry_run import plan
+
+    from tests.chips.test_dry_run_target import plan_config
+
+    config = plan_config(*tiny("llama", "model.head_dim=64", seq_len=1024, batch=8))
+    result = plan(config, str(tmp_path), target="v5e-1")
+    assert result["fits"] and result["remat"] == "none"  # tiny: everything is kept
+    assert result["remat_reason"].startswith("the most kept that fits: none")
+    assert "splash attention at its measured rate" in result["estimate_method"]
+    assert result["estimate_by_kind"]["attention kernel"] > 0
+    assert 0 < result["predicted_mfu"] < 1
