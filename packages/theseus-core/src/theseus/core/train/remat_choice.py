@@ -99,6 +99,14 @@ def choose_remat(
     )
 
 
+def cast_copy_bytes(params: Any, params_bytes: int, compute_dtype: Any) -> int:
+    """Bytes of the weights cast to the compute dtype, when they are held wider (float32
+    weights, bfloat16 compute: half their bytes again)."""
+    narrow = np.dtype(compute_dtype).itemsize
+    widest = max((np.dtype(p.dtype).itemsize for p in jax.tree.leaves(params)), default=narrow)
+    return params_bytes * narrow // widest if widest > narrow else 0
+
+
 def device_memory_bytes(device: Any) -> int | None:
     """What one device can hold: a real device's own limit, else its chip's published (or
     measured usable) capacity; None for a device of no known chip (the host's CPU)."""
@@ -136,12 +144,7 @@ def decide_remat(
     memory = device_memory_bytes(device)
     params = per_device_bytes(state.params)
     held = per_device_bytes((state.params, state.opt_state, state.frozen)) + params  # + grads
-    widest = max((np.dtype(p.dtype).itemsize for p in jax.tree.leaves(state.params)), default=4)
-    held += (
-        params * np.dtype(compute_dtype).itemsize // widest
-        if widest > np.dtype(compute_dtype).itemsize
-        else 0
-    )
+    held += cast_copy_bytes(state.params, params, compute_dtype)
     ways = max(1, layout.batch_shards * layout.context)
     lanes = TPU_LANES if layout.platform == "tpu" else 0
     cache: dict[str, int] = {}
