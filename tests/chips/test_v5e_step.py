@@ -41,7 +41,7 @@ def test_single_host_tpu_targets_compile(target, hosts):
 
     devices = compile_only_devices(target)
     assert len(devices) == parse_target(target).devices
-    assert len({d.process_index for d in devices}) == hosts == parse_target(target).hosts
+    assert len({d.process_index for d in devices}) == hosts
 
 
 def test_the_v5e_plan_prices_splash_and_says_why_it_chose_its_remat(tmp_path):

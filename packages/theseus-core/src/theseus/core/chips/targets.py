@@ -62,16 +62,6 @@ class Target:
     host_bounds: str = ""  # TPU: chips per host, "2x2x1" (libtpu's chips_per_host_bounds)
 
     @property
-    def hosts(self) -> int:
-        """Hosts of the slice (TPU: chips / chips per host; GPU: from the topology)."""
-        if self.platform == "tpu":
-            per_host = 1
-            for n in self.host_bounds.split("x"):
-                per_host *= int(n)
-            return max(1, self.devices // per_host)
-        return int(self.topology.split("x")[1])
-
-    @property
     def platform(self) -> str:
         return self.chip.platform
 

@@ -13,14 +13,8 @@ from theseus.core.errors import ConfigError
 MESH_AXES = ("data", "fsdp", "expert", "context", "tensor")
 SHOWN_WHEN_ONE = ("data", "fsdp", "tensor")  # the others are named only when they split
 BASES = ("dp", "zero1", "fsdp")
-REMAT = (
-    "auto",
-    "none",
-    "block",
-    "mlp",
-    "attention",
-    "full",
-)  # theseus.core.sharding.remat says what each keeps
+# theseus.core.sharding.remat says what each level keeps
+REMAT = ("auto", "none", "block", "mlp", "attention", "full")
 CONTEXT_ATTENTION = ("ring", "all_gather")
 CONTEXT_ORDERS = ("zigzag", "contiguous")  # theseus.core.sharding.sequence lays them out
 

@@ -18,12 +18,13 @@ from typing import Any
 
 import jax
 from theseus.core.chips.devices import is_compile_only, without_disk_cache
-from theseus.core.chips.specs import Chip, chip_of_device_kind
+from theseus.core.chips.specs import chip_of_device_kind
 from theseus.core.sharding.mesh import describe
 from theseus.core.sharding.parallel import expert_parameter_bytes
 from theseus.core.sharding.placement import per_device_bytes
 from theseus.core.train.flops import program_flops
 from theseus.core.train.hlo_stats import analyze
+from theseus.core.train.remat_choice import device_memory_bytes
 from theseus.core.train.step_estimate import estimate_step, splash_pricer
 
 GiB = 1024**3
@@ -86,18 +87,6 @@ def memory(compiled: Any, needed: int | None) -> dict[str, int]:
     return out
 
 
-def device_memory(setup: Any, chip: Chip | None) -> int | None:
-    """HBM per chip: what a real device reports, else the chip's published capacity."""
-    device = setup.layout.mesh.devices.flat[0]
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:  # compile-only devices: "only supported for addressable PjRt devices"
-        stats = {}
-    if stats.get("bytes_limit"):
-        return int(stats["bytes_limit"])
-    return chip.hbm_bytes if chip is not None else None
-
-
 def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, Any]:
     """The plan as one flat dict (what ``--dry-run --json`` prints)."""
 
@@ -143,7 +132,7 @@ def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, An
         "program_dynamic_loops": program.dynamic_loops,
     }
     out.update(memory(compiled, needed))
-    hbm = device_memory(setup, chip)
+    hbm = device_memory_bytes(devices[0])
     if hbm is not None:
         out["hbm_bytes"] = hbm
         out["device_bytes"] = hbm

@@ -173,7 +173,7 @@ class Attention(nnx.Module):
         self.dtype = dtype
         self.implementation = implementation  # what model.attention asked for
         self.kernel: str | None = None  # what runs, once planned (see plan)
-        self.blocks: SplashBlocks | None = None  # splash: its block sizes, once planned
+        self.kernel_blocks: SplashBlocks | None = None  # splash: its block sizes, once planned
         # refuse an unknown name, or a kernel that would skip an overridden stage, right away
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
 
@@ -332,10 +332,11 @@ class Attention(nnx.Module):
         (a static part of the model). The name returned is what a training step runs:
         ``ring/flash`` when the sequence is split."""
         if platform is None:
-            device_kind = context_platform()[1]
+            platform, device_kind, shards = context_platform()
+            head_shards = shards if head_shards is None else head_shards
         self.kernel = self.implementation_for(seq_len, platform, device_kind, head_shards)
         if self.kernel == "splash":
-            self.blocks = splash_blocks(device_kind, seq_len, self.head_dim)
+            self.kernel_blocks = splash_blocks(device_kind, seq_len, self.head_dim)
         if self.context_parallel is not None:  # in a split step: ring (or all_gather) of flash
             return f"{self.context_parallel[0]}/flash"
         return self.kernel
@@ -374,7 +375,7 @@ class Attention(nnx.Module):
             return flash_attention(*args, **kw, block_q=size, block_k=size)
         if name == "cudnn":
             return per_shard(partial(cudnn_attention, **kw), *args)
-        blocks = self.blocks or splash_blocks("", q_BxHxTxK.shape[2], self.head_dim)
+        blocks = self.kernel_blocks or splash_blocks("", q_BxHxTxK.shape[2], self.head_dim)
         kernel = partial(splash_attention, **kw, blocks=blocks, interpret=self.kernel_interpret)
         return per_shard(kernel, *args)
 
