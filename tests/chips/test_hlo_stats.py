@@ -131,3 +131,33 @@ def test_float32_matmuls_are_priced_at_their_own_rate():
     assert bf16.roofline_seconds == pytest.approx(flops / peak, rel=1e-9)
     unpriced = analyze(hand_written_matmul("f32"), peak, bandwidth)  # no float32 rate: as bf16
     assert unpriced.roofline_seconds == pytest.approx(flops / peak, rel=1e-9)
+
+
+def test_a_scanned_matmul_whose_stack_is_kept_counts_slices_not_stacks():
+    """A scan keeping every layer's matmul output (as a remat policy keeping matmuls does),
+    compiled for a v5e: the TPU compiler slices the layer's weight inside a fusion nested in
+    the matmul's, and writes the output into its slot of the L-deep stack. Per trip at most:
+    the weight slice, the matmul's input, its outputs and the slot (M K each), the tanh in and
+    out, and bookkeeping; counting the whole weight stack as read on every trip (as before
+    nested fusions were followed) would add (depth - 1) K K per trip."""
+    require_aot()
+    from theseus.core.chips.devices import compile_only_devices
+
+    depth = 32
+    mesh = jax.make_mesh(
+        (1,), ("x",), (jax.sharding.AxisType.Auto,), devices=compile_only_devices("v5e-1")
+    )
+    whole = NamedSharding(mesh, PartitionSpec())
+
+    def f(x, ws):
+        def body(h, w):
+            y = (h @ w).astype(jnp.bfloat16)
+            return jnp.tanh(y), y
+
+        return jax.lax.scan(body, x, ws)
+
+    x = jax.ShapeDtypeStruct((M, K), jnp.bfloat16, sharding=whole)
+    ws = jax.ShapeDtypeStruct((depth, K, K), jnp.bfloat16, sharding=whole)
+    stats = analyze(compile_for_target(jax.jit(f).lower(x, ws)).as_text())
+    per_trip = 2 * (2 * K * K + 6 * M * K) + 64
+    assert stats.bytes <= depth * per_trip + 2 * 2 * M * K * (depth + 1)

@@ -16,10 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax.ad_checkpoint import print_saved_residuals
 from theseus.core.sharding import remat
 from theseus.core.train import remat_choice
 from theseus.core.train.chunked_loss import CHUNK_BYTES, chunked_cross_entropy, loss_chunks
 from theseus.core.train.step import summed_loss
+from theseus.models.layers.rope import RoPE, rotate
 from theseus.models.splash_blocks import DEFAULT, LONG, SHORT, SplashBlocks, splash_blocks
 
 from tests.models.conftest import VOCAB, tiny
@@ -49,7 +51,7 @@ def test_fused_backward_in_the_interpreter_equals_reference():
     reference.query_block = 0
     splash = layer(heads=H, kv_heads=1, head_dim=K, impl="splash")
     splash.kernel_interpret = True
-    splash.blocks = SplashBlocks(256, 256, 128, 256, 256, 128, fused_bwd=True)
+    splash.kernel_blocks = SplashBlocks(256, 256, 128, 256, 256, 128, fused_bwd=True)
     want = output_and_grads(reference, x, info)
     got = output_and_grads(splash, x, info)
     compare(got, want, {"out": T, "grad": B * T * H}, "splash, fused backward")
@@ -130,3 +132,51 @@ def test_every_level_has_a_policy_and_the_config_knows_it():
         assert callable(remat.policy(level))
     with pytest.raises(Exception, match="sharding.remat='auto' is not one of"):
         remat.policy("auto")
+
+
+def halves_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """The textbook form: the two halves of each head rotated and put back together."""
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    c, s = cos[..., : x.shape[-1] // 2], sin[..., : x.shape[-1] // 2]
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_rotary_half_swap_as_a_matmul_equals_the_halves_form(dtype):
+    """The swap is a product with a signed permutation: exact in float32 (every pass of the
+    matrix unit) and in bf16 (one nonzero term per output). In bf16, ``x * cos`` is rounded to
+    bf16 before the sum (as transformers computes it in bf16), so the two forms may differ by
+    about one bf16 rounding of |x| (2^-8 relative), never more."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(2, 7, 3, 64)), dtype)
+    angles = jnp.asarray(rng.uniform(0, 100, size=(2, 7, 1, 32)), jnp.float32)
+    cos = jnp.concatenate([jnp.cos(angles)] * 2, axis=-1)
+    sin = jnp.concatenate([jnp.sin(angles)] * 2, axis=-1)
+    got, want = rotate(x, cos, sin), halves_rope(x, cos, sin)
+    bound = 0.0 if dtype == jnp.float32 else 2.0**-7 * float(jnp.max(jnp.abs(x)))
+    assert float(jnp.max(jnp.abs(got.astype(jnp.float32) - want.astype(jnp.float32)))) <= bound
+    g = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+    grad = jax.vjp(lambda v: rotate(v, cos, sin).astype(jnp.float32), x.astype(jnp.float32))[1]
+    want_grad = jax.vjp(lambda v: halves_rope(v, cos, sin), x.astype(jnp.float32))[1]
+    assert float(jnp.max(jnp.abs(grad(g)[0] - want_grad(g)[0]))) <= 8 * EPS * float(
+        jnp.max(jnp.abs(g))
+    )
+
+
+def test_no_remat_level_keeps_the_rotary_swap(capsys):
+    """``none`` keeps matmul outputs, but the swap's (a per-head 64 x 64 product) is cheaper
+    redone inside the backward's fusion than stored: only the projection is kept."""
+    w = jnp.ones((256, 256), jnp.bfloat16)
+    rope = RoPE(64, 10000.0)
+
+    def f(x: jax.Array, w: jax.Array, positions: jax.Array) -> jax.Array:
+        q = rope((x @ w).reshape(2, 16, 4, 64), positions)
+        return (q.astype(jnp.float32) ** 2).sum()
+
+    x = jnp.ones((2, 16, 256), jnp.bfloat16)
+    positions = jnp.broadcast_to(jnp.arange(16), (2, 16))
+    checkpointed = jax.checkpoint(f, policy=remat.policy("none"))
+    print_saved_residuals(checkpointed, x, w, positions)
+    kept = [line.split(" ")[0] for line in capsys.readouterr().out.splitlines()]
+    assert "bf16[2,16,256]" in kept  # the projection
+    assert "bf16[2,16,4,64]" not in kept  # neither the swap nor the rotated heads

@@ -8,14 +8,15 @@ that tag nothing). From the most kept (fastest, most memory) to the least:
   (norms, activations, rotary embeddings) is recomputed, fused into the backward.
 * ``block``: the matmul outputs without batch dimensions (projections, not attention scores)
   and the attention kernel's output.
-* ``mlp``: everything of ``none`` except the MLP's hidden projections (``mlp_hidden``, the
+* ``mlp``: the tagged values except the MLP's hidden projections (``mlp_hidden``, the
   widest activations of a block), recomputed from the block's saved input to the MLP.
 * ``attention``: each block's input and the attention kernel's output: every matmul is
   recomputed, the attention kernel's forward is not (what long sequences want, where the
   kernel is most of the step).
 * ``full``: only each block's input; everything inside is recomputed.
-* ``auto`` (the default): the first of ``none``, ``mlp``, ``attention``, ``full`` whose activations fit the
-  chip beside the training state (``choose_remat``), decided once when the setup is built.
+* ``auto`` (the default): the first of ``none``, ``mlp``, ``attention``, ``full`` whose
+  activations fit the chip beside the training state (``train/remat_choice.py``), decided
+  once when the setup is built.
 
 The attention kernels' residuals (their output and log-sum-exp) are tagged ``attention``: a
 kept kernel output means the backward pass runs only the kernel's backward, never its forward
@@ -40,7 +41,6 @@ ATTENTION = "attention"  # the attention kernel's output (and its log-sum-exp re
 ATTENTION_OUT = "attention_out"  # the attention's output projection
 MLP_HIDDEN = "mlp_hidden"  # the MLP's up (and gate) projections: its widest activations
 MLP_OUT = "mlp_out"  # the MLP's (or expert layer's) output
-NAMES = (QKV, ATTENTION, ATTENTION_OUT, MLP_HIDDEN, MLP_OUT)
 
 LEVELS = ("none", "block", "mlp", "attention", "full")  # most kept first
 AUTO_LEVELS = ("none", "mlp", "attention", "full")  # what ``auto`` tries, in order
@@ -50,17 +50,39 @@ _cp = jax.checkpoint_policies
 
 
 def _not_mlp_hidden(prim: Any, *args: Any, **params: Any) -> bool:
-    """Every matmul and named value except the MLP's hidden projections."""
+    """Every tagged value except the MLP's hidden projections (untagged matmuls, such as
+    an expert layer's insides, are recomputed)."""
     if prim.name == "name":
         return params.get("name") != MLP_HIDDEN
     return False
 
 
+def _per_head_mixing(prim: Any, *args: Any, **params: Any) -> bool:
+    """A matmul of per-head vectors (a 4-d or higher input) with one small square matrix
+    (at most 256 wide): a rotary embedding's half swap, done on the matrix unit. Redoing it
+    inside the backward's fusion costs less than keeping its output."""
+    if prim is not jax.lax.dot_general_p or len(args) < 2:
+        return False
+    lhs, rhs = (getattr(a, "shape", ()) for a in args[:2])
+    return len(lhs) >= 4 and len(rhs) == 2 and rhs[0] == rhs[1] <= 256
+
+
+def _keeping(matmuls: Callable[..., Any]) -> Callable[..., Any]:
+    """``matmuls`` (a policy over matmul outputs) plus the attention kernel's tagged output,
+    without per-head mixing matrices."""
+    names = _cp.save_only_these_names(ATTENTION)
+
+    def keep(prim: Any, *args: Any, **params: Any) -> bool:
+        if _per_head_mixing(prim, *args, **params):
+            return False
+        return bool(matmuls(prim, *args, **params) or names(prim, *args, **params))
+
+    return keep
+
+
 POLICIES: dict[str, Callable[..., Any]] = {
-    "none": _cp.save_from_both_policies(_cp.dots_saveable, _cp.save_only_these_names(ATTENTION)),
-    "block": _cp.save_from_both_policies(
-        _cp.dots_with_no_batch_dims_saveable, _cp.save_only_these_names(ATTENTION)
-    ),
+    "none": _keeping(_cp.dots_saveable),
+    "block": _keeping(_cp.dots_with_no_batch_dims_saveable),
     "mlp": _not_mlp_hidden,
     "attention": _cp.save_only_these_names(ATTENTION),
     "full": _cp.nothing_saveable,

@@ -31,8 +31,8 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -176,7 +176,7 @@ def analyze(
     peak_flops: float = 0.0,
     hbm_bandwidth: float = 0.0,
     float32_peak: float = 0.0,
-    kernel_time: Any = None,
+    kernel_time: Callable[[Instruction, dict], float | None] | None = None,
 ) -> HloStats:
     """FLOPs, bytes, collectives (and, given the chip's peaks, a roofline) of one device.
 
@@ -531,7 +531,7 @@ def _bytes_moved(instruction: Instruction, shapes: dict, by_name: dict) -> int:
             index = _integer(inner.arguments) if inner.opcode == "parameter" else None
             uses = users.get(inner.name, [])
             if index is not None and index < len(read) and uses:
-                sliced = _sliced_bytes(inner.name, users)
+                sliced = _sliced_bytes(inner.name, users, by_name)
                 if sliced is not None:
                     read[index] = sliced
                 elif all(
@@ -539,29 +539,61 @@ def _bytes_moved(instruction: Instruction, shapes: dict, by_name: dict) -> int:
                     for use in uses
                 ):
                     read[index] = 0  # the buffer updated in place
-        roots = [i for i in fused.instructions if i.opcode == "dynamic-update-slice"]
-        if roots and len(roots) == len(instruction.result):
-            written = sum(
-                _operand_bytes(r.operands[1], shapes) for r in roots if len(r.operands) > 1
-            )
+        # a dynamic-update-slice of a buffer passed in writes only its update, in place
+        # (beside any other outputs of the fusion: a matmul whose output is stacked)
+        parameters = {i.name for i in fused.instructions if i.opcode == "parameter"}
+        for update in fused.instructions:
+            if update.opcode == "dynamic-update-slice" and len(update.operands) > 1:
+                if update.operands[0] in parameters:
+                    saved = update.result_bytes - _operand_bytes(update.operands[1], shapes)
+                    written = max(written - saved, 0)
     return sum(read) + written
 
 
-def _sliced_bytes(name: str, users: dict[str, list[Instruction]]) -> int | None:
-    """Bytes of ``name`` that are read when every use only slices it (through bitcasts and
-    reshapes), else None."""
+def _sliced_bytes(
+    name: str, users: dict[str, list[Instruction]], by_name: dict[str, Computation]
+) -> int | None:
+    """Bytes of ``name`` that are read when every use only slices it (through bitcasts,
+    reshapes and nested fusions that only slice it), else None."""
     total = 0
     for use in users.get(name, []):
         if use.opcode in SLICING and use.operands and use.operands[0] == name:
             total += use.result_bytes
         elif use.opcode in ("bitcast", "reshape"):
-            inner = _sliced_bytes(use.name, users)
+            inner = _sliced_bytes(use.name, users, by_name)
+            if inner is None:
+                return None
+            total += inner
+        elif use.opcode == "fusion":
+            inner = _sliced_in_fusion(use, name, by_name)
             if inner is None:
                 return None
             total += inner
         else:
             return None
     return total if users.get(name) else None
+
+
+def _sliced_in_fusion(
+    fusion: Instruction, name: str, by_name: dict[str, Computation]
+) -> int | None:
+    """Bytes a nested fusion reads of its operand ``name`` when it only slices it."""
+    computation = by_name.get((called(fusion).get("calls") or [""])[0])
+    if computation is None:
+        return None
+    positions = [i for i, operand in enumerate(fusion.operands) if operand == name]
+    users: dict[str, list[Instruction]] = defaultdict(list)
+    for inner in computation.instructions:
+        for operand in inner.operands:
+            users[operand].append(inner)
+    total = 0
+    for inner in computation.instructions:
+        if inner.opcode == "parameter" and _integer(inner.arguments) in positions:
+            sliced = _sliced_bytes(inner.name, users, by_name)
+            if sliced is None:
+                return None
+            total += sliced
+    return total
 
 
 def _operand_bytes(name: str, shapes: dict) -> int:

@@ -133,15 +133,49 @@ class RoPE:
         return hash(self.key)
 
     def __call__(self, x_BxTxHxK: jax.Array, positions_BxT: jax.Array) -> jax.Array:
+        """``x * cos + rotate_half(x) * sin`` in float32, returned in ``x``'s dtype.
+
+        ``rotate_half`` (the halves swapped, the first negated) is a product with a signed
+        permutation matrix (exact: one nonzero term per output): on a TPU the matrix unit
+        does it inside the fusion, where splitting a 64-wide head into halves would store
+        32-wide pieces, each padded to 128 lanes, in the forward and the backward pass."""
         angles_BxTxF = positions_BxT.astype(jnp.float32)[..., None] * self.inv_freq
-        cos = jnp.cos(angles_BxTxF)[:, :, None, :]
-        sin = jnp.sin(angles_BxTxF)[:, :, None, :]
+        cos_BxTxF, sin_BxTxF = jnp.cos(angles_BxTxF), jnp.sin(angles_BxTxF)
         if self.factor != 1.0:
-            cos, sin = cos * self.factor, sin * self.factor
-        x = x_BxTxHxK.astype(jnp.float32)
-        if self.interleaved:
-            x1, x2 = x[..., 0::2], x[..., 1::2]
-        else:
-            x1, x2 = jnp.split(x, 2, axis=-1)
-        out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-        return out.astype(x_BxTxHxK.dtype)
+            cos_BxTxF, sin_BxTxF = cos_BxTxF * self.factor, sin_BxTxF * self.factor
+        cos = jnp.concatenate([cos_BxTxF, cos_BxTxF], axis=-1)[:, :, None, :]
+        sin = jnp.concatenate([sin_BxTxF, sin_BxTxF], axis=-1)[:, :, None, :]
+        x = x_BxTxHxK
+        if self.interleaved:  # pairs (2i, 2i + 1) to (i, i + K/2)
+            x = jnp.concatenate([x[..., 0::2], x[..., 1::2]], axis=-1)
+        return rotate(x, cos, sin)
+
+
+def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """``x * cos + rotate_half(x) * sin`` (float32 inside, ``x``'s dtype out), where
+    ``rotate_half`` swaps the halves of each head and negates the first: a product with a
+    signed permutation matrix (exact: one nonzero term per output).
+
+    On a TPU the matrix unit does that product inside the fusion; split into halves instead,
+    a 64-wide head is stored as 32-wide pieces, each padded to 128 lanes, in the forward and
+    the backward pass."""
+    matrix = rotate_half_matrix(x.shape[-1], x.dtype)
+    swapped = jnp.einsum("...k,kj->...j", x, matrix, precision=exact_for(x.dtype))
+    out = (x * cos.astype(x.dtype)).astype(jnp.float32) + swapped.astype(jnp.float32) * sin
+    return out.astype(x.dtype)
+
+
+def exact_for(dtype) -> jax.lax.Precision:
+    """The matmul precision that keeps a product with a signed permutation exact: bf16 is
+    exact at the default (one pass), float32 needs every pass on a TPU."""
+    return jax.lax.Precision.DEFAULT if dtype == jnp.bfloat16 else jax.lax.Precision.HIGHEST
+
+
+def rotate_half_matrix(head_dim: int, dtype, direction: float = 1.0) -> jax.Array:
+    """``direction`` * R, where ``x @ R == concatenate([-x[K/2:], x[:K/2]])`` for x of width
+    K = head_dim."""
+    half = head_dim // 2
+    r = np.zeros((head_dim, head_dim), np.float32)
+    r[np.arange(half) + half, np.arange(half)] = -direction
+    r[np.arange(half), np.arange(half) + half] = direction
+    return jnp.asarray(r, dtype)
