@@ -8,6 +8,7 @@ import signal
 
 import numpy as np
 import pytest
+from theseus.core.inspect import open_step
 
 from tests.train.conftest import TINY_MODEL, kill_after, metrics, run_cli, train_losses
 
@@ -62,6 +63,13 @@ def test_full_fine_tuning_dpo_starts_at_log_2_and_learns_the_preference(shared_r
         (shared_root / "runs" / full / "checkpoints" / "40" / "meta" / "metadata").read_text()
     )
     assert not [k for k in meta["arrays"] if k.startswith("state.frozen")]  # reference re-read
+
+
+def test_time_travel_replays_the_logged_dpo_loss_bitwise(shared_root, full):
+    """The replay runs the run's own objective (the DPO loss against its reference), not the
+    next-token cross entropy of the same rows."""
+    replayed = open_step(shared_root, full, 20).replay()
+    assert replayed["loss"] == train_losses(shared_root, full)[20]
 
 
 def test_a_killed_dpo_run_resumes_bit_exactly_reading_its_reference_again(shared_root, full):

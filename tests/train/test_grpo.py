@@ -18,6 +18,8 @@ import signal
 
 import numpy as np
 import pytest
+from theseus.core.inspect import open_step
+from theseus.core.inspect.timetravel import InspectError
 
 from tests.train.conftest import kill_after, metrics, run_cli, train_losses
 
@@ -149,6 +151,10 @@ def test_a_killed_grpo_run_resumes_with_the_same_rollouts_and_losses(shared_root
     assert all(whole[s][2] == 0.0 for s in range(0, 12, 2))
     losses = train_losses(shared_root, "grpo-whole")
     assert losses[0] == losses[1]  # the warmup's learning rate is 0 at step 0: same weights
+    # time travel cannot rebuild a step's rollouts, and says so rather than replaying a
+    # cross entropy of the chat rows in their place
+    with pytest.raises(InspectError, match="cannot be replayed: its batch held advantages"):
+        open_step(shared_root, "grpo-whole", 10).replay()
 
 
 def test_grpo_from_random_weights_is_refused_in_one_line(tmp_path):

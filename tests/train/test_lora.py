@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from theseus.core.inspect import open_step
 
 from tests.train.conftest import TINY, kill_after, run_cli, train_losses
 
@@ -116,6 +117,9 @@ def test_a_killed_lora_run_with_dropout_resumes_bit_exactly(shared_root, base_ru
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed lora-killed from step" in resumed.stderr
     assert train_losses(shared_root, "lora-killed") == train_losses(shared_root, "lora-whole")
+    # time travel replays a step of the adapters over the frozen base, its dropout included
+    replayed = open_step(shared_root, "lora-whole", 4).replay()
+    assert replayed["loss"] == train_losses(shared_root, "lora-whole")[4]
 
 
 @pytest.mark.parametrize("preset", ["tiny", "1b"])

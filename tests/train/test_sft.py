@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from theseus.core.inspect import open_step
 
 from tests.train.conftest import TINY_MODEL, final_params, metrics, run_cli, train_losses
 
@@ -34,6 +35,7 @@ def test_sft_on_addition_learns_the_format(sft_root):
         "data.vocab_size=300",
         "training.total_steps=40",
         "optimizer.learning_rate=3e-3",
+        "checkpoint.every=20",
         "--name",
         "sft",
     )
@@ -42,6 +44,8 @@ def test_sft_on_addition_learns_the_format(sft_root):
     # the assistant turns are digits and a few symbols: far below ln(300) = 5.7 once learned
     assert losses[0] > 5.0 and np.mean([losses[s] for s in range(35, 40)]) < 3.5
     assert metrics(sft_root, "sft")[-1]["val/loss"] < 3.5
+    # time travel replays step 20 on its padded chat rows, loss mask included
+    assert open_step(sft_root, "sft", 20).replay()["loss"] == losses[20]
 
 
 def test_sft_starts_from_the_weights_of_a_pretraining_run(sft_root):

@@ -15,7 +15,6 @@ from theseus.core.errors import TheseusError
 from theseus.core.inspect.capture import module_paths, recording
 from theseus.core.train.opening import open_run
 from theseus.core.train.state import TrainState
-from theseus.core.train.step import summed_loss
 
 if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
@@ -65,29 +64,41 @@ class Moment:
 
     # ------------------------------------------------------------------ replay
     def replay(self) -> dict[str, Any]:
-        """Recompute step k with the training step itself: loss, gradient norm and gradients."""
+        """Recompute step k with the training step itself (the run's own objective): loss,
+        gradient norm and gradients."""
         import jax
 
+        batch = self.replayable_batch()
         copy = jax.tree.map(lambda x: x.copy(), self.state)  # the step donates its input
-        _, metrics = self.setup.train_step(copy, self.setup.layout.place_batch(self.batch()))
+        _, metrics = self.setup.train_step(copy, self.setup.layout.place_batch(batch))
         return {
             "step": self.step,
             "loss": float(metrics["loss"]),
             "grad_norm": float(metrics["grad_norm"]),
-            "grads": self._gradients(),
+            "grads": self._gradients(batch),
         }
 
-    def _gradients(self) -> Any:
+    def replayable_batch(self) -> dict:
+        """The batch of step k with every field the objective reads; refused in one line
+        when some were made during training and never stored (GRPO's rollouts)."""
+        batch = self.batch()
+        missing = [name for name in self.setup.extra_fields if name not in batch]
+        if missing:
+            raise InspectError(
+                f"run {self.run}: step {self.step} cannot be replayed: its batch held "
+                f"{', '.join(missing)}, made while training (rollouts) and not stored; the "
+                "state, the model and its modules can still be inspected"
+            )
+        return batch
+
+    def _gradients(self, batch: dict) -> Any:
         import jax
         import jax.numpy as jnp
 
-        batch = self.batch()
+        objective = self.setup.objective
 
         def mean_loss(params: Any, frozen: Any) -> Any:
-            setup = self.setup
-            total, (_, count, _) = summed_loss(
-                setup.graphdef, params, setup.rest, batch, frozen=frozen
-            )
+            total, (_, count, _) = objective(params, frozen, batch, None)
             return total / jnp.maximum(count, 1.0)
 
         gradient = self.setup.layout.jit(jax.grad(mean_loss))  # under the mesh: kernels per shard

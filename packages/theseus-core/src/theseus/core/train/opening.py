@@ -139,7 +139,7 @@ def open_run(
     setup = into
     if setup is None:
         try:
-            setup = TrainSetup.build(config, registries, run_vocab_size(root, run, config))
+            setup = build_setup(job_class, config, registries, run_vocab_size(root, run, config))
         except ConfigError as failure:  # e.g. a value cut short: max_seq_len: 6 (was 64)
             also = f"; it {lacks}" if lacks else ""
             raise error(f"{prefix}{run.config_path}: {failure}{also}") from failure
@@ -151,6 +151,17 @@ def open_run(
     state = TrainState.from_saved(saved, frozen_weights(setup, str(root)))
     log.info("opened run %s at step %d (%s)", name, step, key)
     return OpenedRun(str(root), run, key, job_class, step, config, setup, state)
+
+
+def build_setup(
+    job_class: type, config: TrainJobConfig, registries: Registries, vocab_size: int
+) -> TrainSetup:
+    """The setup the run trained with: its job's own (objective, reference, batch fields),
+    so a replayed step is the step it logged."""
+    build = getattr(job_class, "build_setup", None)
+    if build is None:
+        return TrainSetup.build(config, registries, vocab_size)
+    return build(config, registries, vocab_size)
 
 
 def _saved_config(

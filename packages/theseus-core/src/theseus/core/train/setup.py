@@ -167,6 +167,9 @@ class TrainSetup:
     train_step: Any  # jitted ``step(state, batch) -> (state, metrics)``, state donated
     eval_step: Any  # jitted ``eval_step(params, frozen, batch) -> (loss sum, count, metrics)``
     make_state: Any  # ``make_state() -> TrainState``: the seeded state (jit it into place)
+    #: the step's objective, ``objective(params, frozen, batch, key) -> (summed loss,
+    #: (loss sum, count, metrics))``: the job's own (DPO's, GRPO's) or next-token cross entropy
+    objective: Any = None
     #: batch fields an objective reads beside ``BATCH_FIELDS`` (GRPO's ``advantages``), [B, T]
     extra_fields: dict[str, Any] = field(default_factory=dict)
 
@@ -288,6 +291,7 @@ class TrainSetup:
             schedule=schedule,
             weights=WeightSource.of(config.init),
             frozen=frozen,
+            objective=made or cross_entropy(graphdef, rest, remat.level, chunks),
             abstract_state=abstract.abstract(state_shardings),
             state_shardings=state_shardings,
             train_step=layout.jit_step(step, state_shardings),
