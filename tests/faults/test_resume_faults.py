@@ -213,3 +213,33 @@ def test_a_folder_holding_only_a_sibling_process_log_starts_as_a_new_run(shared_
     assert done.returncode == 0, done.stderr[-3000:]
     assert train_steps(shared_root, run.name) == [0, 1]
     assert "process 1 of 2" in (run / "logs" / "run.log").read_text()  # appended, not replaced
+
+
+def test_a_checkpoints_folder_linked_into_another_run_is_refused_and_both_runs_untouched(
+    shared_root, finished
+):
+    """Before: the resumed run said "resumed from step 4" on the other run's weights, wrote
+    its next checkpoint into the other run's folder, and keep-last deleted one of the other
+    run's checkpoints."""
+    run, other = clone(finished, "linked"), clone(finished, "linked-target")
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").symlink_to(Path("..") / "linked-target" / "checkpoints")
+    before, before_other = snapshot(run), snapshot(other)
+    done = run_cli(shared_root, *args_with("training.total_steps=6"), "--name", "linked")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    line = last_line(done)
+    assert "checkpoints is a link to" in line and "outside run 'linked'" in line, line
+    assert snapshot(run) == before and snapshot(other) == before_other
+
+
+def test_a_run_folder_linked_to_another_runs_folder_is_refused(shared_root, finished):
+    clone(finished, "alias-target")
+    alias = finished.parent / "alias"
+    alias.unlink(missing_ok=True)
+    alias.symlink_to("alias-target")
+    before = snapshot(finished.parent / "alias-target")
+    done = run_cli(shared_root, *args_with("training.total_steps=6"), "--name", "alias")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "is a link to run 'alias-target'" in last_line(done), last_line(done)
+    assert snapshot(finished.parent / "alias-target") == before

@@ -173,6 +173,28 @@ class RunDir:
     def exists(self) -> bool:
         return self.record_path.exists()
 
+    def check_own_folder(self) -> None:
+        """A run reads and writes only its own folder: a link in it (``checkpoints`` made a
+        link to another run's) or the folder itself linked to another run's is refused in
+        one line, before anything is read or written through it."""
+        if self.path.is_symlink():
+            target = self.path.resolve()
+            if target.parent == (self.root / "runs").resolve() and target.name != self.name:
+                raise JobError(
+                    f"{self.path} is a link to run {target.name!r}'s folder ({target}): a run "
+                    "writes only into its own folder (remove the link, or use that run's name)"
+                )
+        if not self.path.is_dir():
+            return
+        own = self.path.resolve()
+        for entry in sorted(self.path.iterdir()):
+            if entry.is_symlink() and not entry.resolve().is_relative_to(own):
+                raise JobError(
+                    f"{entry} is a link to {entry.resolve()}, outside run {self.name!r}'s "
+                    "folder: a run writes only into its own folder (put the folder itself "
+                    "there in place of the link, or choose another --name)"
+                )
+
     def checkpointed_steps(self) -> list[int]:
         """The steps with a committed checkpoint: the one definition every reader uses.
 

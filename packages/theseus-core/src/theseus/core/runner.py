@@ -128,6 +128,7 @@ class PreparedRun:
 
     def __call__(self) -> Any:
         check_root(self.root)
+        self.run_dir.check_own_folder()
         job_class = self.spec.load()
         config = self.typed_config(job_class)
         for prerequisite in self.prerequisites(job_class, config):
