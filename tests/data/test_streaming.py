@@ -195,6 +195,27 @@ def test_a_killed_tokenization_stops_the_trainer_in_one_line(tmp_path):
     assert record["status"] == "failed"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_a_trainer_waiting_for_a_stalled_tokenization(tmp_path, sig):
+    """Before: "checkpointing and stopping" was logged, then the trainer kept waiting for the
+    data (still alive ten minutes later), past any cluster's grace period before SIGKILL."""
+    root, gate = tmp_path / "root", tmp_path / "never"
+    tokenizer = theseus(root, *TOKENIZE, env={TEST_GATE_ENV: str(gate)})
+    wait_for(lambda: claimed(root), "the tokenize job claimed its folder", tokenizer)
+    trainer = theseus(root, *TRAIN, "--name", "stalled")
+    wait_for(lambda: waiting(root, "stalled"), "the trainer waited for units", trainer)
+    os.killpg(trainer.pid, sig)
+    started = time.time()
+    output, _ = trainer.communicate(timeout=60)
+    took = time.time() - started
+    assert trainer.returncode != 0 and took < 30, (took, output[-3000:])
+    assert "stopped by a signal at step 0" in output, output[-3000:]
+    assert "Traceback" not in output
+    record = json.loads((root / "runs" / "stalled" / "job.json").read_text())
+    assert record["status"] == "preempted"
+    assert tokenizer.poll() is None  # the tokenize job is another run: left to its own signals
+
+
 class GrowingStream:
     """A stream whose items arrive in batches, as a tokenize job publishes them."""
 

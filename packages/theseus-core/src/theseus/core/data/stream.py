@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from theseus.core import stop
 from theseus.core.data.reader import POLL_SECONDS, TokenizedDataset
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class Stream:
             )
             try:
                 while True:
+                    stop.check(f"waiting for {self.describe()}")
                     if self.dataset.refresh():
                         self._rebuild()
                         self.waits.status = (

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from theseus.core import stop
 from theseus.core.data.loader import TrainingData
 from theseus.core.errors import PreemptedError
 from theseus.core.jobs import JobContext
 from theseus.core.resume import check_checkpoints
 from theseus.core.sharding.mesh import describe
+from theseus.core.stop import caused_by_stop
 from theseus.core.train.callbacks import Events
 from theseus.core.train.checkpointing import Checkpointing
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
@@ -108,7 +110,12 @@ class Trainer:
             events.emit("on_train_start", step=start)
             with _preemption_guard(self), _progress(self, start) as advance:
                 for step in range(start, self.total_steps):
-                    batch = self.setup.layout.place_batch(next(batches))
+                    try:
+                        batch = self.setup.layout.place_batch(next(batches))
+                    except Exception as error:  # a data wait that a signal ended: stop here
+                        if self.preempted and caused_by_stop(error):
+                            break
+                        raise
                     events.emit("before_step", step=step)
                     state, metrics = self.setup.train_step(state, batch)
                     events.emit("on_step", step=step, state=state, metrics=metrics)
@@ -228,11 +235,13 @@ def _preemption_guard(trainer: Trainer) -> Iterator[None]:
     def handler(signum: int, frame: Any) -> None:
         log.warning("signal %d: checkpointing and stopping", signum)
         trainer.preempted = True
+        stop.requested.set()  # a wait for data gives up rather than outlive the grace period
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
+        stop.requested.clear()
         for sig, old in previous.items():
             signal.signal(sig, old)
 
