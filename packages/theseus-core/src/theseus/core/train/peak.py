@@ -1,78 +1,60 @@
-"""The peak MFU divides by: never below what the run itself achieves.
+"""The peak MFU divides by, robust to a mistimed window and never written back.
 
 A measured CPU peak depends on the load at the moment it was measured (4.44e10 FLOP/s in
 one root, 8.79e10 in another on the same machine), and a peak measured under load made MFU
-read up to 6.22. The peak used here is, by construction, at least the FLOP rate the run
-achieves: when a window of steps runs faster than the peak allows, the peak is raised to
-that rate (logged once; a measured peak is also raised in the root's cache, so later runs
-start from it). MFU is then at most 1 whatever the load when the peak was measured.
+read up to 6.22. MFU is therefore clipped to 1. A measured peak is raised during a run only
+when the median of its last ``WINDOWS`` windows above it is above it: one window timed too
+short (0.0085 s once gave 12x the machine's rate) moves nothing. The raise lives in the run
+alone; the root's cached measurement is never changed by a run (before, one mistimed window
+raised it for good, and every later run in the root reported MFU near 0.08).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-from pathlib import Path
+import statistics
 
 log = logging.getLogger(__name__)
 
+WINDOWS = 5  # windows above the peak whose median may raise a measured peak
+
 
 class Peak:
-    """Peak FLOP/s of all the run's devices, raised to any rate the run is seen to reach."""
+    """Peak FLOP/s of all the run's devices; a measured one is raised to the median of the
+    run's last ``WINDOWS`` windows above it."""
 
-    def __init__(
-        self, per_device: float, source: str, devices: int, cache_dir: Path | None = None
-    ) -> None:
+    def __init__(self, per_device: float, source: str, devices: int) -> None:
         self.per_device = per_device
         self.source = source
         self.devices = max(devices, 1)
-        self.cache_dir = cache_dir
-        self.raised = False
+        self.above: list[float] = []  # per-device rates of the windows above the peak
+        self.warned = False
 
     @property
     def total(self) -> float:
         return self.per_device * self.devices
 
     def mfu(self, achieved: float) -> float:
-        """``achieved`` FLOP/s (all devices) over the peak, which is first raised to
-        ``achieved`` if it is below: the result is in (0, 1]."""
-        if achieved > self.total:
-            self._raise(achieved / self.devices)
-        return achieved / self.total
+        """``achieved`` FLOP/s (all devices) over the peak, at most 1."""
+        per_device = achieved / self.devices
+        if per_device > self.per_device:
+            self.above.append(per_device)
+            self._warn_once(per_device)
+            recent = self.above[-WINDOWS:]
+            if self.source.startswith("measured") and len(recent) == WINDOWS:
+                self.per_device = max(self.per_device, statistics.median(recent))
+        return min(achieved / self.total, 1.0)
 
-    def _raise(self, per_device: float) -> None:
-        if not self.raised:
+    def _warn_once(self, per_device: float) -> None:
+        if not self.warned:
             log.warning(
-                "the run reaches %.3g FLOP/s per device, above the peak of %.3g (%s): MFU "
-                "divides by the rate reached from now on",
+                "a window reached %.3g FLOP/s per device, above the peak of %.3g (%s): MFU "
+                "is clipped to 1%s",
                 per_device,
                 self.per_device,
                 self.source,
+                f"; the peak is raised to the median of {WINDOWS} such windows"
+                if self.source.startswith("measured")
+                else "",
             )
-        self.raised = True
-        self.per_device = per_device
-        if self.source.startswith("measured") and self.cache_dir is not None:
-            remember_peak(self.cache_dir, per_device)
-
-
-def remember_peak(cache_dir: Path, per_device: float) -> None:
-    """Raise this machine's cached measured peak to ``per_device`` (never lower it)."""
-    from theseus.core.train.metrics import machine_key
-
-    cache = cache_dir / "peak_flops.json"
-    try:
-        known = json.loads(cache.read_text())
-        known = known if isinstance(known, dict) else {}
-    except (OSError, ValueError):
-        known = {}
-    key = machine_key()
-    if float(known.get(key, 0.0)) >= per_device:
-        return
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**known, key: per_device}, indent=2) + "\n")
-        tmp.replace(cache)
-    except OSError as error:  # a cache, not a record: the run goes on
-        log.debug("cannot update %s: %s", cache, error)
+        self.warned = True

@@ -168,7 +168,7 @@ class Trainer:
             total_steps=self.total_steps,
             tokens_per_step=setup.tokens_per_step,
             flops_per_token=setup.flops_per_token,
-            peak_flops=Peak(peak, peak_source, devices, Path(self.root) / ".theseus"),
+            peak_flops=Peak(peak, peak_source, devices),
             with_skipped=config.training.skip_nonfinite,
         )
         callbacks = [
