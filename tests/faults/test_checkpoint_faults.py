@@ -125,3 +125,22 @@ def test_branching_into_another_model_size_names_the_array(shared_root, finished
     assert line.endswith("it was saved by another model or optimizer config")
     assert snapshot(finished) == parent_before  # the parent is only read
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("total", [4, 2])
+def test_a_branch_that_would_end_where_it_starts_is_refused_in_one_line(
+    shared_root, finished, total
+):
+    """Before (issue 37): ``--branch base@4 training.total_steps=2`` exited 0 with "steps
+    4 -> 2" and a summary.json holding ``null`` for the loss."""
+    done = run_cli(
+        shared_root, *args_with(f"training.total_steps={total}"),
+        "--name", f"ckpt-short-{total}", "--branch", "ckpt-base@4",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert last_line(done) == (
+        f"error: --branch ckpt-base@4: the branch starts at step 4, and "
+        f"training.total_steps={total} ends it there or before: give training.total_steps "
+        "above 4"
+    )
+    assert not (shared_root / "runs" / f"ckpt-short-{total}").exists()

@@ -35,7 +35,7 @@ from theseus.core.resume import (
     config_changes,
     history_entry,
 )
-from theseus.core.rundir import RunDir, now
+from theseus.core.rundir import RunDir, checkpoint_step, now
 from theseus.core.sharding.distributed import process_group
 
 log = logging.getLogger(__name__)
@@ -231,7 +231,7 @@ def prepare(
                 f"run {name!r} already exists under {root}: branch into a new --name, or add "
                 "--fresh to replace it"
             )
-        parent_name, _ = parse_reference(branch, "--branch")
+        parent_name, at = parse_reference(branch, "--branch")
         parent = RunDir(root, parent_name)
         parent_record = parent.read_record()
         if parent_record.get("key") != key:
@@ -240,6 +240,7 @@ def prepare(
             )
         base = _saved_config(parent)
         tree = config_for(spec, registries, overrides, base, configs, root=str(root))
+        check_branch_steps(tree, branch, parent, at)
         return PreparedRun(spec, tree, root, name, registries, parent=branch, fresh=fresh)
     if run_dir.exists() and not fresh:
         record = run_dir.read_record()
@@ -265,6 +266,25 @@ def prepare(
         return prepared
     tree = config_for(spec, registries, overrides, configs=configs, root=str(root))
     return PreparedRun(spec, tree, root, name, registries, fresh=fresh)
+
+
+def check_branch_steps(tree: ConfigTree, branch: str, parent: RunDir, at: int | None) -> None:
+    """A training branch starts at its parent's step ``at`` (None: the newest checkpoint):
+    its ``training`` must end after it."""
+    training = tree.node.get("training") if hasattr(tree.node, "get") else None
+    if training is None or "total_steps" not in training:
+        return
+    start = checkpoint_step(parent, at, "--branch: ")
+    total_steps = training.get("total_steps")
+    per_step = training.get("global_batch_size", 0) * training.get("seq_len", 0)
+    if training.get("total_tokens") and per_step:
+        total_steps = -(-int(training.get("total_tokens")) // per_step)
+    if isinstance(total_steps, int) and total_steps <= start:
+        raise JobError(
+            f"--branch {branch}: the branch starts at step {start}, and "
+            f"training.total_steps={total_steps} ends it there or before: give "
+            f"training.total_steps above {start}"
+        )
 
 
 def _saved_config(run_dir: RunDir) -> dict | None:
