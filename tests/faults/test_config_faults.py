@@ -47,6 +47,39 @@ def test_bad_counts_and_references_are_one_line_before_any_work(tmp_path, overri
     assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize(
+    ("job", "overrides", "message"),
+    [
+        # issue 37: a 216-line top_k traceback at the first step, and a failed run folder
+        (
+            "mixtral/train/pretrain",
+            ["model.n_experts=2", "model.n_experts_per_token=3"],
+            "model.n_experts_per_token=3 is more than model.n_experts=2: each token picks its "
+            "experts among them",
+        ),
+        (
+            "llama/train/pretrain",
+            ["model.n_heads=4", "model.n_kv_heads=3"],
+            "model.n_kv_heads=3 must divide model.n_heads=4 (each key/value head serves a "
+            "whole group of query heads)",
+        ),
+        (
+            "deepseek_v3/train/pretrain",
+            ["model.n_groups=4", "model.top_groups=5", "model.n_experts=8"],
+            "model.top_groups=5 is more than model.n_groups=4: a token's experts come from that "
+            "many of the groups",
+        ),
+    ],
+)
+def test_a_model_that_cannot_be_built_is_one_line_before_any_work(
+    tmp_path, job, overrides, message
+):
+    done = run_cli(tmp_path, "run", job, "model.preset=tiny", *overrides)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
+
+
 def test_run_names_with_at_and_branch_steps_that_are_not_numbers(tmp_path):
     named = run_cli(tmp_path, *BASE, "--name", "b@2")
     assert named.returncode == 2

@@ -71,10 +71,14 @@ def test_mha_gqa_mqa(kv_heads):
 
 
 def test_heads_not_a_multiple_of_kv_heads_is_refused():
+    from theseus.core.errors import ConfigError
     from theseus.models.errors import ModelError
+    from theseus.models.layers.attention import Attention
 
+    with pytest.raises(ConfigError, match="model.n_kv_heads=3 must divide model.n_heads=4"):
+        tiny("llama", n_kv_heads=3)  # the config refuses it
     with pytest.raises(ModelError, match="n_heads=4 is not a multiple of n_kv_heads=3"):
-        tiny("llama", n_kv_heads=3)
+        Attention(64, 4, 3, 16, rngs=nnx.Rngs(0))  # and so does the layer, built directly
 
 
 def test_moe_capacity_drops_and_dropless_path():

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.core.errors import ConfigError
+from theseus.models.config_checks import shape_problems
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -70,3 +71,6 @@ class ModelConfig:
             raise ConfigError(
                 f"model.attention={self.attention!r}: expected one of {', '.join(IMPLEMENTATIONS)}"
             )
+        problems = shape_problems(self)
+        if problems:
+            raise ConfigError(problems[0])
