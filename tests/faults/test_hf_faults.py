@@ -113,3 +113,42 @@ def test_hf_dir_naming_a_file_is_one_line_for_import_and_export(shared_root, exp
     imported = run_cli(shared_root, "run", "hf/import", f"hf.dir={a_file}", "--name", "from-file")
     assert one_line(imported) == f"error: hf.dir: {a_file} is not a folder"
     assert a_file.read_bytes() == b"not a folder"
+
+
+def test_weights_the_config_does_not_describe_are_refused_not_dropped(
+    shared_root, exported, tmp_path
+):
+    """Before (issue 37): a config.json saying 1 layer beside weights of 2 imported with exit
+    0 and dropped the second layer."""
+    folder = tmp_path / "one-layer-config"
+    shutil.copytree(exported, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["n_layer"] = config["n_layer"] - 1
+    (folder / "config.json").write_text(json.dumps(config))
+    done = run_cli(shared_root, "run", "hf/import", f"hf.dir={folder}", "--name", "dropped")
+    line = one_line(done)
+    assert f"'transformer.h.{config['n_layer']}." in line, line  # the first layer too many
+    assert "is used by no part of the model config.json describes" in line, line
+
+
+@pytest.mark.parametrize(
+    ("family", "lacking"),
+    [("deepseek_v3", "kv_lora_rank"), ("deepseek_v3", "n_routed_experts"), ("gemma3", "head_dim")],
+)
+def test_a_config_json_lacking_a_key_the_family_reads_is_one_line(family, lacking):
+    """Before (issue 37): a 49-line KeyError traceback, exit 1."""
+    from theseus.models.errors import ModelError
+    from theseus.models.families import family_named
+    from theseus.models.hf.checkpoint import config_from_hf, config_to_hf
+
+    spec = family_named(family)
+    config = spec.config(preset="tiny", **{**spec.presets["tiny"], "vocab_size": 97})
+    hf = config_to_hf(family, config)
+    assert lacking in hf
+    del hf[lacking]
+    with pytest.raises(ModelError) as refused:
+        config_from_hf(hf)
+    assert str(refused.value) == (
+        f"config.json lacks {lacking!r}, which a {family} model needs (model_type "
+        f"{hf['model_type']!r})"
+    )

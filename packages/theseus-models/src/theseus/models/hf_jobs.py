@@ -47,7 +47,14 @@ from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.opening import open_run, params_from_hf
 from theseus.core.train.step_zero import write_step_zero
 from theseus.models.errors import ModelError
-from theseus.models.hf.checkpoint import family_for, family_of, model_values, save_hf, unsupported
+from theseus.models.hf.checkpoint import (
+    family_config,
+    family_for,
+    family_of,
+    model_values,
+    save_hf,
+    unsupported,
+)
 from theseus.models.hf.export_folder import check_target, staged
 from theseus.models.hf.files import check_tensor_files, read_config, resolve
 from theseus.models.lora_jobs import merged_model, saved_lora_rank
@@ -101,7 +108,7 @@ def inspect_source(config: Any, registries: Registries) -> Source:
     family = family_for(hf)
     if family is None:
         raise unsupported(hf)
-    family.load_hf().config_from_hf(hf)  # refuses the variants the family cannot run
+    family_config(family, hf)  # refuses the variants the family cannot run
     if not list(path.glob("*.safetensors")):
         raise ModelError(f"hf.dir: {path} holds no *.safetensors weights")
     key = f"{family.name}/train/pretrain"

@@ -10,6 +10,7 @@ The multi-token-prediction layer of a checkpoint (``model.layers.<n_layers>``) i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from theseus.models.deepseek_v3.config import DeepseekV3Config
@@ -157,6 +158,15 @@ def moe_rules(c: DeepseekV3Config, ours: ParamPath, theirs: str) -> list[Rule]:
     if c.n_shared_experts:
         out += swiglu_rules(c, (*ours, "shared_expert"), f"{theirs}.shared_experts")
     return out
+
+
+MTP_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def IGNORED(c: DeepseekV3Config, key: str) -> bool:  # noqa: N802  (the hf modules' protocol)
+    """The multi-token-prediction layers (``model.layers.<n_layers + i>``), not read."""
+    found = MTP_LAYER.match(key)
+    return bool(found) and int(found.group(1)) >= c.n_layers
 
 
 def rules(c: DeepseekV3Config) -> list[Rule]:

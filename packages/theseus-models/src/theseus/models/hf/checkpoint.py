@@ -77,7 +77,20 @@ def config_from_hf(hf: dict) -> tuple[str, Any]:
     family = family_for(hf)
     if family is None:
         raise unsupported(hf)
-    return family.name, family.load_hf().config_from_hf(hf)
+    return family.name, family_config(family, hf)
+
+
+def family_config(family: Family, hf: dict) -> Any:
+    """``family``'s config of ``hf``; a key the family reads and config.json lacks is one
+    line naming it."""
+    try:
+        return family.load_hf().config_from_hf(hf)
+    except KeyError as error:
+        key = error.args[0] if error.args else "?"
+        raise ModelError(
+            f"config.json lacks {key!r}, which a {family.name} model needs (model_type "
+            f"{hf.get('model_type')!r})"
+        ) from error
 
 
 def model_values(name: str, hf: dict) -> dict[str, Any]:
@@ -221,6 +234,7 @@ def params_from_hf(
     variables = {tuple(p): v for p, v in nnx.to_flat_state(abstract)}
     targets = per_layer(variables)
     values: dict[ParamPath, np.ndarray] = {}
+    used: set[str] = set()
     for rule in spec.load_hf().rules(config):
         shapes = []
         for p in rule.ours:
@@ -244,12 +258,22 @@ def params_from_hf(
                     f"({describe(config)})"
                 )
             arrays.append(tensors[key])
+            used.add(key)
         for path, value in zip(rule.ours, rule.to_ours(arrays, shapes), strict=True):
             values[path] = np.ascontiguousarray(value, dtype=np.float32)
     missing = sorted(set(targets) - set(values), key=str)
     if missing:
         raise CheckpointShapeError(
             f"no checkpoint tensor fills {missing[0]} ({len(missing)} missing)"
+        )
+    unused = sorted(
+        key for key in set(tensors) - used if not ignorable(spec.load_hf(), config, key)
+    )
+    if unused:
+        raise CheckpointShapeError(
+            f"checkpoint tensor {unused[0]!r} is used by no part of the model config.json "
+            f"describes ({len(unused)} unused; {describe(config)}): do config.json and the "
+            "weights belong together?"
         )
     filled = []
     for path, variable in variables.items():
@@ -260,6 +284,17 @@ def params_from_hf(
             value = values[path]
         filled.append((path, variable.replace(jnp.asarray(value))))
     return nnx.merge(graphdef, nnx.from_flat_state(filled))
+
+
+def ignorable(hf_module: Any, config: Any, key: str) -> bool:
+    """A checkpoint tensor an import may leave unread: rotary buffers some exports carry, a
+    tied head's copy, and what the family's ``hf.py`` names (``IGNORED(config, key)``)."""
+    if key.endswith("rotary_emb.inv_freq"):
+        return True
+    if key == "lm_head.weight" and getattr(config, "tie_embeddings", False):
+        return True
+    own = getattr(hf_module, "IGNORED", None)
+    return bool(own and own(config, key))
 
 
 def params_to_hf(family: str, model: nnx.Module) -> dict[str, np.ndarray]:
