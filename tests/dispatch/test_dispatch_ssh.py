@@ -248,8 +248,9 @@ def test_two_hosts_run_one_distributed_job(sshds, cli, tmp_path):
     wait_for(
         lambda: (launch / "exit.0").exists() and (launch / "exit.1").exists(), 120, what="exits"
     )
-    assert (launch / "exit.0").read_text().strip() == "0", (launch / "log.0").read_text()
-    assert (launch / "exit.1").read_text().strip() == "0", (launch / "log.1").read_text()
+    logs = "\n".join(f"--- log.{i}\n{(launch / f'log.{i}').read_text()}" for i in (0, 1))
+    assert (launch / "exit.0").read_text().strip() == "0", logs
+    assert (launch / "exit.1").read_text().strip() == "0", logs
     log1 = (launch / "log.1").read_text()
     assert "process 1 of 2" in log1
     info = json.loads((tmp_path / "remote-root" / "runs" / "pair" / OUTPUT).read_text())

@@ -243,3 +243,25 @@ def test_a_run_folder_linked_to_another_runs_folder_is_refused(shared_root, fini
     assert done.returncode == 2, done.stderr[-3000:]
     assert "is a link to run 'alias-target'" in last_line(done), last_line(done)
     assert snapshot(finished.parent / "alias-target") == before
+
+
+def test_a_follower_process_does_not_judge_the_folder_process_0_is_creating(tmp_path, monkeypatch):
+    """Found from the flaky two-host test's logs (issue 37): process 1 met the run folder
+    while process 0 was creating it (config.yaml and logs written, job.json not yet), took it
+    for a run that lost its record and exited 2 without a word to the coordinator; process 0
+    then waited 100 s for its heartbeats and aborted (exit 134). Process 0 checks the records
+    for every process; process 1 prepares the same run from what it finds."""
+    from theseus.core.errors import JobError
+    from theseus.core.runner import prepare
+
+    run = tmp_path / "runs" / "pair"
+    (run / "logs").mkdir(parents=True)
+    (run / "config.yaml").write_text("task:\n  steps: 1\n")
+    monkeypatch.setenv("THESEUS_COORDINATOR_ADDRESS", "127.0.0.1:1")
+    monkeypatch.setenv("THESEUS_NUM_PROCESSES", "2")
+    monkeypatch.setenv("THESEUS_PROCESS_ID", "1")
+    prepared = prepare("core/info", root=tmp_path, name="pair")
+    assert prepared.name == "pair"
+    monkeypatch.setenv("THESEUS_PROCESS_ID", "0")  # process 0 (or a lone process) refuses it
+    with pytest.raises(JobError, match="has no job.json"):
+        prepare("core/info", root=tmp_path, name="pair")

@@ -224,7 +224,8 @@ def prepare(
     name = check_run_name(name)
     run_dir = RunDir(root, name)
     overrides, configs = list(overrides), list(configs)
-    check_records(run_dir, fresh)  # a folder that lost its records is never written into
+    if leads_the_run():  # a folder that lost its records is never written into
+        check_records(run_dir, fresh)
     if branch is not None:
         if run_dir.exists() and not fresh:
             raise JobError(
@@ -266,6 +267,16 @@ def prepare(
         return prepared
     tree = config_for(spec, registries, overrides, configs=configs, root=str(root))
     return PreparedRun(spec, tree, root, name, registries, fresh=fresh)
+
+
+def leads_the_run() -> bool:
+    """Whether this process checks and writes the run's records: the only process, or
+    process 0 of a multi-process launch. The others must not judge the folder: process 0
+    may be creating it at that moment (config.yaml written, job.json not yet), which a
+    follower took for a folder that lost its record, and exited, leaving process 0 to wait
+    100 s for its heartbeats and abort."""
+    group = process_group()
+    return group is None or group.process_id == 0
 
 
 def check_branch_steps(tree: ConfigTree, branch: str, parent: RunDir, at: int | None) -> None:
