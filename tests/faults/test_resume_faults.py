@@ -233,6 +233,20 @@ def test_a_checkpoints_folder_linked_into_another_run_is_refused_and_both_runs_u
     assert snapshot(run) == before and snapshot(other) == before_other
 
 
+def test_a_link_deeper_in_the_run_folder_is_refused_too(shared_root, finished, tmp_path):
+    """One checkpoint (not the folder holding them) linked to a folder outside the run."""
+    run = clone(finished, "linked-deep")
+    outside = tmp_path / "elsewhere"
+    shutil.move(run / "checkpoints" / "4", outside)
+    (run / "checkpoints" / "4").symlink_to(outside)
+    before = snapshot(run)
+    done = run_cli(shared_root, *args_with("training.total_steps=6"), "--name", "linked-deep")
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = last_line(done)
+    assert f"checkpoints/4 is a link to {outside}, outside run 'linked-deep'" in line, line
+    assert snapshot(run) == before
+
+
 def test_a_run_folder_linked_to_another_runs_folder_is_refused(shared_root, finished):
     clone(finished, "alias-target")
     alias = finished.parent / "alias"

@@ -187,13 +187,15 @@ class RunDir:
         if not self.path.is_dir():
             return
         own = self.path.resolve()
-        for entry in sorted(self.path.iterdir()):
-            if entry.is_symlink() and not entry.resolve().is_relative_to(own):
-                raise JobError(
-                    f"{entry} is a link to {entry.resolve()}, outside run {self.name!r}'s "
-                    "folder: a run writes only into its own folder (put the folder itself "
-                    "there in place of the link, or choose another --name)"
-                )
+        for folder, folders, files in os.walk(self.path):  # links at any depth, not followed
+            for name in sorted([*folders, *files]):
+                entry = Path(folder) / name
+                if entry.is_symlink() and not entry.resolve().is_relative_to(own):
+                    raise JobError(
+                        f"{entry} is a link to {entry.resolve()}, outside run {self.name!r}'s "
+                        "folder: a run writes only into its own folder (put what it links to "
+                        "there in place of the link, or choose another --name)"
+                    )
 
     def checkpointed_steps(self) -> list[int]:
         """The steps with a committed checkpoint: the one definition every reader uses.
