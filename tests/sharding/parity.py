@@ -31,6 +31,7 @@ from theseus.core.recipes.dpo import preference_objective  # noqa: E402
 from theseus.core.recipes.preference_config import PreferenceConfig  # noqa: E402
 from theseus.core.sharding.config import ShardingConfig  # noqa: E402
 from theseus.core.sharding.placement import Layout, path_name, per_device_bytes  # noqa: E402
+from theseus.core.train.setup import model_fn  # noqa: E402
 from theseus.core.train.state import TrainState  # noqa: E402
 from theseus.core.train.step import cross_entropy, make_train_step  # noqa: E402
 from theseus.models.gpt.config import GPTConfig  # noqa: E402
@@ -89,7 +90,7 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = Fal
     optimizer = optax.sgd(0.5, momentum=0.9)
     objective = cross_entropy(graphdef, rest, remat)
     if dpo:  # rows 2p, 2p + 1 are a pair; the reference is a frozen copy of the start
-        objective = preference_objective(PreferenceConfig())(graphdef, rest, remat, False)
+        objective = preference_objective(PreferenceConfig())(model_fn(graphdef, rest, remat), False)
 
     def fresh() -> TrainState:
         _, params, _ = nnx.split(build(), nnx.Param, ...)

@@ -151,10 +151,12 @@ def test_a_killed_grpo_run_resumes_with_the_same_rollouts_and_losses(shared_root
     assert all(whole[s][2] == 0.0 for s in range(0, 12, 2))
     losses = train_losses(shared_root, "grpo-whole")
     assert losses[0] == losses[1]  # the warmup's learning rate is 0 at step 0: same weights
-    # time travel cannot rebuild a step's rollouts, and says so rather than replaying a
-    # cross entropy of the chat rows in their place
-    with pytest.raises(InspectError, match="cannot be replayed: its batch held advantages"):
-        open_step(shared_root, "grpo-whole", 10).replay()
+    # time travel samples step 10's rollouts again from checkpoint 10 (the first of its μ
+    # updates) and replays the logged GRPO loss bitwise, not a cross entropy of chat rows
+    assert open_step(shared_root, "grpo-whole", 10).replay()["loss"] == losses[10]
+    # step 5 trained on the rollouts of step 4, which no checkpoint keeps any more
+    with pytest.raises(InspectError, match="sampled at step 4 and are no longer kept"):
+        open_step(shared_root, "grpo-whole", 5).replay()
 
 
 def test_grpo_from_random_weights_is_refused_in_one_line(tmp_path):

@@ -27,8 +27,8 @@ from theseus.core.recipes.grpo_loss import (
     grpo_loss,
     k3_kl,
     token_entropy,
-    token_logps,
 )
+from theseus.core.recipes.logprobs import token_logps
 
 G = 4
 # three groups of four: varied, all equal (zero advantage), one winner

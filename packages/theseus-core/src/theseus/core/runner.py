@@ -241,7 +241,7 @@ def prepare(
             )
         base = _saved_config(parent)
         tree = config_for(spec, registries, overrides, base, configs, root=str(root))
-        check_branch_steps(tree, branch, parent, at)
+        check_branch_steps(spec, tree, branch, parent, at)
         return PreparedRun(spec, tree, root, name, registries, parent=branch, fresh=fresh)
     if run_dir.exists() and not fresh:
         record = run_dir.read_record()
@@ -279,21 +279,19 @@ def leads_the_run() -> bool:
     return group is None or group.process_id == 0
 
 
-def check_branch_steps(tree: ConfigTree, branch: str, parent: RunDir, at: int | None) -> None:
+def check_branch_steps(
+    spec: JobSpec, tree: ConfigTree, branch: str, parent: RunDir, at: int | None
+) -> None:
     """A training branch starts at its parent's step ``at`` (None: the newest checkpoint):
-    its ``training`` must end after it."""
-    training = tree.node.get("training") if hasattr(tree.node, "get") else None
-    if training is None or "total_steps" not in training:
+    its training must end after it."""
+    training = getattr(tree.to_object(spec.load().config_type), "training", None)
+    if not callable(getattr(training, "steps", None)):  # not a training job
         return
-    start = checkpoint_step(parent, at, "--branch: ")
-    total_steps = training.get("total_steps")
-    per_step = training.get("global_batch_size", 0) * training.get("seq_len", 0)
-    if training.get("total_tokens") and per_step:
-        total_steps = -(-int(training.get("total_tokens")) // per_step)
-    if isinstance(total_steps, int) and total_steps <= start:
+    start, steps = checkpoint_step(parent, at, "--branch: "), training.steps()
+    if steps <= start:
         raise JobError(
             f"--branch {branch}: the branch starts at step {start}, and "
-            f"training.total_steps={total_steps} ends it there or before: give "
+            f"training.total_steps={steps} ends it there or before: give "
             f"training.total_steps above {start}"
         )
 

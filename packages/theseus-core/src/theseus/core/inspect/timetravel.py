@@ -18,6 +18,7 @@ from theseus.core.train.state import TrainState
 
 if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
+    from theseus.core.rundir import RunDir
     from theseus.core.train.setup import TrainSetup
 
 log = logging.getLogger(__name__)
@@ -31,13 +32,20 @@ class Moment:
     """One run at one checkpointed step: its setup, state, batch and model."""
 
     def __init__(
-        self, setup: TrainSetup, data: TrainingData, run: str, step: int, state: TrainState
+        self,
+        setup: TrainSetup,
+        data: TrainingData,
+        run: str,
+        step: int,
+        state: TrainState,
+        run_dir: RunDir | None = None,
     ) -> None:
         self.setup = setup
         self.data = data
         self.run = run
         self.step = step
         self.state = state
+        self.run_dir = run_dir
         self._model: Any = None
         self._view: Any = None
 
@@ -45,6 +53,26 @@ class Moment:
     def batch(self) -> dict:
         """The batch of step k, exactly as training saw it."""
         return self.data.batch(self.step)
+
+    def trained_batch(self) -> dict:
+        """The batch step k trained on: the loader's, or where the run's recipe made its
+        batches while training (GRPO's rollouts), that source's batch made again."""
+        make = self.setup.recipe.batches
+        if make is None:
+            return self.batch()
+        source = make(self.setup, self.data, self.run_dir)
+        again = getattr(source, "replay_batch", None)
+        if again is None:
+            raise InspectError(
+                f"run {self.run}: step {self.step} cannot be replayed: its batches were made "
+                "while training and their source cannot make them again; the state, the model "
+                "and its modules can still be inspected"
+            )
+        try:
+            return again(self.step, self.state)
+        except TheseusError as failure:
+            why = f"run {self.run}: step {self.step} cannot be replayed: {failure}"
+            raise InspectError(why) from failure
 
     @property
     def model(self) -> Any:
@@ -80,8 +108,8 @@ class Moment:
 
     def replayable_batch(self) -> dict:
         """The batch of step k with every field the objective reads; refused in one line
-        when some were made during training and never stored (GRPO's rollouts)."""
-        batch = self.batch()
+        when some cannot be made again (GRPO's rollouts no checkpoint keeps)."""
+        batch = self.trained_batch()
         missing = [name for name in self.setup.extra_fields if name not in batch]
         if missing:
             raise InspectError(
@@ -145,4 +173,4 @@ def open_step(root: str | Path, run: str, step: int, overrides: list[str] | None
     and open its batches. Reads only: a damaged ``job.json``, ``config.yaml`` or checkpoint
     is an error naming the file, and nothing in the run directory is written."""
     opened = open_run(root, f"{run}@{step}", error=InspectError, overrides=overrides or ())
-    return Moment(opened.setup, opened.data(), run, step, opened.state)
+    return Moment(opened.setup, opened.data(), run, step, opened.state, opened.run)

@@ -22,11 +22,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from theseus.core.errors import ConfigError
+from theseus.core.recipes.logprobs import reference_token_logps
 from theseus.core.recipes.preference import preference_loss, sequence_logps
 from theseus.core.recipes.preference_config import PreferenceConfig
 from theseus.core.recipes.pretrain import PretrainJob
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.step import forward
+from theseus.core.train.recipe import MakeObjective, ModelFn, Objective, Recipe
 
 
 @dataclass
@@ -42,25 +43,20 @@ class DPOJobConfig(TrainJobConfig):
             )
 
 
-def preference_objective(config: PreferenceConfig) -> Any:
-    """``make(graphdef, rest, remat, adapted) -> objective`` for ``TrainSetup.build``."""
+def preference_objective(config: PreferenceConfig) -> MakeObjective:
+    """``make(model_fn, adapted) -> objective`` for the DPO recipe."""
 
-    def make(graphdef: Any, rest: Any, remat: str, adapted: bool) -> Any:
-        def logps(params: Any, frozen: Any, batch: dict, key: Any) -> tuple[jax.Array, Any]:
-            logits, _ = forward(graphdef, params, rest, batch, remat, frozen, key)
-            return sequence_logps(logits, batch["targets"], batch["loss_mask"])
-
-        def reference_logps(params: Any, frozen: Any, batch: dict) -> jax.Array:
+    def make(model_fn: ModelFn, adapted: bool) -> Objective:
+        def reference_logps(params: Any, frozen: Any, batch: Any) -> jax.Array:
             if config.loss == "simpo":  # reference-free
                 return jnp.zeros(batch["targets"].shape[0], jnp.float32)
-            if adapted:  # the base: every adapter's output zeroed
-                off = jax.tree.map(jnp.zeros_like, params)
-                return logps(off, frozen, batch, None)[0]
-            return logps(frozen, None, batch, None)[0]  # the initial weights
+            tokens = reference_token_logps(model_fn, params, frozen, batch, adapted)
+            return jnp.sum(jnp.where(batch["loss_mask"].astype(bool), tokens, 0.0), axis=-1)
 
-        def objective(params: Any, frozen: Any, batch: dict, key: Any) -> tuple[jax.Array, Any]:
-            policy, tokens = logps(params, frozen if adapted else None, batch, key)
-            reference = jax.lax.stop_gradient(reference_logps(params, frozen, batch))
+        def objective(params: Any, frozen: Any, batch: Any, key: Any) -> tuple[jax.Array, Any]:
+            logits = model_fn(params, frozen if adapted else None, batch, key)[0]
+            policy, tokens = sequence_logps(logits, batch["targets"], batch["loss_mask"])
+            reference = reference_logps(params, frozen, batch)
             loss, metrics = preference_loss(
                 config,
                 policy[0::2],
@@ -83,13 +79,13 @@ class DPOJob(PretrainJob):
     """Preference optimisation (DPO, IPO, SimPO) with LoRA or full fine-tuning."""
 
     config_type = DPOJobConfig
-    layout = "pairs"
 
     @classmethod
-    def setup_options(cls, config: DPOJobConfig) -> dict[str, Any]:
-        """The preference objective; a frozen copy of the initial weights as the reference
-        when every weight trains (LoRA's reference is the base; SimPO has none)."""
-        return {
-            "objective": preference_objective(config.dpo),
-            "keeps_reference": config.lora.rank == 0 and config.dpo.loss != "simpo",
-        }
+    def recipe(cls, config: DPOJobConfig) -> Recipe:  # type: ignore[override]
+        """The preference objective on pairs; a frozen copy of the initial weights as the
+        reference when every weight trains (LoRA's reference is the base; SimPO has none)."""
+        return Recipe(
+            layout="pairs",
+            objective=preference_objective(config.dpo),
+            reference=config.lora.rank == 0 and config.dpo.loss != "simpo",
+        )

@@ -16,11 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from theseus.core.errors import ConfigError
 from theseus.core.recipes.grpo_config import GRPOConfig
 from theseus.core.recipes.grpo_objective import grpo_objective
 from theseus.core.recipes.pretrain import PretrainJob
 from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.recipe import Recipe, TrainerParts
 
 
 @dataclass
@@ -41,25 +43,36 @@ class GRPOJob(PretrainJob):
     """GRPO (and RLOO, Dr. GRPO) on the embedded addition task, full fine-tuning or LoRA."""
 
     config_type = GRPOJobConfig
-    layout = "padded"  # the data config names the tokenizer (a tokenized chat dataset)
 
     @classmethod
-    def setup_options(cls, config: GRPOJobConfig) -> dict[str, Any]:
-        return {
-            "objective": grpo_objective(config.grpo),
-            "keeps_reference": config.lora.rank == 0 and config.grpo.beta > 0,
-        }
-
-    @classmethod
-    def check_setup(cls, config: GRPOJobConfig, setup: Any) -> None:
-        """The rollouts' advantages travel in the batch (the dry run lowers with them)."""
-        import numpy as np
-
-        setup.extra_fields = {"advantages": np.float32, "sampler_logps": np.float32}
+    def recipe(cls, config: GRPOJobConfig) -> Recipe:  # type: ignore[override]
+        """The clipped objective on rollouts sampled while training: their advantages and
+        log-probs travel in the batch (the dry run lowers with them); the held-out accuracy
+        replaces the validation loss. The data config names the tokenizer (``padded``: a
+        tokenized chat dataset, as SFT's)."""
+        fields = {"advantages": np.float32, "sampler_logps": np.float32}
         if config.grpo.iterations > 1:
-            setup.extra_fields["old_logps"] = np.float32
+            fields["old_logps"] = np.float32
+        return Recipe(
+            layout="padded",
+            objective=grpo_objective(config.grpo),
+            reference=config.lora.rank == 0 and config.grpo.beta > 0,
+            extra_fields=fields,
+            batches=rollouts,
+            callbacks=rollout_callbacks,
+            validation=False,
+        )
 
-    def __call__(self) -> dict[str, Any]:
-        from theseus.core.recipes.grpo_run import run_grpo
 
-        return run_grpo(self)
+def rollouts(setup: Any, data: Any, run: Any) -> Any:
+    """The run's batches: completions sampled from the weights being trained, scored."""
+    from theseus.core.recipes.grpo_run import Rollouts
+
+    return Rollouts(setup, data, run.path / "rollouts")
+
+
+def rollout_callbacks(parts: TrainerParts) -> list[Any]:
+    """The rollouts' own callbacks: the new state handed over, the held-out accuracy."""
+    from theseus.core.recipes.grpo_run import HeldOutAccuracy, StateTap
+
+    return [StateTap(parts.batches), HeldOutAccuracy(parts.batches, parts.writer, parts.flush)]

@@ -52,16 +52,6 @@ def group_advantages(rewards_B, generations: int, kind: str = "group", scale_eps
     return advantages.reshape(-1)
 
 
-def token_logps(logits_BxTxV, targets_BxT, temperature: float = 1.0):
-    """log π(target) per position, in float32 (the targets are the next input tokens), of
-    the distribution the rollouts were sampled from: softmax(logits / temperature), as TRL
-    scores policy and reference."""
-    logits = logits_BxTxV.astype(jnp.float32) / temperature
-    targets = jnp.maximum(targets_BxT, 0)  # padding may hold -100
-    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return picked - jax.nn.logsumexp(logits, axis=-1)
-
-
 def token_entropy(logits_BxTxV, temperature: float = 1.0):
     """Entropy of softmax(logits / temperature) per position: logsumexp(z) − Σ p z."""
     z = logits_BxTxV.astype(jnp.float32) / temperature

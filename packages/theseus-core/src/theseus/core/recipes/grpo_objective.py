@@ -18,35 +18,28 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from theseus.core.recipes.grpo_config import GRPOConfig
-from theseus.core.recipes.grpo_loss import grpo_terms, token_entropy, token_logps
+from theseus.core.recipes.grpo_loss import grpo_terms, token_entropy
+from theseus.core.recipes.logprobs import reference_token_logps, token_logps
+from theseus.core.train.recipe import MakeObjective, ModelFn, Objective
 from theseus.core.train.step import forward
 
 
-def grpo_objective(config: GRPOConfig) -> Any:
-    """``make(graphdef, rest, remat, adapted) -> objective`` for ``TrainSetup.build``.
+def grpo_objective(config: GRPOConfig) -> MakeObjective:
+    """``make(model_fn, adapted) -> objective`` for the GRPO recipe.
 
     The batch holds rollouts: ``inputs``/``targets`` (prompt + completion), ``loss_mask``
     (1 on completion targets), and ``advantages`` (each row's advantage on every column)."""
 
-    def make(graphdef: Any, rest: Any, remat: str, adapted: bool) -> Any:
-        def logits_of(params: Any, frozen: Any, batch: dict, key: Any) -> jax.Array:
-            return forward(graphdef, params, rest, batch, remat, frozen, key)[0]
-
-        def reference(params: Any, frozen: Any, batch: dict) -> jax.Array | None:
-            if config.beta == 0:
-                return None
-            if adapted:  # the base: every adapter's output zeroed
-                logits = logits_of(jax.tree.map(jnp.zeros_like, params), frozen, batch, None)
-            else:  # the starting weights
-                logits = logits_of(frozen, None, batch, None)
-            return token_logps(logits, batch["targets"], config.temperature)
-
-        def objective(params: Any, frozen: Any, batch: dict, key: Any) -> tuple[jax.Array, Any]:
-            logits = logits_of(params, frozen if adapted else None, batch, key)
+    def make(model_fn: ModelFn, adapted: bool) -> Objective:
+        def objective(params: Any, frozen: Any, batch: Any, key: Any) -> tuple[jax.Array, Any]:
+            logits = model_fn(params, frozen if adapted else None, batch, key)[0]
             logp = token_logps(logits, batch["targets"], config.temperature)
             entropy = jax.lax.stop_gradient(token_entropy(logits, config.temperature))
-            ref = reference(params, frozen, batch)
-            ref = None if ref is None else jax.lax.stop_gradient(ref)
+            ref = None
+            if config.beta > 0:  # the KL term's reference
+                ref = reference_token_logps(
+                    model_fn, params, frozen, batch, adapted, config.temperature
+                )
             if config.iterations > 1:  # the policy that sampled, scored when it sampled
                 old = batch["old_logps"]
             else:  # it is this policy: ratio 1, the gradient is the policy gradient

@@ -1,14 +1,16 @@
-"""What ``<model>/train/grpo`` does when it runs: rollouts on the host, the usual trainer.
+"""What ``<model>/train/grpo`` trains on: rollouts made on the host, while it trains.
 
-The trainer (:class:`~theseus.core.train.trainer.Trainer`) is reused as it is: checkpoints,
-resume, the metrics log, the non-finite policy and the lifecycle hooks. Two things change:
+The run is an ordinary training run (``run_training``: checkpoints, resume, the metrics
+log, the non-finite policy, the lifecycle hooks); its recipe (``grpo.py``) changes two
+things through the recipe's public seams:
 
-* the batches come from :class:`Rollouts`, which samples them with the trainer's current
-  weights (handed over by a callback after each step: no copy, no weight sync); with
+* the batch source is :class:`Rollouts`, which samples with the trainer's current weights
+  (handed over by :class:`StateTap` after each step: no copy, no weight sync); with
   ``grpo.iterations`` μ > 1 one batch serves μ steps, and is kept in ``<run>/rollouts/``
   until a checkpoint passes it, so a run resumed inside the μ steps reuses it;
-* the validation loss (a cross entropy on chat data, meaningless here) gives way to the
-  held-out accuracy, greedy answers to ``grpo.eval_prompts`` problems no step trains on.
+* the validation loss (a cross entropy on chat data, meaningless here) gives way to
+  :class:`HeldOutAccuracy`, greedy answers to ``grpo.eval_prompts`` problems no step
+  trains on.
 """
 
 from __future__ import annotations
@@ -30,13 +32,7 @@ from theseus.core.recipes.grpo_loss import group_advantages
 from theseus.core.recipes.grpo_objective import old_logps_step
 from theseus.core.recipes.grpo_task import load_task, row_seed, step_prompts
 from theseus.core.recipes.rewards import exact_answer, hash_answer
-from theseus.core.recipes.training_run import finished_line, write_summary
-from theseus.core.sharding.distributed import initialize_from_env
-from theseus.core.train.callbacks import Callback, Events, due
-from theseus.core.train.evaluation import Evaluation
-from theseus.core.train.recorder import Recorder
-from theseus.core.train.setup import open_data, plan_batch
-from theseus.core.train.trainer import Trainer
+from theseus.core.train.callbacks import Callback, due
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +65,7 @@ class Rollouts:
                 f" does not fit training.seq_len={self.seq_len}: raise it or lower the other"
             )
 
-    # --------------------------------------------------------------- the trainer's data
-    def __getattr__(self, name: str) -> Any:  # tokenizer_dir, vocab_size, layout, ...
-        return getattr(self.data, name)
-
+    # --------------------------------------------------------------- the batch source
     def iterator(self, start: int) -> Iterator[dict[str, np.ndarray]]:
         for step in count(start):
             yield self.batch(step)
@@ -156,14 +149,40 @@ class Rollouts:
                 f"at step {at}: they cannot be sampled again; resume from a checkpoint at a "
                 f"multiple of grpo.iterations={self.grpo.iterations}"
             )
-        batch, metrics = self.rollout(start)
-        placed = self.setup.layout.place_batch(batch)
-        batch["old_logps"] = np.asarray(self.old_logps(self.state, placed), np.float32)
+        batch, metrics = self.scored_rollout(start)
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = self.folder / f".{start}.partial.npz"
         np.savez(partial, metrics=np.asarray(json.dumps(metrics)), **batch)
         os.replace(partial, self.path(start))
         return batch, metrics
+
+    def scored_rollout(self, start: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Step ``start``'s rollouts with π_old's log-probs (μ > 1), from the current state."""
+        batch, metrics = self.rollout(start)
+        placed = self.setup.layout.place_batch(batch)
+        batch["old_logps"] = np.asarray(self.old_logps(self.state, placed), np.float32)
+        return batch, metrics
+
+    def replay_batch(self, step: int, state: Any) -> dict[str, np.ndarray]:
+        """Step ``step``'s batch again for time travel, from ``state`` (checkpoint
+        ``step``), writing nothing: sampled again from the same weights with the same seeds
+        where they sampled it (every step at μ = 1, the first of each μ steps), else read
+        from the run's rollouts while a checkpoint keeps them."""
+        self.state = state
+        mu = self.grpo.iterations
+        if mu == 1:
+            return self.rollout(step)[0]
+        start = step - step % mu
+        kept = self.load(start)
+        if kept is not None:
+            return kept[0]
+        if start != step:
+            raise JobError(
+                f"the rollouts step {step} trained on were sampled at step {start} and are no "
+                f"longer kept in {self.folder} (grpo.iterations={mu}); steps that are "
+                f"multiples of {mu} replay"
+            )
+        return self.scored_rollout(start)[0]
 
     def prune(self, checkpoint_step: int) -> None:
         """Forget the rollouts that no step after ``checkpoint_step`` uses."""
@@ -250,10 +269,14 @@ def rollout_rows(
 
 
 class StateTap(Callback):
-    """Hands each step's new state to the rollouts (sampled from before the next step)."""
+    """Hands the state to the rollouts: the starting one, then each step's new one (the next
+    rollouts are sampled from it)."""
 
     def __init__(self, rollouts: Rollouts) -> None:
         self.rollouts = rollouts
+
+    def on_train_start(self, step: int, state: Any) -> None:
+        self.rollouts.state = state
 
     def on_step(self, step: int, state: Any, metrics: dict) -> None:
         self.rollouts.state = state
@@ -275,8 +298,8 @@ class HeldOutAccuracy(Callback):
         setup = rollouts.setup
         self.every, self.total = setup.config.eval.every, setup.total_steps
 
-    def on_train_start(self, step: int) -> None:
-        self.evaluate(self.rollouts.state, step)
+    def on_train_start(self, step: int, state: Any) -> None:
+        self.evaluate(state, step)
 
     def on_step(self, step: int, state: Any, metrics: dict) -> None:
         if due(step + 1, self.every, self.total):
@@ -310,40 +333,3 @@ class HeldOutAccuracy(Callback):
         texts = [rollouts.text(ids) for ids in out]
         questions = [p.question for p in problems]
         return float(np.mean(self.score(questions, texts, answer=[p.answer for p in problems])))
-
-
-class GRPOTrainer(Trainer):
-    """The trainer with rollouts as its data and held-out accuracy as its evaluation."""
-
-    def __init__(self, setup: Any, rollouts: Rollouts, context: Any) -> None:
-        super().__init__(setup, rollouts, context, None)  # type: ignore[arg-type]
-        self.rollouts = rollouts
-
-    def initial_state(self) -> Any:
-        state = super().initial_state()
-        self.rollouts.state = state
-        return state
-
-    def _callbacks(self, start: int) -> tuple[Events, Recorder]:
-        events, recorder = super()._callbacks(start)
-        callbacks = []
-        for callback in events.callbacks:
-            if isinstance(callback, Evaluation):
-                callback = HeldOutAccuracy(self.rollouts, callback.writer, recorder.flush)
-            callbacks.append(callback)
-        callbacks.insert(0, StateTap(self.rollouts))
-        return Events(callbacks), recorder
-
-
-def run_grpo(job: Any) -> dict[str, Any]:
-    """Train ``job``'s run to its last step (resuming, branching or starting it)."""
-    initialize_from_env()
-    config, context = job.config, job.context
-    batch = plan_batch(config, job.layout)  # once: the loader and the step both take it
-    data = open_data(config, context.root, job.layout, run=job.run, batch=batch)
-    setup = job.build_setup(config, context.registries, data.vocab_size, batch=batch)
-    rollouts = Rollouts(setup, data, job.run.path / "rollouts")
-    summary = GRPOTrainer(setup, rollouts, context).fit()
-    write_summary(job.run, summary)
-    log.info(finished_line(job.run.name, summary))
-    return summary

@@ -10,11 +10,12 @@ from theseus.core.errors import JobError
 from theseus.core.evaluate.runner import check
 from theseus.core.hf_model_config import check_model_against_hf
 from theseus.core.jobs import Job, Prerequisite, parse_reference
-from theseus.core.plugins import Registries, registries
+from theseus.core.plugins import registries
 from theseus.core.rundir import RunDir, checkpoint_step
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.loggers import check_loggers
 from theseus.core.train.profile import parse_steps
+from theseus.core.train.recipe import Recipe
 from theseus.core.train.starting_weights import check_starting_weights
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,13 @@ def check_evaluations(config: TrainJobConfig) -> None:
 
 class PretrainJob(Job):
     config_type = TrainJobConfig
-    layout = "packed"  # how the data loader lays out rows: packed documents or padded chats
+
+    @classmethod
+    def recipe(cls, config: TrainJobConfig) -> Recipe:
+        """How this job trains (``train/recipe.py``): next-token cross entropy on packed
+        documents. A job with another objective, data layout or batch source overrides
+        this, and nothing else."""
+        return Recipe(layout="packed")
 
     @classmethod
     def prerequisites(cls, config: TrainJobConfig, root: str) -> list[Prerequisite]:
@@ -65,46 +72,16 @@ class PretrainJob(Job):
         allocated."""
         from theseus.core.train.dry_run import dry_run
 
-        return dry_run(config, root, as_json, target, build=cls.build_setup)
+        return dry_run(config, root, as_json, target, recipe=cls.recipe(config))
 
     def __call__(self) -> dict[str, Any]:
         from theseus.core.recipes.training_run import run_training
 
         return run_training(self)
 
-    @classmethod
-    def build_setup(
-        cls,
-        config: TrainJobConfig,
-        registries: Registries,
-        vocab_size: int,
-        devices: Any = None,
-        batch: Any = None,
-    ) -> Any:
-        """This job's ``TrainSetup`` on ``devices`` (default: every device), checked; the
-        dry run builds the same one over a target's compile-only devices. ``batch``: the
-        run's ``BatchPlan`` (default: planned for this job's data layout on ``devices``)."""
-        from theseus.core.train.setup import TrainSetup, plan_batch
-
-        if batch is None:
-            batch = plan_batch(config, cls.layout, devices)
-        options = cls.setup_options(config)
-        setup = TrainSetup.build(
-            config, registries, vocab_size, devices=devices, batch=batch, **options
-        )
-        cls.check_setup(config, setup)
-        return setup
-
-    @classmethod
-    def setup_options(cls, config: TrainJobConfig) -> dict[str, Any]:
-        """Keyword arguments of ``TrainSetup.build`` beyond the config: another objective,
-        a frozen reference (a job with another objective overrides this)."""
-        return {}
-
-    @classmethod
-    def check_setup(cls, config: TrainJobConfig, setup: Any) -> None:
-        """Refuse a setup this job cannot train (before any data is read)."""
-
 
 class SFTJob(PretrainJob):
-    layout = "padded"
+    @classmethod
+    def recipe(cls, config: TrainJobConfig) -> Recipe:
+        """Cross entropy on padded chat rows, masked to the assistant's tokens."""
+        return Recipe(layout="padded")

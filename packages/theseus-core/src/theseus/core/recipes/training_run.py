@@ -1,4 +1,5 @@
-"""What a training job does when it runs: data, setup, trainer, summary.
+"""What a training job does when it runs: data, setup, trainer, summary; the same for
+every training job, each shaped only by its recipe (``train/recipe.py``).
 
 Kept apart from the job classes (``pretrain.py``, ``dpo.py``), which the CLI imports to
 read configs and plan dry runs before JAX may start; this module imports JAX.
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from theseus.core.evaluate.training import training_tasks
 from theseus.core.rundir import RunDir
 from theseus.core.sharding.distributed import initialize_from_env
-from theseus.core.train.setup import open_data, plan_batch
+from theseus.core.train.setup import TrainSetup, open_data, plan_batch
 from theseus.core.train.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -27,11 +28,21 @@ def run_training(job: PretrainJob) -> dict[str, Any]:
     """Train ``job``'s run to its last step (resuming, branching or starting it)."""
     initialize_from_env()  # multi-host: before anything touches a device
     config, context = job.config, job.context
-    batch = plan_batch(config, job.layout)  # once: the loader and the step both take it
-    data = open_data(config, context.root, job.layout, run=job.run, batch=batch)
-    setup = job.build_setup(config, context.registries, data.vocab_size, batch=batch)
-    tasks = training_tasks(setup, data, context.root, job.run)
-    summary = Trainer(setup, data, context, tasks).fit()
+    recipe = job.recipe(config)
+    batch = plan_batch(config, recipe.layout)  # once: the loader and the step both take it
+    data = open_data(config, context.root, recipe.layout, run=job.run, batch=batch)
+    setup = TrainSetup.build(config, context.registries, data.vocab_size, recipe, batch=batch)
+    batches = recipe.batches(setup, data, job.run) if recipe.batches else data
+    tasks = training_tasks(setup, data, context.root, job.run) if recipe.validation else None
+    trainer = Trainer(
+        setup,
+        batches,
+        context,
+        tasks,
+        callbacks=recipe.callbacks,
+        validation=recipe.validation,
+    )
+    summary = trainer.fit()
     write_summary(job.run, summary)
     log.info(finished_line(job.run.name, summary))
     return summary

@@ -4,7 +4,7 @@ The loop (:meth:`theseus.core.train.trainer.Trainer.fit`) dispatches a step and 
 callbacks; they read metrics, evaluate, checkpoint, profile and call the plugins' lifecycle
 hooks. Events, in the order a run sees them::
 
-    on_train_start(step)                  before the first step (``step``: where it starts)
+    on_train_start(step, state)           before the first step (``step``: where it starts)
     before_step(step) / on_step(step, state, metrics)       around each dispatched step
     on_values(step, values)               a step's host values (read one step late)
     on_record(step, record) -> extras     a metrics record is about to be written
@@ -30,7 +30,7 @@ class Callback:
 
     events: Events
 
-    def on_train_start(self, step: int) -> None:
+    def on_train_start(self, step: int, state: Any) -> None:
         pass
 
     def before_step(self, step: int) -> None:

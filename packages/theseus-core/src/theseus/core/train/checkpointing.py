@@ -39,7 +39,7 @@ class Checkpointing(Callback):
         self.stopping = stopping  # a signal asked the run to stop: save now
         self.last_saved: int | None = None
 
-    def on_train_start(self, step: int) -> None:
+    def on_train_start(self, step: int, state: TrainState) -> None:
         self.last_saved = step
 
     def on_step(self, step: int, state: TrainState, metrics: dict) -> None:

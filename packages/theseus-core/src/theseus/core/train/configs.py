@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,14 @@ class TrainingConfig:
         resume_safe=True,
         ge=0,
     )
+
+    def steps(self) -> int:
+        """The optimizer steps a run trains for: ``total_steps``, or the steps that reach
+        ``total_tokens`` when it is given."""
+        if self.total_tokens:
+            tokens_per_step = self.global_batch_size * self.seq_len
+            return max(1, math.ceil(self.total_tokens / tokens_per_step))
+        return self.total_steps
 
 
 @dataclass

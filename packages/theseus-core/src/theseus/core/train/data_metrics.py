@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from theseus.core.data.loader import TrainingData
 from theseus.core.train.callbacks import Callback
+from theseus.core.train.recipe import BatchSource
 
 
 class DataMetrics(Callback):
     """Adds ``data/mix/<dataset>`` and ``data/wait_s`` (see ``TrainingData.step_metrics``)."""
 
-    def __init__(self, data: TrainingData) -> None:
+    def __init__(self, data: BatchSource) -> None:
         self.data = data
 
     def on_record(self, step: int, record: dict[str, Any]) -> dict[str, Any] | None:

@@ -15,19 +15,16 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.errors import TheseusError
-from theseus.core.plugins import Registries, registries
+from theseus.core.plugins import registries
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.fit_advice import advise
 from theseus.core.train.plan_format import format_report, size
-
-#: ``build(config, registries, vocab_size, devices) -> TrainSetup``: the job's own setup
-BuildSetup = Callable[[TrainJobConfig, Any, int, Any], Any]
+from theseus.core.train.recipe import PRETRAIN, Recipe
 
 
 def simulate_devices(config: TrainJobConfig) -> None:
@@ -61,12 +58,6 @@ def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
         return config.data.vocab_size, "data.vocab_size (data not tokenized yet)"
 
 
-def default_build(config: TrainJobConfig, registries: Registries, vocab: int, devices: Any) -> Any:
-    from theseus.core.train.setup import TrainSetup
-
-    return TrainSetup.build(config, registries, vocab, devices=devices)
-
-
 def target_devices(target: str) -> list[Any]:
     """The target's compile-only devices; JAX starts on the CPU (no local chip is used)."""
     from theseus.core.chips.devices import compile_only_devices
@@ -82,20 +73,21 @@ def plan(
     config: TrainJobConfig,
     root: str,
     target: str | None = None,
-    build: BuildSetup | None = None,
+    recipe: Recipe = PRETRAIN,
 ) -> dict[str, Any]:
-    """The plan as a dict; advice added when the step does not fit its chip."""
+    """The plan of ``recipe``'s step (the job's) as a dict; advice added when the step does
+    not fit its chip."""
     from theseus.core.train.plan_report import report
+    from theseus.core.train.setup import TrainSetup
 
     devices = target_devices(target) if target else None
     if devices is None:
         simulate_devices(config)
-    build = build or default_build
     vocab, source = vocab_size(config, root)
     regs = registries()
 
     def make(changed: TrainJobConfig) -> Any:
-        return build(changed, regs, vocab, devices)
+        return TrainSetup.build(changed, regs, vocab, recipe, devices=devices)
 
     setup = make(config)
     result = report(setup, source, target or "")
@@ -109,9 +101,9 @@ def dry_run(
     root: str,
     as_json: bool = False,
     target: str | None = None,
-    build: BuildSetup | None = None,
+    recipe: Recipe = PRETRAIN,
 ) -> dict[str, Any]:
-    result = plan(config, root, target, build)
+    result = plan(config, root, target, recipe)
     print(json.dumps(result, sort_keys=True) if as_json else format_report(result))
     if result.get("fits") is False:
         raise ShardingError(not_fitting(result))

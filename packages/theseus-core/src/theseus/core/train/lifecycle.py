@@ -17,7 +17,7 @@ class LifecycleHooks(Callback):
         self.run = run
         self.hook = setup.registries.hook
 
-    def on_train_start(self, step: int) -> None:
+    def on_train_start(self, step: int, state: Any) -> None:
         self.hook.theseus_on_train_start(setup=self.setup, run=self.run, step=step)
 
     def on_record(self, step: int, record: dict[str, Any]) -> dict[str, Any]:

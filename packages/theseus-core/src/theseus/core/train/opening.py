@@ -38,6 +38,7 @@ from theseus.core.rundir import RunDir, checkpoint_step
 from theseus.core.runner import config_for, job_spec
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.recipe import PRETRAIN, Recipe
 from theseus.core.train.setup import TrainSetup, open_data
 from theseus.core.train.state import TrainState
 from theseus.core.train.weights import placed_like
@@ -88,8 +89,8 @@ class OpenedRun:
         reading a run records nothing in it)."""
         config = self.config
         sized = dataclasses.replace(config.data, verify="size")
-        layout = getattr(self.job_class, "layout", "packed")
         replaced = dataclasses.replace(config, data=sized)
+        layout = self.setup.recipe.layout
         return open_data(replaced, self.root, layout, run=self.run, from_record=True)
 
     @property
@@ -139,7 +140,8 @@ def open_run(
     setup = into
     if setup is None:
         try:
-            setup = build_setup(job_class, config, registries, run_vocab_size(root, run, config))
+            vocab_size = run_vocab_size(root, run, config)
+            setup = TrainSetup.build(config, registries, vocab_size, recipe_of(job_class, config))
         except ConfigError as failure:  # e.g. a value cut short: max_seq_len: 6 (was 64)
             also = f"; it {lacks}" if lacks else ""
             raise error(f"{prefix}{run.config_path}: {failure}{also}") from failure
@@ -153,15 +155,11 @@ def open_run(
     return OpenedRun(str(root), run, key, job_class, step, config, setup, state)
 
 
-def build_setup(
-    job_class: type, config: TrainJobConfig, registries: Registries, vocab_size: int
-) -> TrainSetup:
-    """The setup the run trained with: its job's own (objective, reference, batch fields),
-    so a replayed step is the step it logged."""
-    build = getattr(job_class, "build_setup", None)
-    if build is None:
-        return TrainSetup.build(config, registries, vocab_size)
-    return build(config, registries, vocab_size)
+def recipe_of(job_class: type, config: TrainJobConfig) -> Recipe:
+    """The recipe the run trained with (its objective, reference, batch fields), so a
+    replayed step is the step it logged; pretraining's for a job that states none."""
+    recipe = getattr(job_class, "recipe", None)
+    return PRETRAIN if recipe is None else recipe(config)
 
 
 def _saved_config(

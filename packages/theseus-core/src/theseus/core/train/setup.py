@@ -8,9 +8,8 @@ as abstract arrays (with their shardings) until :meth:`TrainSetup.init_state` is
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -31,10 +30,11 @@ from theseus.core.sharding.placement import Layout
 from theseus.core.sharding.remat import RematChoice
 from theseus.core.sharding.rules import batch_ways
 from theseus.core.train.chunked_loss import loss_chunks
-from theseus.core.train.configs import TrainingConfig, TrainJobConfig
+from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
 from theseus.core.train.remat_choice import decide_remat
 from theseus.core.train.state import TrainState
-from theseus.core.train.step import cross_entropy, make_eval_step, make_train_step
+from theseus.core.train.step import cross_entropy, forward, make_eval_step, make_train_step
 from theseus.core.train.weights import FrozenRole, WeightSource, frozen_role
 
 if TYPE_CHECKING:
@@ -66,13 +66,6 @@ def plan_batch(
     )
 
 
-def total_steps(training: TrainingConfig) -> int:
-    if training.total_tokens:
-        tokens_per_step = training.global_batch_size * training.seq_len
-        return max(1, math.ceil(training.total_tokens / tokens_per_step))
-    return training.total_steps
-
-
 def open_data(
     config: TrainJobConfig,
     root: str,
@@ -100,7 +93,7 @@ def open_data(
         layout=layout,
         process_index=jax.process_index(),
         run_dir=run.path if run is not None else None,  # its data record and verifications
-        total_steps=total_steps(training),
+        total_steps=training.steps(),
         from_record=from_record,
     )
 
@@ -169,9 +162,8 @@ class TrainSetup:
     make_state: Any  # ``make_state() -> TrainState``: the seeded state (jit it into place)
     #: the step's objective, ``objective(params, frozen, batch, key) -> (summed loss,
     #: (loss sum, count, metrics))``: the job's own (DPO's, GRPO's) or next-token cross entropy
-    objective: Any = None
-    #: batch fields an objective reads beside ``BATCH_FIELDS`` (GRPO's ``advantages``), [B, T]
-    extra_fields: dict[str, Any] = field(default_factory=dict)
+    objective: Objective
+    recipe: Recipe  # the job's: its objective, reference, batch fields and batch source
 
     @classmethod
     def build(
@@ -179,24 +171,21 @@ class TrainSetup:
         config: TrainJobConfig,
         registries: Registries,
         vocab_size: int,
-        objective: Any = None,
-        keeps_reference: bool = False,
+        recipe: Recipe = PRETRAIN,
         devices: Sequence[Any] | None = None,
         batch: BatchPlan | None = None,
     ) -> TrainSetup:
-        """Everything a run needs, built once. ``objective(graphdef, rest, remat, adapted)``
-        makes the step's objective (default: next-token cross entropy); ``keeps_reference``
-        keeps a frozen copy of the initial weights beside a fully trained model (DPO's
-        reference; a LoRA run's frozen base already is one). ``devices``: the mesh's
-        devices (default: every device), e.g. a target's compile-only devices for a plan.
-        ``batch``: the run's :func:`plan_batch` (default: planned here for packed rows)."""
+        """Everything a run of ``recipe`` (the job's: its objective, reference and batch
+        fields) needs, built once. ``devices``: the mesh's devices (default: every device),
+        e.g. a target's compile-only devices for a plan. ``batch``: the run's
+        :func:`plan_batch` (default: planned here for the recipe's data layout)."""
         training = config.training
         layout = Layout(config.sharding, devices)
         if batch is None:
-            batch = plan_batch(config, "packed", layout.mesh.devices.flat)
+            batch = plan_batch(config, recipe.layout, layout.mesh.devices.flat)
         if batch.batch_shards != layout.batch_shards:
             raise ValueError(f"{batch} was planned for another mesh than {layout.sizes}")
-        steps = total_steps(training)
+        steps = training.steps()
         schedule = build_schedule(
             registries, config.schedule, config.optimizer.learning_rate, steps
         )
@@ -206,7 +195,7 @@ class TrainSetup:
         adapted = config.lora.rank > 0
         if adapted:
             model_class = adapt(registries, model_class, config)
-        frozen = frozen_role(adapted, keeps_reference)
+        frozen = frozen_role(adapted, recipe.reference)
         setup_key = jax.random.key(training.seed)
 
         def build_model() -> Any:
@@ -258,7 +247,10 @@ class TrainSetup:
             compute_dtype=getattr(configured, "dtype", "float32"),
             layers=getattr(configured, "n_layers", 1),
         )
-        made = None if objective is None else objective(graphdef, rest, remat.level, adapted)
+        made = None
+        if recipe.objective is not None:
+            made = recipe.objective(model_fn(graphdef, rest, remat.level), adapted)
+        step_objective = made or cross_entropy(graphdef, rest, remat.level, chunks)
         step = make_train_step(
             graphdef,
             rest,
@@ -269,9 +261,8 @@ class TrainSetup:
             micro_sharding=layout.micro_sharding(),
             grad_shardings=layout.grad_shardings(abstract.params),
             remat=remat.level,
-            loss_chunks=chunks,
             dropout_seed=training.seed if adapted and config.lora.dropout else None,
-            objective=made,
+            objective=step_objective,
         )
         return cls(
             config=config,
@@ -291,7 +282,8 @@ class TrainSetup:
             schedule=schedule,
             weights=WeightSource.of(config.init),
             frozen=frozen,
-            objective=made or cross_entropy(graphdef, rest, remat.level, chunks),
+            objective=step_objective,
+            recipe=recipe,
             abstract_state=abstract.abstract(state_shardings),
             state_shardings=state_shardings,
             train_step=layout.jit_step(step, state_shardings),
@@ -353,6 +345,11 @@ class TrainSetup:
         weights, which are read again from their source on restore."""
         return self.abstract_state.saved()
 
+    @property
+    def extra_fields(self) -> Mapping[str, Any]:
+        """Batch fields the objective reads beside ``BATCH_FIELDS`` (GRPO's advantages)."""
+        return self.recipe.extra_fields
+
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         """The global batch as abstract arrays, for lowering the step without data."""
         return abstract_batch(self.config, self.layout, self.extra_fields)
@@ -363,7 +360,7 @@ class TrainSetup:
 
 
 def abstract_batch(
-    config: TrainJobConfig, layout: Layout, extra_fields: dict[str, Any] | None = None
+    config: TrainJobConfig, layout: Layout, extra_fields: Mapping[str, Any] | None = None
 ) -> dict[str, jax.ShapeDtypeStruct]:
     """The global batch as abstract arrays (with the layout's sharding), for tracing and
     lowering the step without data."""
@@ -372,3 +369,13 @@ def abstract_batch(
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=layout.batch_sharding)
         for name, dtype in {**BATCH_FIELDS, **(extra_fields or {})}.items()
     }
+
+
+def model_fn(graphdef: Any, rest: Any, remat: str) -> ModelFn:
+    """``model_fn(params, frozen, batch, key) -> (logits, aux)``: the step's forward pass,
+    its blocks checkpointed at ``remat``; what a recipe's objective is built on."""
+
+    def run(params: Any, frozen: Any, batch: Mapping[str, Any], key: Any) -> tuple[Any, dict]:
+        return forward(graphdef, params, rest, batch, remat, frozen, key)
+
+    return run

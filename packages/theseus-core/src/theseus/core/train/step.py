@@ -19,6 +19,7 @@ from theseus.core.adapters import dropout_key
 from theseus.core.model import STAT_PREFIX
 from theseus.core.sharding.remat import checkpoint_blocks
 from theseus.core.train.chunked_loss import chunked_cross_entropy
+from theseus.core.train.recipe import Objective
 from theseus.core.train.state import TrainState
 
 Batch = dict[str, jax.Array]
@@ -98,10 +99,9 @@ def summed_loss(
     return ce_sum + aux_total * count, (ce_sum, count, model_metrics)
 
 
-#: ``objective(params, frozen, batch, key) -> (total, (loss sum, count, metrics))``: what a
-#: step differentiates (``total``) and reports (``loss sum / count``); metrics named
-#: ``train/...`` are logged as they are, others as ``model/<name>``.
-Objective = Callable[[Any, Any, Batch, Any], tuple[jax.Array, Any]]
+# An objective (``train/recipe.py``) returns what a step differentiates (``total``) and
+# reports (``loss sum / count``); metrics named ``train/...`` are logged as they are, others
+# as ``model/<name>``.
 TRAIN_PREFIX = "train/"
 
 

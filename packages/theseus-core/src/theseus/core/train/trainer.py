@@ -12,7 +12,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from theseus.core.jobs import JobContext
 from theseus.core.resume import check_checkpoints
 from theseus.core.sharding.mesh import describe
 from theseus.core.stop import caused_by_stop
-from theseus.core.train.callbacks import Events
+from theseus.core.train.callbacks import Callback, Events
 from theseus.core.train.checkpointing import Checkpointing
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.data_metrics import DataMetrics
@@ -37,6 +37,7 @@ from theseus.core.train.nonfinite import NonFinitePolicy
 from theseus.core.train.opening import frozen_weights, open_run, start_state
 from theseus.core.train.peak import Peak
 from theseus.core.train.profile import StepProfiler
+from theseus.core.train.recipe import BatchSource, TrainerParts
 from theseus.core.train.recorder import Recorder
 from theseus.core.train.setup import TrainSetup
 from theseus.core.train.state import TrainState
@@ -47,18 +48,29 @@ log = logging.getLogger(__name__)
 class Trainer:
     """Runs a :class:`TrainSetup` over a run's batches: resume, loop, callbacks.
 
-    ``tasks``: the job's evaluations beside the validation loss (``eval.tasks``)."""
+    ``data``: where the batches come from (the loader, or a recipe's own source such as
+    GRPO's rollouts). ``tasks``: the job's evaluations beside the validation loss
+    (``eval.tasks``). ``callbacks``: the recipe's own (:attr:`Recipe.callbacks`), after
+    the trainer's; ``validation``: whether the validation loss is evaluated (it needs
+    ``data`` to be the loader)."""
 
     def __init__(
         self,
         setup: TrainSetup,
-        data: TrainingData,
+        data: BatchSource,
         context: JobContext,
         tasks: Tasks | None = None,
+        *,
+        callbacks: Callable[[TrainerParts], Sequence[Callback]] | None = None,
+        validation: bool = True,
     ) -> None:
+        if validation and not isinstance(data, TrainingData):
+            raise TypeError("the validation loss needs the loader's data (validation=False)")
         self.setup = setup
         self.config = setup.config
         self.data = data
+        self.recipe_callbacks = callbacks
+        self.validation = validation
         self.root = context.root
         self.run = context.run
         self.tasks = tasks
@@ -107,7 +119,7 @@ class Trainer:
         events, recorder = self._callbacks(start)
         batches = self.data.iterator(start)
         try:
-            events.emit("on_train_start", step=start)
+            events.emit("on_train_start", step=start, state=state)
             with _preemption_guard(self), _progress(self, start) as advance:
                 for step in range(start, self.total_steps):
                     try:
@@ -171,7 +183,7 @@ class Trainer:
             peak_flops=Peak(peak, peak_source, devices),
             with_skipped=config.training.skip_nonfinite,
         )
-        callbacks = [
+        callbacks: list[Callback] = [
             StepProfiler(config.logging.profile_steps, self.run.path / "profile"),
             recorder,
             DataMetrics(self.data),
@@ -181,14 +193,23 @@ class Trainer:
                 max_skipped=config.training.max_skipped_steps,
                 restored_from=self.restored_from,
             ),
-            Evaluation(
-                setup,
-                self.data,
-                writer,
-                flush=recorder.flush,
-                tasks=self.tasks,
-                publish=recorder.attach,
-            ),
+        ]
+        if self.validation:
+            assert isinstance(self.data, TrainingData)  # checked in __init__
+            callbacks.append(
+                Evaluation(
+                    setup,
+                    self.data,
+                    writer,
+                    flush=recorder.flush,
+                    tasks=self.tasks,
+                    publish=recorder.attach,
+                )
+            )
+        if self.recipe_callbacks is not None:
+            parts = TrainerParts(setup, self.data, writer, recorder.flush)
+            callbacks.extend(self.recipe_callbacks(parts))
+        callbacks += [
             Checkpointing(
                 self.checkpoints,
                 self.run,

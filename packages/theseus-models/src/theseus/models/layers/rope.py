@@ -133,12 +133,7 @@ class RoPE:
         return hash(self.key)
 
     def __call__(self, x_BxTxHxK: jax.Array, positions_BxT: jax.Array) -> jax.Array:
-        """``x * cos + rotate_half(x) * sin`` in float32, returned in ``x``'s dtype.
-
-        ``rotate_half`` (the halves swapped, the first negated) is a product with a signed
-        permutation matrix (exact: one nonzero term per output): on a TPU the matrix unit
-        does it inside the fusion, where splitting a 64-wide head into halves would store
-        32-wide pieces, each padded to 128 lanes, in the forward and the backward pass."""
+        """``x`` rotated by its positions (see :func:`rotate`), in ``x``'s dtype."""
         angles_BxTxF = positions_BxT.astype(jnp.float32)[..., None] * self.inv_freq
         cos_BxTxF, sin_BxTxF = jnp.cos(angles_BxTxF), jnp.sin(angles_BxTxF)
         if self.factor != 1.0:
@@ -152,9 +147,10 @@ class RoPE:
 
 
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """``x * cos + rotate_half(x) * sin`` (float32 inside, ``x``'s dtype out), where
-    ``rotate_half`` swaps the halves of each head and negates the first: a product with a
-    signed permutation matrix (exact: one nonzero term per output).
+    """``x * cos + rotate_half(x) * sin`` in ``x``'s dtype, where ``rotate_half`` swaps the
+    halves of each head and negates the first: a product with a signed permutation matrix
+    (exact: one nonzero term per output). ``x * cos`` is rounded to ``x``'s dtype before the
+    sum, as transformers computes it in bf16; the sum is taken in float32.
 
     On a TPU the matrix unit does that product inside the fusion; split into halves instead,
     a 64-wide head is stored as 32-wide pieces, each padded to 128 lanes, in the forward and
@@ -171,11 +167,10 @@ def exact_for(dtype) -> jax.lax.Precision:
     return jax.lax.Precision.DEFAULT if dtype == jnp.bfloat16 else jax.lax.Precision.HIGHEST
 
 
-def rotate_half_matrix(head_dim: int, dtype, direction: float = 1.0) -> jax.Array:
-    """``direction`` * R, where ``x @ R == concatenate([-x[K/2:], x[:K/2]])`` for x of width
-    K = head_dim."""
+def rotate_half_matrix(head_dim: int, dtype) -> jax.Array:
+    """R with ``x @ R == concatenate([-x[K/2:], x[:K/2]])`` for x of width K = head_dim."""
     half = head_dim // 2
     r = np.zeros((head_dim, head_dim), np.float32)
-    r[np.arange(half) + half, np.arange(half)] = -direction
-    r[np.arange(half), np.arange(half) + half] = direction
+    r[np.arange(half) + half, np.arange(half)] = -1.0
+    r[np.arange(half), np.arange(half) + half] = 1.0
     return jnp.asarray(r, dtype)

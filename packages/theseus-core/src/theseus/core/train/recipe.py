@@ -1,0 +1,89 @@
+"""A job's recipe: everything a training job says about how it trains, in one object.
+
+A job returns its :class:`Recipe` (``job_class.recipe(config)``), and everything that builds a
+setup takes it: the run itself, ``open_run`` (time travel, ``--branch``, evaluations), the dry
+run and step zero. Nothing else about the job reaches the setup or the trainer::
+
+    recipe = job_class.recipe(config)
+    setup = TrainSetup.build(config, registries, vocab_size, recipe)
+    batches = recipe.batches(setup, data, run) if recipe.batches else data
+    Trainer(setup, batches, context, callbacks=recipe.callbacks, validation=...)
+
+Pretraining and SFT use the defaults (next-token cross entropy on the loader's batches); DPO
+brings its objective and a frozen reference; GRPO its objective, its batch fields, its
+rollouts as the batch source and its held-out accuracy as a callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+#: how the loader lays out rows: packed documents, padded chats, or preference pairs (row
+#: 2p chosen, 2p + 1 rejected)
+DataLayout = Literal["packed", "padded", "pairs"]
+
+#: ``model_fn(params, frozen, batch, key) -> (logits_BxTxV, aux)``: the model of these
+#: weights (``frozen``: a LoRA base, else ``None``) on a batch, dropout from ``key``
+ModelFn = Callable[[Any, Any, Mapping[str, Any], Any], tuple[Any, dict]]
+
+#: ``objective(params, frozen, batch, key) -> (total, (loss sum, count, metrics))``
+Objective = Callable[[Any, Any, Mapping[str, Any], Any], tuple[Any, Any]]
+
+#: ``make(model_fn, adapted) -> objective``: a job's objective over the setup's forward pass
+#: (``adapted``: only LoRA adapters train, ``frozen`` holds their base)
+MakeObjective = Callable[[ModelFn, bool], Objective]
+
+
+class BatchSource(Protocol):
+    """Where a run's training batches come from: the loader's files, or GRPO's rollouts."""
+
+    def iterator(self, start: int) -> Iterator[dict[str, np.ndarray]]:
+        """Host batches of steps ``start``, ``start + 1``, ... (global rows of this process)."""
+        ...
+
+    def step_metrics(self, step: int) -> dict[str, float]:
+        """Numbers about step ``step``'s batch for its metrics record (may be empty)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TrainerParts:
+    """What a recipe's callbacks are built from, once the trainer has made its writer."""
+
+    setup: Any  # the TrainSetup
+    batches: BatchSource
+    writer: Any  # the MetricsWriter of the run's metrics log
+    flush: Callable[[], None]  # writes the pending training records first
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a job trains; the defaults are pretraining's."""
+
+    layout: DataLayout = "packed"
+    #: the step's objective over the model (default: next-token cross entropy, its loss
+    #: taken in pieces of the sequence where the logits would be large)
+    objective: MakeObjective | None = None
+    #: keep a frozen copy of the starting weights beside a fully trained model (a reference
+    #: policy); under LoRA the base with its adapters off is the reference, no copy is kept
+    reference: bool = False
+    #: batch fields the objective reads beside the loader's, [B, T] arrays of these dtypes
+    extra_fields: Mapping[str, Any] = field(default_factory=dict)
+    #: ``batches(setup, data, run) -> BatchSource``: batches made while training (default:
+    #: the loader's ``data`` itself)
+    batches: Callable[[Any, Any, Any], BatchSource] | None = None
+    #: ``callbacks(parts) -> [Callback]``: the job's own, run after the trainer's
+    callbacks: Callable[[TrainerParts], Sequence[Any]] | None = None
+    #: whether the validation loss (the objective on validation batches) is evaluated
+    validation: bool = True
+
+    def __post_init__(self) -> None:
+        if self.layout not in ("packed", "padded", "pairs"):
+            raise ValueError(f"Recipe.layout={self.layout!r}: expected packed, padded or pairs")
+
+
+PRETRAIN = Recipe()
