@@ -1,10 +1,11 @@
-"""The import structure of all four packages: no circle between folders, and the CLI's
-config and listing commands never start JAX.
+"""The import structure of all four packages: no circle between folders nor between files,
+type-only imports counted, and the CLI's config and listing commands never start JAX.
 
 A folder is a module's first three dotted parts (``theseus.core.train``,
 ``theseus.models.layers``; a module directly in a package is its own node, e.g.
-``theseus.core.runner``). Imports inside functions count (they run); imports under
-``TYPE_CHECKING`` do not (they never run).
+``theseus.core.runner``). Imports inside functions count (they run), and so do imports
+under ``TYPE_CHECKING``: they never run, but a type checker follows them, and a circle
+there is a knot a reader has to untie as well.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """The theseus modules ``name`` imports where the import runs (functions included)."""
+def imports_of(path: Path, name: str, known: dict[str, Path], type_only: bool = True) -> set[str]:
+    """The theseus modules ``name`` imports (functions included); ``type_only``: also those
+    imported under ``TYPE_CHECKING``."""
     tree = ast.parse(path.read_text())
     skipped: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not type_only and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skipped.update(id(child) for child in ast.walk(node))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -64,13 +66,19 @@ def folder(module: str) -> str:
     return ".".join(module.split(".")[:3])
 
 
-def folder_graph() -> dict[str, set[str]]:
+def folder_graph(type_only: bool = True) -> dict[str, set[str]]:
     known = modules()
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
         edges = graph.setdefault(folder(name), set())
-        edges.update(folder(m) for m in imports_of(path, name, known) if folder(m) != folder(name))
+        found = imports_of(path, name, known, type_only)
+        edges.update(folder(m) for m in found if folder(m) != folder(name))
     return graph
+
+
+def file_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(path, name, known) for name, path in known.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -100,6 +108,16 @@ def test_no_folder_imports_another_that_imports_it_back():
     # the walk sees real edges across folders and packages (a broken walker passes vacuously)
     assert "theseus.core.sharding" in graph["theseus.core.train"]
     assert "theseus.core.train" in graph["theseus.models.hf_jobs"]
+    # type-only edges are in the graph: the hook specifications type-import their leaf types
+    assert "theseus.core.hook_types" in graph["theseus.core.hookspecs"]
+    assert "theseus.core.hook_types" not in folder_graph(type_only=False)["theseus.core.hookspecs"]
+
+
+def test_no_module_imports_another_that_imports_it_back():
+    graph = file_graph()
+    found = circles(graph)
+    assert not found, "file-level import circles: " + "; ".join(" -> ".join(c) for c in found)
+    assert "theseus.core.train.recipe" in graph["theseus.core.train.setup"]
 
 
 def test_the_circle_finder_finds_a_planted_circle():

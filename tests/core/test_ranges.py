@@ -129,3 +129,38 @@ def test_values_outside_their_range_are_refused_when_set_and_the_range_is_shown(
     assert rows["optimizer.learning_rate"]["range"] == "[0, inf)"
     assert rows["training.seq_len"]["range"] == "[1, inf)"
     assert "# float in [0, inf): peak learning rate" in tree.annotated_yaml()
+
+
+def test_a_string_option_with_choices_refuses_others_once_where_it_is_set_and_shows_them():
+    """``option(choices=...)``: refused when set on the command line (one line naming the
+    key and the choices), refused when the config is built in Python, shown by ``theseus
+    config``; every declared default is one of its choices."""
+    from theseus.core.ranges import choices_of
+    from theseus.core.recipes.grpo_config import GRPOConfig
+    from theseus.core.sharding.config import ShardingConfig, ShardingError
+
+    regs = registries()
+    spec = job_spec("gpt/train/pretrain", regs)
+    for override, message in [
+        ("sharding.remat=most", "sharding.remat='most': expected one of auto, none, block"),
+        ("model.dtype=float8", "model.dtype='float8': expected one of auto, float32"),
+        ("data.padding_side=up", "data.padding_side='up': expected one of left, right"),
+        ("lora.base_dtype=int8", "lora.base_dtype='int8': expected one of '', float32"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            config_for(spec, regs, [override])
+        assert str(caught.value).startswith(message), (override, str(caught.value))
+    with pytest.raises(ConfigError, match=r"^grpo.loss='mean': expected one of token_mean"):
+        GRPOConfig(loss="mean")
+    with pytest.raises(ShardingError, match=r"^sharding.context_order='spiral'"):
+        ShardingConfig(context_order="spiral")
+    rows = {row["key"]: row for row in ConfigTree(spec, regs).describe()}
+    assert rows["sharding.context_attention"]["range"] == "{ring, all_gather}"
+    declared = 0
+    for where, schema in every_schema().items():
+        for found in dataclasses.fields(schema):
+            choices = choices_of(found.metadata)
+            if choices and isinstance(found.default, str):
+                declared += 1
+                assert found.default in choices, (where, found.name, found.default, choices)
+    assert declared > 30  # the walk met the choices of every job's groups

@@ -97,7 +97,7 @@ def test_verify_takes_full_or_size_and_refuses_others_at_config_time(tmp_path):
     done = run_cli(tmp_path, *BASE, "data.verify=mtime")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: data.verify='mtime': expected 'full' or 'size'"
+        "error: data.verify='mtime': expected one of full, size"
     ]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
 

@@ -196,7 +196,9 @@ def test_wandb_options_are_typed_and_the_mode_is_checked():
         "logging.wandb.project=p", "logging.wandb.tags=[a,b]", "logging.wandb.mode=disabled"
     )
     assert config.logging.wandb.tags == ["a", "b"] and config.logging.wandb.mode == "disabled"
-    with pytest.raises(ConfigError, match=r"^logging.wandb.mode='onlin': expected one of online"):
+    with pytest.raises(
+        ConfigError, match=r"^logging.wandb.mode='onlin': expected one of '', online"
+    ):
         typed_config("logging.wandb.mode=onlin")
 
 

@@ -24,6 +24,7 @@ def option(
     le: float | None = None,
     lt: float | None = None,
     finite: bool = False,
+    choices: tuple[str, ...] = (),
 ) -> Any:
     """A config field with a default (or required when no default) and a one-line help.
 
@@ -35,10 +36,15 @@ def option(
     checked when the config is built and shown by ``theseus config``; a float with a range
     (or ``finite=True``, for a float any finite value of which is valid) must be finite.
     Every int and float option declares one (``tests/core/test_ranges.py`` checks).
+
+    ``choices``: the values a string option (or each item of a list of strings) may take,
+    checked where ranges are and shown by ``theseus config``.
     """
     metadata: dict[str, Any] = {"help": help, "resume_safe": resume_safe}
     if finite or any(bound is not None for bound in (ge, gt, le, lt)):
         metadata["range"] = Range(ge=ge, gt=gt, le=le, lt=lt)
+    if choices:
+        metadata["choices"] = tuple(choices)
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)

@@ -23,10 +23,10 @@ from omegaconf import errors as oc_errors
 from theseus.core import safe_yaml
 from theseus.core.components import Choice, JobSpec, option
 from theseus.core.errors import ConfigError, ConfigKeyError, ConfigTypeError, MissingConfigError
-from theseus.core.ranges import check_value, range_of
+from theseus.core.ranges import check_value, choices_of, range_of
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 NAME_HELP = "which registered component to use; choosing one swaps in its own options"
 
@@ -367,8 +367,11 @@ class ConfigTree:
             raise ConfigError(problem)
 
     def range_text(self, key: str) -> str:
-        """The declared range of ``key`` as an interval (``[1, inf)``); "" when none."""
+        """The declared range of ``key`` as an interval (``[1, inf)``) or its choices
+        (``{none, full}``); "" when none."""
         found = self._schema_field(key)[1]
+        if found is not None and choices_of(found.metadata):
+            return "{" + ", ".join(choices_of(found.metadata)) + "}"
         declared = range_of(found.metadata) if found is not None else None
         return declared.interval() if declared is not None else ""
 

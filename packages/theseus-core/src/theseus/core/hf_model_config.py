@@ -23,7 +23,7 @@ from theseus.core.errors import ConfigError, TheseusError
 from theseus.core.plugins import registries as default_registries
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 # -------------------------------------------------------------------------- the model config
 

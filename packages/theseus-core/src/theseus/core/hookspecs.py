@@ -39,15 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-if TYPE_CHECKING:
-    from theseus.core.data.config import DataConfig
+if TYPE_CHECKING:  # leaf modules only: the hook types never import the training stack
+    from theseus.core.hook_types import AdapterOptions, DataOptions, TrainingSetup
     from theseus.core.jobs import Prerequisite
     from theseus.core.model import Decoder, LanguageModel
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
     from theseus.core.rundir import RunDir
     from theseus.core.tokenizer import Tokenizer
-    from theseus.core.train.configs import LoRAConfig
-    from theseus.core.train.setup import TrainSetup
 
 PROJECT = "theseus"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -184,11 +182,12 @@ def theseus_job_prerequisites(key: str, config: Any, root: str) -> list[Prerequi
     job's typed config. Called after the job's own ``Job.prerequisites``; every plugin's
     answer is used, in plugin order.
     """
+    return []
 
 
 @hookspec(firstresult=True)
 def theseus_prepare_dataset(
-    data: DataConfig, name: str, primary: str, root: str
+    data: DataOptions, name: str, primary: str, root: str
 ) -> Prerequisite | None:
     """The job that prepares dataset ``name`` of a trainer's ``data`` config, or ``None``.
 
@@ -266,7 +265,7 @@ def theseus_sample(
 
 @hookspec(firstresult=True)
 def theseus_adapt_model(
-    model_class: type[LanguageModel], lora: LoRAConfig
+    model_class: type[LanguageModel], lora: AdapterOptions
 ) -> type[LanguageModel] | None:
     """A subclass of ``model_class`` whose chosen linear layers carry LoRA adapters, or ``None``.
 
@@ -285,7 +284,7 @@ def theseus_adapt_model(
 
 
 @hookspec
-def theseus_on_train_start(setup: TrainSetup, run: RunDir, step: int) -> None:
+def theseus_on_train_start(setup: TrainingSetup, run: RunDir, step: int) -> None:
     """Training of ``run`` (a ``RunDir``) starts, or resumes, at ``step``.
 
     ``setup`` is the ``TrainSetup``: typed config, model graph, optimizer, mesh, steps.
@@ -294,7 +293,7 @@ def theseus_on_train_start(setup: TrainSetup, run: RunDir, step: int) -> None:
 
 @hookspec
 def theseus_on_step_end(
-    step: int, metrics: dict[str, Any], setup: TrainSetup
+    step: int, metrics: dict[str, Any], setup: TrainingSetup
 ) -> dict[str, Any] | None:
     """A training step's metrics are about to be recorded (every ``logging.every`` steps).
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import logging
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import pluggy
@@ -14,7 +13,9 @@ from theseus.core import hookspecs
 from theseus.core.components import Component, JobSpec
 from theseus.core.errors import PluginError, TheseusError
 from theseus.core.optim.configs import check_component_config
-from theseus.core.requirements import plugin_hint
+from theseus.core.registry import COMPONENT_KINDS, PluginInfo, Registries, Registry
+
+__all__ = ["PluginInfo", "Registries", "Registry", "load_registries", "registries"]
 
 log = logging.getLogger(__name__)
 
@@ -22,104 +23,7 @@ ENTRY_POINT_GROUP = "theseus"
 DISABLE_AUTOLOAD_ENV = "THESEUS_DISABLE_PLUGIN_AUTOLOAD"
 ALLOW_LIST_ENV = "THESEUS_PLUGINS"
 
-COMPONENT_HOOKS = {
-    "models": "theseus_register_models",
-    "datasets": "theseus_register_datasets",
-    "tokenizers": "theseus_register_tokenizers",
-    "optimizers": "theseus_register_optimizers",
-    "schedules": "theseus_register_schedules",
-    "evaluations": "theseus_register_evaluations",
-    "loggers": "theseus_register_loggers",
-    "dispatch_targets": "theseus_register_dispatch_targets",
-    "rewards": "theseus_register_rewards",
-}
-
-
-@dataclass
-class PluginInfo:
-    """One discovered plugin: where it came from and what it registered."""
-
-    name: str
-    distribution: str
-    version: str
-    module: str
-    registered: dict[str, list[str]] = field(default_factory=dict)
-    error: str | None = None
-
-
-class Registry:
-    """Name -> entry, remembering which plugin registered each name."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self._entries: dict[str, Any] = {}
-        self._owners: dict[str, PluginInfo] = {}
-
-    def add(self, name: str, entry: Any, owner: PluginInfo) -> None:
-        if name in self._entries:
-            first = self._owners[name]
-            raise PluginError(
-                f"{self.kind} {name!r} is registered twice: by plugin {first.name!r} "
-                f"(package {first.distribution}) and by plugin {owner.name!r} "
-                f"(package {owner.distribution})"
-            )
-        self._entries[name] = entry
-        self._owners[name] = owner
-        owner.registered.setdefault(self.kind, []).append(name)
-
-    def get(self, name: str) -> Any:
-        if name not in self._entries:
-            raise PluginError(self.unknown_message(name))
-        return self._entries[name]
-
-    def unknown_message(self, name: str) -> str:
-        from difflib import get_close_matches
-
-        loaded = {owner.distribution for owner in self._owners.values()}
-        missing = plugin_hint(self.kind, name, loaded)
-        if missing:  # e.g. a data/tokenize job without theseus-data: name the pip command
-            return f"unknown {self.kind} {name!r}: {missing}"
-        known = sorted(self._entries)
-        close = get_close_matches(name, known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        listing = ", ".join(known) if known else "none (is the plugin that provides it installed?)"
-        return f"unknown {self.kind} {name!r}{hint} (known: {listing})"
-
-    def owner(self, name: str) -> PluginInfo:
-        return self._owners[name]
-
-    def names(self) -> list[str]:
-        return sorted(self._entries)
-
-    def items(self) -> Iterator[tuple[str, Any]]:
-        for name in self.names():
-            yield name, self._entries[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-class Registries:
-    """All registries, filled from the installed plugins."""
-
-    def __init__(self) -> None:
-        for kind in COMPONENT_HOOKS:
-            setattr(self, kind, Registry(kind.rstrip("s").replace("_", " ")))
-        self.jobs = Registry("job")
-        self.commands = Registry("command")
-        self.plugins: list[PluginInfo] = []
-        self.manager = _manager()
-
-    @property
-    def hook(self) -> Any:
-        """The run-time hooks (``theseus.core.hookspecs`` groups 2-4), called by keyword."""
-        return self.manager.hook
-
-    def component(self, kind: str) -> Registry:
-        return getattr(self, kind)
+COMPONENT_HOOKS = {kind: f"theseus_register_{kind}" for kind in COMPONENT_KINDS}
 
 
 def _manager() -> pluggy.PluginManager:
@@ -208,7 +112,7 @@ def _call_each(
 
 def load_registries() -> Registries:
     """Discover plugins and fill every registry. Cheap: plugin modules import no JAX."""
-    registries = Registries()
+    registries = Registries(_manager())
     pm = registries.manager
     infos: dict[str, PluginInfo] = {}
     for info, module in _discover():

@@ -90,12 +90,25 @@ def range_of(field_metadata: Any) -> Range | None:
     return found if isinstance(found, Range) else None
 
 
+def choices_of(field_metadata: Any) -> tuple[str, ...]:
+    """The values a string field declares it may take (empty: any)."""
+    found = field_metadata.get("choices") if field_metadata else None
+    return tuple(found) if found else ()
+
+
 def check_value(key: str, value: Any, field_metadata: Any) -> str | None:
-    """``"KEY=VALUE: must be ..."`` when ``value`` is outside the field's range, else None."""
+    """``"KEY=VALUE: must be ..."`` when ``value`` is outside the field's range, or not one
+    of its choices; else None."""
+    values = value if isinstance(value, list) else [value]  # list[int]: every item
+    choices = choices_of(field_metadata)
+    if choices:
+        for item in values:
+            if isinstance(item, str) and item not in choices:
+                shown = ", ".join(choice or "''" for choice in choices)
+                return f"{key}={item!r}: expected one of {shown}"
     declared = range_of(field_metadata)
     if declared is None:
         return None
-    values = value if isinstance(value, list) else [value]  # list[int]: every item
     for item in values:
         problem = declared.problem(item)
         if problem is not None:
@@ -109,17 +122,29 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def check_config(config: Any, prefix: str) -> None:
-    """Every ranged field of the dataclass ``config`` (nested ones too) within its range;
-    ``ConfigError`` naming the first that is not (configs built in Python, not by the tree)."""
+def first_problem(config: Any, prefix: str, ranges: bool = True) -> str | None:
+    """The first field of the dataclass ``config`` (nested ones too) outside its range or
+    its choices (``ranges=False``: its choices only), as ``check_value`` words it; None when
+    every field is valid."""
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
-        return
+        return None
     for found in dataclasses.fields(config):
         value = getattr(config, found.name, None)
         key = f"{prefix}.{found.name}"
+        metadata = found.metadata if ranges else {"choices": choices_of(found.metadata)}
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            check_config(value, key)
-            continue
-        problem = check_value(key, value, found.metadata)
+            problem = first_problem(value, key, ranges)
+        else:
+            problem = check_value(key, value, metadata)
         if problem is not None:
-            raise ConfigError(problem)
+            return problem
+    return None
+
+
+def check_config(config: Any, prefix: str) -> None:
+    """Every field of the dataclass ``config`` (nested ones too) within its range and its
+    choices; ``ConfigError`` naming the first that is not. Each config checks itself once,
+    when it is built (by the tree or in Python)."""
+    problem = first_problem(config, prefix)
+    if problem is not None:
+        raise ConfigError(problem)

@@ -25,8 +25,8 @@ from theseus.core.jobs import (
     unique_run_name,
 )
 from theseus.core.locks import exclusive
-from theseus.core.plugins import Registries
 from theseus.core.plugins import registries as default_registries
+from theseus.core.registry import Registries
 from theseus.core.resume import (
     Change,
     check_changes,
@@ -285,7 +285,7 @@ def check_branch_steps(
     """A training branch starts at its parent's step ``at`` (None: the newest checkpoint):
     its training must end after it."""
     training = getattr(tree.to_object(spec.load().config_type), "training", None)
-    if not callable(getattr(training, "steps", None)):  # not a training job
+    if training is None or not callable(getattr(training, "steps", None)):  # not training
         return
     start, steps = checkpoint_step(parent, at, "--branch: "), training.steps()
     if steps <= start:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.core.errors import ConfigError
+from theseus.core.ranges import first_problem
+from theseus.models.attention_choice import IMPLEMENTATIONS
 from theseus.models.config_checks import shape_problems
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -42,6 +44,7 @@ class ModelConfig:
         "compute dtype: auto (bfloat16 on GPU/TPU, float32 on CPU), float32, bfloat16, "
         "float16; params and optimizer state stay float32, softmax, norms and loss float32",
         resume_safe=True,
+        choices=DTYPES,
     )
     n_layers: int = option(6, "number of transformer blocks", ge=1)
     d_model: int = option(384, "width of the residual stream", ge=1)
@@ -52,6 +55,7 @@ class ModelConfig:
         "attention implementation: auto | reference | flash | cudnn | splash (auto: cudnn on "
         "GPU, splash on TPU, else flash from 512 tokens, reference below)",
         resume_safe=True,
+        choices=IMPLEMENTATIONS,
     )
     scan_unroll: int = option(
         1,
@@ -63,14 +67,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         """Names that select code are checked when the config is built, naming the key."""
-        from theseus.models.attention_choice import IMPLEMENTATIONS
-
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
-        if self.attention not in IMPLEMENTATIONS:
-            raise ConfigError(
-                f"model.attention={self.attention!r}: expected one of {', '.join(IMPLEMENTATIONS)}"
-            )
+        problem = first_problem(self, "model", ranges=False)  # ranges: where it is set
+        if problem:
+            raise ConfigError(problem)
         problems = shape_problems(self)
         if problems:
             raise ConfigError(problems[0])

@@ -25,7 +25,7 @@ from theseus.core.jobs import Prerequisite
 from theseus.core.plugins import registries as default_registries
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ def open_training_data(
             dataset.check_token_ids(vocab_size)
     if record is not None and from_record:
         record.check([dataset_entry(root, d) for d in datasets], write=False)
-    elif record is not None:
+    elif record is not None and run_dir is not None:
         if record.entries is None and any(Path(run_dir, "checkpoints").glob("[0-9]*")):
             log.warning(
                 "run %s checkpointed before runs recorded their data: its data is recorded "

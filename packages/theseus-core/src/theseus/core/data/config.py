@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.components import option
-from theseus.core.errors import ConfigError
+from theseus.core.ranges import check_config
 
 DEFAULT_DATASET = "python-stdlib"
 VERIFY_MODES = ("full", "size")
@@ -63,8 +63,14 @@ class DataConfig:
         0, "tokenization worker processes (0: all cores)", resume_safe=True, ge=0
     )
     document_masking: bool = option(True, "restart positions and mask attention per document")
-    padding_side: str = option("right", "padded layout: pad on the 'left' or 'right'")
-    loss_on: str = option("assistant", "chat data: learn 'assistant' turns only, or 'all' tokens")
+    padding_side: str = option(
+        "right", "padded layout: pad on the 'left' or 'right'", choices=("left", "right")
+    )
+    loss_on: str = option(
+        "assistant",
+        "chat data: learn 'assistant' turns only, or 'all' tokens",
+        choices=("assistant", "all"),
+    )
     prefetch: int = option(
         4, "batches prepared ahead in background threads", resume_safe=True, ge=0
     )
@@ -73,11 +79,11 @@ class DataConfig:
         "check the tokenized files when a run first opens them: 'full' (sha256 and token ids, "
         "once per run) or 'size' (sizes only: fast, for huge datasets)",
         resume_safe=True,
+        choices=VERIFY_MODES,
     )
 
     def __post_init__(self) -> None:
-        if self.verify not in VERIFY_MODES:
-            raise ConfigError(f"data.verify={self.verify!r}: expected 'full' or 'size'")
+        check_config(self, "data")  # ranges and choices
 
 
 @dataclass

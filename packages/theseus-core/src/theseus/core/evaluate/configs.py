@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.components import option
-from theseus.core.errors import ConfigError
 from theseus.core.evaluate.errors import EvaluationError
+from theseus.core.ranges import check_config
 from theseus.core.requirements import missing_module_message
 
 
@@ -88,14 +88,12 @@ class AdditionEvalConfig:
         "held-out",
         "held-out: problems the addition training sets never contain; training: the ones "
         "they draw from (to check memorization)",
+        choices=ADDITION_SPLITS,
     )
     shown: int = option(5, "problems logged with the model's answers at each evaluation", ge=0)
 
     def __post_init__(self) -> None:
-        if self.split not in ADDITION_SPLITS:
-            raise ConfigError(
-                f"addition split={self.split!r}: expected one of {', '.join(ADDITION_SPLITS)}"
-            )
+        check_config(self, "addition")  # ranges and choices
 
 
 LM_EVAL_FEATURE = "evaluating with lm-evaluation-harness"

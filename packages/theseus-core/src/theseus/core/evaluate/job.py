@@ -19,7 +19,7 @@ from theseus.core.jobs import Job, parse_reference
 from theseus.core.rundir import RunDir
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.evaluate.target import EvalTarget
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
 

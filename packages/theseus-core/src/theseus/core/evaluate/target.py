@@ -12,7 +12,7 @@ from theseus.core.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
     from theseus.core.train.setup import TrainSetup
 
 SPECIAL_TOKENS = (

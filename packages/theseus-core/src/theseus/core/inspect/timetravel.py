@@ -159,7 +159,7 @@ class Moment:
             if not chosen:
                 raise InspectError(f"no module of type {type_name!r} in run {self.run}")
         else:
-            chosen = {p: self.module(p) for p in paths}
+            chosen = {p: self.module(p) for p in paths or []}
         batch = self.batch()
         with recording(chosen) as captures:
             self.view(

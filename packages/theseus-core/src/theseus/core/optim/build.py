@@ -19,7 +19,7 @@ from theseus.core.optim.balance import with_balance_biases
 from theseus.core.optim.optimizers import decay_mask, placeable_state
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 
 def build_schedule(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.core.errors import ConfigError
+from theseus.core.ranges import check_config
 
 ADVANTAGES = ("group", "rloo")
 TASKS = ("addition", "jsonl")
@@ -24,7 +25,9 @@ class GRPOConfig:
     top_k: int = option(0, "keep the k most likely tokens when sampling (0: all)", ge=0)
     top_p: float = option(1.0, "nucleus sampling: the smallest set with this mass", gt=0, le=1)
     advantage: str = option(
-        "group", "group: (r - mean_G)/(std_G + scale_eps); rloo: r - mean of the other G - 1"
+        "group",
+        "group: (r - mean_G)/(std_G + scale_eps); rloo: r - mean of the other G - 1",
+        choices=ADVANTAGES,
     )
     scale_eps: float = option(1e-4, "added to the group's std before dividing (group only)", gt=0)
     epsilon: float = option(0.2, "ε_low: the ratio is clipped below at 1 - ε", ge=0, lt=1)
@@ -42,6 +45,7 @@ class GRPOConfig:
         "token_mean",
         "token_mean (all tokens of the batch), sequence_mean (per completion, then mean) "
         "or dr_grpo (sum over B x max_new_tokens)",
+        choices=AGGREGATIONS,
     )
     rewards: list[str] = option(
         help="reward functions by name (theseus_register_rewards)",
@@ -51,7 +55,7 @@ class GRPOConfig:
         help="one weight per reward (empty: every weight 1)", factory=list, finite=True
     )
     task: str = option(
-        "addition", "addition (embedded, from the seed) or jsonl (grpo.prompts_file)"
+        "addition", "addition (embedded, from the seed) or jsonl (grpo.prompts_file)", choices=TASKS
     )
     prompts_file: str = option("", "jsonl task: a file of one JSON object per line")
     prompt_field: str = option("prompt", "jsonl task: the field holding the question")
@@ -69,14 +73,7 @@ class GRPOConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.advantage not in ADVANTAGES:
-            raise ConfigError(
-                f"grpo.advantage={self.advantage!r}: expected one of {', '.join(ADVANTAGES)}"
-            )
-        if self.loss not in AGGREGATIONS:
-            raise ConfigError(f"grpo.loss={self.loss!r}: expected one of {', '.join(AGGREGATIONS)}")
-        if self.task not in TASKS:
-            raise ConfigError(f"grpo.task={self.task!r}: expected one of {', '.join(TASKS)}")
+        check_config(self, "grpo")  # ranges and choices
         if self.task == "jsonl" and not self.prompts_file:
             raise ConfigError("grpo.task=jsonl reads grpo.prompts_file: name the file")
         if not self.rewards:

@@ -152,13 +152,15 @@ class Rollouts:
         batch, metrics = self.scored_rollout(start)
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = self.folder / f".{start}.partial.npz"
-        np.savez(partial, metrics=np.asarray(json.dumps(metrics)), **batch)
+        arrays: dict[str, Any] = {"metrics": np.asarray(json.dumps(metrics)), **batch}
+        np.savez(partial, **arrays)
         os.replace(partial, self.path(start))
         return batch, metrics
 
     def scored_rollout(self, start: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Step ``start``'s rollouts with π_old's log-probs (μ > 1), from the current state."""
         batch, metrics = self.rollout(start)
+        assert self.old_logps is not None  # made for grpo.iterations > 1
         placed = self.setup.layout.place_batch(batch)
         batch["old_logps"] = np.asarray(self.old_logps(self.state, placed), np.float32)
         return batch, metrics

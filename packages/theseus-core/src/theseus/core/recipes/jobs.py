@@ -12,7 +12,7 @@ from theseus.core.sharding.config import ShardingConfig
 from theseus.core.train import configs as tc
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 
 def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.core.errors import ConfigError
+from theseus.core.ranges import check_config
 
 LOSSES = ("sigmoid", "ipo", "simpo")
 
@@ -19,6 +20,7 @@ class PreferenceConfig:
     loss: str = option(
         "sigmoid",
         "sigmoid (DPO), ipo (IPO, per-token averaged log-ratios) or simpo (reference-free SimPO)",
+        choices=LOSSES,
     )
     beta: float = option(
         0.1, "β: DPO/SimPO reward scale; for ipo the regulariser τ (target margin 1/(2β))", gt=0
@@ -34,8 +36,7 @@ class PreferenceConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.loss not in LOSSES:
-            raise ConfigError(f"dpo.loss={self.loss!r}: expected one of {', '.join(LOSSES)}")
+        check_config(self, "dpo")  # ranges and choices
         if not (math.isfinite(self.beta) and self.beta > 0):
             raise ConfigError(f"dpo.beta={self.beta!r}: expected a finite number > 0")
         if not 0.0 <= self.label_smoothing < 0.5:

@@ -10,21 +10,33 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from theseus.core.evaluate.training import training_tasks
+from theseus.core.jobs import JobContext
 from theseus.core.rundir import RunDir
 from theseus.core.sharding.distributed import initialize_from_env
+from theseus.core.train.recipe import Recipe
 from theseus.core.train.setup import TrainSetup, open_data, plan_batch
 from theseus.core.train.trainer import Trainer
-
-if TYPE_CHECKING:
-    from theseus.core.recipes.pretrain import PretrainJob
 
 log = logging.getLogger(__name__)
 
 
-def run_training(job: PretrainJob) -> dict[str, Any]:
+class TrainingJob(Protocol):
+    """A training job as the run sees it (``recipes/pretrain.py``'s ``PretrainJob`` and its
+    subclasses): its typed config, its context and run folder, and its recipe."""
+
+    config: Any  # a TrainJobConfig
+    context: JobContext
+
+    @property
+    def run(self) -> RunDir: ...
+
+    def recipe(self, config: Any) -> Recipe: ...
+
+
+def run_training(job: TrainingJob) -> dict[str, Any]:
     """Train ``job``'s run to its last step (resuming, branching or starting it)."""
     initialize_from_env()  # multi-host: before anything touches a device
     config, context = job.config, job.context

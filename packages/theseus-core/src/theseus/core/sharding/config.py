@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.core.errors import ConfigError
+from theseus.core.ranges import first_problem
 
 # Outermost first: neighbouring devices (the fastest links) share the tensor axis, then the
 # context axis (a ring of neighbours), then the expert axis (all-to-all).
@@ -64,12 +65,14 @@ class ShardingConfig:
         "attention over the context axis: ring (K/V blocks passed around the devices, one "
         "block in memory) | all_gather (every device gathers all K/V: simpler, more memory)",
         resume_safe=True,
+        choices=CONTEXT_ATTENTION,
     )
     context_order: str = option(
         "zigzag",
         "how a sequence is cut over the context devices: zigzag (device d holds chunks d and "
         "2N-1-d of 2N: equal causal work everywhere) | contiguous (device d holds chunk d)",
         resume_safe=True,
+        choices=CONTEXT_ORDERS,
     )
     remat: str = option(
         "auto",
@@ -77,20 +80,14 @@ class ShardingConfig:
         "matmul output) | block | mlp (recompute the MLP's hidden) | attention (keep only the "
         "attention kernel's output) | full (keep block inputs)",
         resume_safe=True,
+        choices=REMAT,
     )
 
     def __post_init__(self) -> None:
         """Names that select code are checked when the config is built, naming the key."""
-        if self.context_attention not in CONTEXT_ATTENTION:
-            raise ShardingError(
-                f"sharding.context_attention={self.context_attention!r}: expected one of "
-                f"{', '.join(CONTEXT_ATTENTION)}"
-            )
-        if self.context_order not in CONTEXT_ORDERS:
-            raise ShardingError(
-                f"sharding.context_order={self.context_order!r}: expected one of "
-                f"{', '.join(CONTEXT_ORDERS)}"
-            )
+        problem = first_problem(self, "sharding")
+        if problem:
+            raise ShardingError(problem)
 
 
 def parse_strategy(strategy: str) -> tuple[str, bool]:

@@ -88,13 +88,11 @@ class WandbConfig:
         "online, offline (files under <run>/wandb; `wandb sync` later) or disabled "
         "('': WANDB_MODE, else online)",
         resume_safe=True,
+        choices=("", *WANDB_MODES),
     )
 
     def __post_init__(self) -> None:
-        if self.mode and self.mode not in WANDB_MODES:
-            raise ConfigError(
-                f"logging.wandb.mode={self.mode!r}: expected one of {', '.join(WANDB_MODES)}"
-            )
+        check_config(self, "logging.wandb")  # choices
 
 
 @dataclass
@@ -178,13 +176,14 @@ class LoRAConfig:
         "up_proj, gate_proj, down_proj) or group (attention, mlp)",
         factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "mlp"],
     )
-    base_dtype: str = option("", "store the frozen base in this dtype ('' keeps float32)")
+    base_dtype: str = option(
+        "",
+        "store the frozen base in this dtype ('' keeps float32)",
+        choices=("", "float32", "bfloat16", "float16"),
+    )
 
     def __post_init__(self) -> None:
-        if self.base_dtype not in ("", "float32", "bfloat16", "float16"):
-            raise ConfigError(
-                f"lora.base_dtype={self.base_dtype!r}: expected '', float32, bfloat16 or float16"
-            )
+        check_config(self, "lora")  # ranges and choices
         if self.rank and not self.targets:
             raise ConfigError("lora.targets is empty: name the layers that get adapters")
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+from jax.extend import core as jax_core
 
 
 @dataclass
@@ -60,8 +61,8 @@ def _inner(params: dict[str, Any]) -> list[Any]:
     found = []
     for value in params.values():
         for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, jax.extend.core.ClosedJaxpr):
+            if isinstance(item, jax_core.ClosedJaxpr):
                 found.append(item.jaxpr)
-            elif isinstance(item, jax.extend.core.Jaxpr):
+            elif isinstance(item, jax_core.Jaxpr):
                 found.append(item)
     return found

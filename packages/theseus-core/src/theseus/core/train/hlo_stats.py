@@ -109,7 +109,7 @@ def analyze(
             kind = collective_kind(instruction.opcode)
             if kind and runs:
                 collective_bytes[kind] += runs * _collective_payload(instruction, shapes)
-                collective_counts[kind] += runs
+                collective_counts[kind] += int(runs)  # trip counts: whole numbers
             if computation.name in fused or instruction.opcode in BOOKKEEPING or not runs:
                 continue
             moved = _bytes_moved(instruction, shapes, by_name)
@@ -240,7 +240,7 @@ def _own_float32_flops(computation: Computation, shapes: dict) -> float:
 
 def _float32_operands(instruction: Instruction, shapes: dict) -> bool:
     found = shapes.get(instruction.operands[0]) if instruction.operands else None
-    return bool(found) and found[0][0] == "f32"
+    return found is not None and bool(found) and found[0][0] == "f32"
 
 
 def _nested_flops(computations: list[Computation], own: dict[str, float]) -> dict[str, float]:

@@ -33,7 +33,7 @@ from theseus.core.requirements import require
 from theseus.core.train.configs import WandbConfig
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 
 class LoggerError(TheseusError):

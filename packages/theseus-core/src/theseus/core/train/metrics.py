@@ -102,7 +102,8 @@ def supersede_rows(path: Path, start: int) -> int:
     """
     if not path.exists():
         return 0
-    kept, moved = [], []
+    kept: list[bytes] = []
+    moved: list[bytes] = []
     for line in path.read_bytes().splitlines():
         if not line.strip():
             continue

@@ -40,12 +40,12 @@ from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.recipe import PRETRAIN, Recipe
 from theseus.core.train.setup import TrainSetup, open_data
-from theseus.core.train.state import TrainState
+from theseus.core.train.state import TrainState, split_params
 from theseus.core.train.weights import placed_like
 
 if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class OpenedRun:
             return self.state.params
         model = self.setup.model(self.setup.full_params(self.state))
         model.merge_adapters()
-        return split_trainable(nnx.split(model, nnx.Param, ...)[1], True)[1]
+        return split_trainable(split_params(model)[1], True)[1]
 
     def data(self) -> TrainingData:
         """The run's batches, exactly as it trained on them (files checked by size only:
@@ -303,7 +303,7 @@ def params_from_hf(registries: Registries, directory: str, like: Any) -> Any:
             f"init.hf: no installed plugin imports Hugging Face weights from {directory} "
             "(pip install theseus-models)"
         )
-    _, params, _ = nnx.split(model, nnx.Param, ...)
+    _, params, _ = split_params(model)
     return placed_like(params, like, f"init.hf: {directory}")
 
 

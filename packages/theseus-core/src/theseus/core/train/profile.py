@@ -45,7 +45,7 @@ class StepProfiler(Callback):
             self.active = True
 
     def on_step(self, step: int, state: Any, metrics: dict) -> None:
-        if self.active and step + 1 >= self.steps[1]:
+        if self.active and self.steps and step + 1 >= self.steps[1]:
             self.stop(metrics)
 
     def close(self) -> None:

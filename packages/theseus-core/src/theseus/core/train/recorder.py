@@ -113,7 +113,7 @@ class Recorder(Callback):
         }
         if first:
             record["perf/first_step_time"] = now - self.started
-        elif sample:
+        elif sample and self.window_start is not None:
             elapsed = now - self.window_start
             tokens_per_sec = self.window_tokens / elapsed
             record["perf/tokens_per_sec"] = tokens_per_sec

@@ -33,12 +33,12 @@ from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
 from theseus.core.train.remat_choice import decide_remat
-from theseus.core.train.state import TrainState
+from theseus.core.train.state import TrainState, split_params
 from theseus.core.train.step import cross_entropy, forward, make_eval_step, make_train_step
 from theseus.core.train.weights import FrozenRole, WeightSource, frozen_role
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 BATCH_FIELDS = {
     "inputs": np.int32,
@@ -221,12 +221,12 @@ class TrainSetup:
             layout.device_kind,
             head_shards=layout.sizes.get("tensor", 1),
         )
-        graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
+        graphdef, _, rest = split_params(abstract_model)
         if jax.tree.leaves(rest):  # non-parameter state (adapters' layer indices): jitted,
-            rest = jax.jit(lambda: nnx.split(build_model(), nnx.Param, ...)[2])()  # no params
+            rest = jax.jit(lambda: split_params(build_model())[2])()  # no params
 
         def fresh_state() -> TrainState:
-            _, params, _ = nnx.split(build_model(), nnx.Param, ...)
+            _, params, _ = split_params(build_model())
             trainable, base = split_trainable(params, adapted)
             if frozen == "reference":
                 base = jax.tree.map(jnp.copy, params)

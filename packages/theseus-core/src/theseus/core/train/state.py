@@ -13,6 +13,7 @@ A checkpoint stores :meth:`TrainState.saved`, a mapping whose keys are the on-di
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -52,7 +53,7 @@ class TrainState:
         return cls(**{name: saved[name] for name in SAVED_FIELDS}, frozen=frozen)
 
     def with_frozen(self, frozen: Any) -> TrainState:
-        return self.replace(frozen=frozen)
+        return dataclasses.replace(self, frozen=frozen)
 
     @property
     def parameters(self) -> tuple[Any, Any]:
@@ -77,3 +78,9 @@ class TrainState:
         return jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), self, shardings
         )
+
+
+def split_params(model: Any) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
+    """``(graph definition, parameters, every other variable)`` of ``model``."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
+    return graphdef, params, rest

@@ -14,7 +14,7 @@ from theseus.core.train.setup import TrainSetup
 from theseus.core.train.state import TrainState
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 
 def write_step_zero(

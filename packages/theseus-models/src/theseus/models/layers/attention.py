@@ -77,7 +77,7 @@ class LayerCache(NamedTuple):
 
     k: jax.Array
     v: jax.Array
-    index: jax.Array
+    index: jax.Array  # type: ignore[assignment]  # the field shadows tuple.index, unused
 
 
 class KVCache(NamedTuple):
@@ -90,7 +90,7 @@ class KVCache(NamedTuple):
     k: jax.Array
     v: jax.Array
     segment_ids: jax.Array
-    index: jax.Array
+    index: jax.Array  # type: ignore[assignment]  # the field shadows tuple.index, unused
 
     @classmethod
     def zeros(

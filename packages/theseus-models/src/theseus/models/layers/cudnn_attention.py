@@ -8,6 +8,8 @@ needs an even length: an odd one gets one padding token that only sees itself.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
 from theseus.models.layers.flash import pad_axis
@@ -24,7 +26,7 @@ def cudnn_attention(
     *,
     window: int = 0,
     scale: float | None = None,
-    implementation: str = "cudnn",
+    implementation: Literal["cudnn", "xla"] = "cudnn",
 ) -> jax.Array:
     """softmax(scale q k^T + mask) v for self-attention, BxHxTxK (``scale`` 1 / sqrt(K)
     unless given).

@@ -56,7 +56,7 @@ class DecoderLM(nnx.Module):
     kept as given, never changed: it is part of the graphdef, a static ``jax.jit`` argument.
     """
 
-    config_class: ClassVar[type]  # the family's config dataclass
+    config_class: ClassVar[type[Any]]  # the family's config dataclass
     block_cls: ClassVar[type] = Block
     scan_layers: ClassVar[bool] = True  # False: blocks that differ per layer, in a Python loop
 
@@ -76,7 +76,7 @@ class DecoderLM(nnx.Module):
         self.dtype = jnp.dtype(compute_dtype(config.dtype))
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
-        self.blocks = self.make_blocks(rngs)
+        self.blocks: Any = self.make_blocks(rngs)  # a stack under one module, or an nnx.List
         self.final_norm = self.make_norm(c.d_model)
         if c.tie_embeddings:
             self.lm_head = None
@@ -131,7 +131,7 @@ class DecoderLM(nnx.Module):
         """Whether ``blocks`` holds every layer stacked (run under a scan)."""
         return not isinstance(self.blocks, nnx.List)
 
-    def layer(self, index: int) -> nnx.Module:
+    def layer(self, index: int) -> Any:
         """Block ``index`` as a module of its own; from a stack its parameters are copies."""
         if not self.stacked:
             return self.blocks[index]
@@ -139,7 +139,7 @@ class DecoderLM(nnx.Module):
             raise IndexError(f"layer {index} of a {self.config.n_layers}-layer model")
         return layer_of(self.blocks, index)
 
-    def per_layer(self) -> list[nnx.Module]:
+    def per_layer(self) -> list[Any]:
         """A block per layer for reading static attributes (heads, windows): a stack's one
         module stands for every layer (its parameters keep the leading ``layers`` axis)."""
         if self.stacked:
@@ -247,6 +247,7 @@ class DecoderLM(nnx.Module):
         x_BxTxD = self.embed_tokens(tokens_BxT, positions_BxT)
         x_BxTxD, kv, stats = self.run_blocks(x_BxTxD, positions_BxT, info, cache)
         if cache is not None:
+            assert kv is not None  # a cache in, new keys and values out
             cache = KVCache(*kv, info.k_segment, cache.index + T)
         aux, summary = self.aux_losses(stats)
         return self.final_norm(x_BxTxD), aux, summary, cache

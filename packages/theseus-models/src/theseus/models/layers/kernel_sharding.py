@@ -40,7 +40,7 @@ def context_platform() -> tuple[str, str, int]:
     backend's (with one head shard): what a kernel traced now will compile for."""
     mesh = context_mesh()
     device = getattr(mesh, "abstract_device", None) if mesh is not None else None
-    if device is None:
+    if mesh is None or device is None:
         return jax.default_backend(), "", 1
     return device.platform, device.device_kind, dict(mesh.shape).get(HEAD_AXIS, 1)
 

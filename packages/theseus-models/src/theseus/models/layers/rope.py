@@ -77,7 +77,7 @@ def yarn_frequencies(head_dim: int, theta: float, s: YarnScaling) -> np.ndarray:
         return head_dim * math.log(wavelengths) / (2 * math.log(theta))
 
     low = max(math.floor(dimension(s.beta_fast)), 0)
-    high = min(math.ceil(dimension(s.beta_slow)), head_dim - 1)
+    high: float = min(math.ceil(dimension(s.beta_slow)), head_dim - 1)
     if low == high:
         high += 0.001
     ramp = np.clip((np.arange(head_dim // 2, dtype=np.float32) - low) / (high - low), 0, 1)

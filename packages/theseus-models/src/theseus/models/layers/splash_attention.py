@@ -50,6 +50,7 @@ def splash_attention(
     step = blocks.padded_to
     length = -(-T // step) * step
     shape = (length, length)
+    head_mask: masks.Mask
     if window:
         head_mask = masks.LocalMask(shape, window_size=(window - 1, 0), offset=0)
     else:
