@@ -25,7 +25,7 @@ TOK = "theseus.data.tokenizers"
 if TYPE_CHECKING:
     from theseus.core.data.config import DataConfig
     from theseus.core.jobs import Prerequisite
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
     from theseus.data.tokenizers.base import Tokenizer
 
 

@@ -22,7 +22,7 @@ from theseus.core.data.config import DataConfig
 from theseus.core.jobs import Prerequisite
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 
 def _registries(registries: Registries) -> Any:

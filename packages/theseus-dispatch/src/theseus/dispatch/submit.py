@@ -16,7 +16,7 @@ from theseus.dispatch.solver import solve
 from theseus.dispatch.targets.base import ACTIVE, FINISHED, Request
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
 

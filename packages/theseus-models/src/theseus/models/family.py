@@ -1,9 +1,10 @@
 """A model family in one cheap description: config, presets, model class, HF mapping.
 
 Each family folder (``gpt/``, ``llama/``, ...) holds ``config.py`` (its config dataclass and
-presets), ``model.py`` (the nnx model), ``hf.py`` (its Hugging Face mapping, see
-:mod:`theseus.models.hf`) and an ``__init__`` defining its :class:`Family`;
-``theseus.models.plugin.FAMILIES`` lists them. Cheap to import (no JAX): the model and HF
+presets, and at its end its :class:`Family`, made by :meth:`Family.of_package`),
+``model.py`` (the nnx model), ``hf.py`` (its Hugging Face mapping, see
+:mod:`theseus.models.hf`) and an ``__init__`` exporting that ``FAMILY``;
+``theseus.models.families.FAMILIES`` lists them. Cheap to import (no JAX): the model and HF
 modules are named by import path and imported when used.
 """
 
@@ -24,6 +25,24 @@ class Family:
     description: str
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)  # model.preset=NAME
     hf: str = ""  # the module mapping the family to transformers; "" for none
+
+    @classmethod
+    def of_package(
+        cls, module: str, config: type, presets: dict[str, dict[str, Any]], description: str
+    ) -> Family:
+        """The family of a folder laid out as above, declared in its config module (which
+        passes its ``__name__``, ``<package>.config``): registered under the folder's name, its
+        model the class of ``<package>.model`` named as its config class less ``Config``
+        (``LlamaConfig``: ``Llama``), its Hugging Face mapping ``<package>.hf``."""
+        package = module.removesuffix(".config")
+        return cls(
+            name=package.rpartition(".")[2],
+            config=config,
+            model=f"{package}.model:{config.__name__.removesuffix('Config')}",
+            description=description,
+            presets=presets,
+            hf=f"{package}.hf",
+        )
 
     def component(self) -> Component:
         """What core's model registry holds: its config tree reads ``extra["presets"]``, and

@@ -24,7 +24,7 @@ from theseus.models.hf import load_hf
 from theseus.models.special_tokens import special_tokens
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
 

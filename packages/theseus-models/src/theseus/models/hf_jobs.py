@@ -62,7 +62,7 @@ from theseus.models.peft_export import save_peft
 from theseus.models.special_tokens import RUN_SOURCE, read_json_object, special_tokens
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
 

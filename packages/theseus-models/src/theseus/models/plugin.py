@@ -14,7 +14,7 @@ from theseus.core.hookspecs import hookimpl
 from theseus.models.families import FAMILIES
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 # ---------------------------------------------------------------------------- registration
 

@@ -15,7 +15,7 @@ from theseus.core.rundir import RunDir
 from theseus.models.hf.checkpoint import special_tokens as of_config
 
 if TYPE_CHECKING:
-    from theseus.core.plugins import Registries
+    from theseus.core.registry import Registries
 
 RUN_SOURCE = "hf"  # <run>/hf/: an imported run's config.json (and generation_config.json)
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|im_end|>")

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.models.config import ModelConfig
+from theseus.models.family import Family
+from theseus.models.moe_fields import ExpertFields
 
 
 @dataclass(unsafe_hash=True)
-class DeepseekV3Config(ModelConfig):
+class DeepseekV3Config(ExpertFields, ModelConfig):
     d_ff: int = option(1024, "SwiGLU hidden width of the dense layers", ge=1)
     norm_eps: float = option(1e-6, "RMSNorm epsilon", gt=0)
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
@@ -42,28 +44,16 @@ class DeepseekV3Config(ModelConfig):
     )
     # experts
     first_dense_layers: int = option(1, "the first this many layers have a dense MLP", ge=0)
-    n_experts: int = option(8, "routed experts per MoE layer", ge=1)
-    n_experts_per_token: int = option(2, "routed experts each token goes through (top-k)", ge=1)
     moe_d_ff: int = option(64, "hidden width of each routed (and shared) expert", ge=1)
     n_shared_experts: int = option(1, "always-on experts of width moe_d_ff (fused into one)", ge=0)
     n_groups: int = option(1, "expert groups (nodes) for group-limited routing; 1 = none", ge=1)
     top_groups: int = option(1, "groups a token's experts may come from", ge=1)
     routed_scale: float = option(1.0, "routed experts' weights are multiplied by this", gt=0)
-    norm_topk_prob: bool = option(True, "renormalise the chosen experts' scores to sum to 1")
     bias_update_rate: float = option(
         0.001,
         "aux-loss-free balancing: each step moves an expert's routing bias by this, against "
         "its load (0 freezes the biases)",
         ge=0,
-    )
-    capacity_factor: float = option(
-        0.0, "expert capacity = factor * tokens * k / experts; 0 = dropless", ge=0
-    )
-    moe_grouping: str = option(
-        "tiles",
-        "dropless expert matmuls: tiles (batched over per-expert tiles, routed FLOPs on every "
-        "backend) | ragged_dot (jax.lax.ragged_dot: grouped on TPU, every expert elsewhere)",
-        resume_safe=True,
     )
 
 
@@ -140,3 +130,10 @@ PRESETS: dict[str, dict] = {
         "routed_scale": 2.5,
     },
 }
+
+FAMILY = Family.of_package(
+    __name__,
+    DeepseekV3Config,
+    PRESETS,
+    "DeepSeek-V3: MLA, shared + fine-grained routed experts, aux-loss-free balancing",
+)

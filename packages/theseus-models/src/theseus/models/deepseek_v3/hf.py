@@ -16,7 +16,7 @@ from typing import Any
 from theseus.models.deepseek_v3.config import DeepseekV3Config
 from theseus.models.errors import ModelError, UnsupportedArchitectureError
 from theseus.models.hf_mapping import ParamPath, Rule, experts, same, torch_linear
-from theseus.models.llama.hf import swiglu_rules
+from theseus.models.llama.hf import decoder_rules, sizes_from_hf, swiglu_rules
 
 ARCHITECTURE = "DeepseekV3ForCausalLM"
 MODEL_TYPE = "deepseek_v3"
@@ -57,15 +57,8 @@ def config_from_hf(hf: dict) -> DeepseekV3Config:
             "after the dense ones MoE)"
         )
     return DeepseekV3Config(
-        vocab_size=hf["vocab_size"],
-        max_seq_len=hf["max_position_embeddings"],
-        n_layers=hf["num_hidden_layers"],
-        d_model=hf["hidden_size"],
-        n_heads=hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"],
-        norm_eps=hf["rms_norm_eps"],
+        **sizes_from_hf(hf),
         tie_embeddings=hf.get("tie_word_embeddings", False),
-        init_std=hf.get("initializer_range", 0.02),
         q_lora_rank=hf.get("q_lora_rank") or 0,
         kv_lora_rank=hf["kv_lora_rank"],
         qk_nope_dim=hf["qk_nope_head_dim"],
@@ -169,22 +162,12 @@ def IGNORED(c: DeepseekV3Config, key: str) -> bool:  # noqa: N802  (the hf modul
     return bool(found) and int(found.group(1)) >= c.n_layers
 
 
+def mlp_rules(c: DeepseekV3Config, ours: ParamPath, theirs: str) -> list[Rule]:
+    """Block ``ours[1]``'s MLP (``decoder_rules`` passes ``("blocks", i, "mlp")``): dense in
+    the first ``first_dense_layers`` blocks, experts after."""
+    dense = int(ours[1]) < c.first_dense_layers
+    return (swiglu_rules if dense else moe_rules)(c, ours, theirs)
+
+
 def rules(c: DeepseekV3Config) -> list[Rule]:
-    out = [
-        same(("embed", "embedding"), "model.embed_tokens.weight"),
-        same(("final_norm", "scale"), "model.norm.weight"),
-    ]
-    for i in range(c.n_layers):
-        b, h = ("blocks", i), f"model.layers.{i}"
-        out += [
-            same((*b, "attn_norm", "scale"), f"{h}.input_layernorm.weight"),
-            same((*b, "mlp_norm", "scale"), f"{h}.post_attention_layernorm.weight"),
-        ]
-        out += attention_rules(c, (*b, "attention"), f"{h}.self_attn")
-        if i < c.first_dense_layers:
-            out += swiglu_rules(c, (*b, "mlp"), f"{h}.mlp")
-        else:
-            out += moe_rules(c, (*b, "mlp"), f"{h}.mlp")
-    if not c.tie_embeddings:
-        out.append(torch_linear(("lm_head", "kernel"), "lm_head.weight", 1))
-    return out
+    return decoder_rules(c, mlp_rules, attention=attention_rules)

@@ -22,14 +22,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from theseus.core.model import STAT_PREFIX
 from theseus.models.deepseek_v3.config import DeepseekV3Config
 from theseus.models.errors import ModelError
-from theseus.models.layers import Block, DecoderLM, RMSNorm, RoPE, SwiGLU
+from theseus.models.layers import Block, RMSNorm, RoPE, SwiGLU
 from theseus.models.layers.mla import MultiHeadLatentAttention
 from theseus.models.layers.moe import GROUPINGS, SigmoidMoE
+from theseus.models.layers.moe_decoder import ExpertsDecoder, MoEBlock, reported, router_health
 from theseus.models.layers.rope import YarnScaling
-from theseus.models.qwen3_moe.model import EXPERT_PARAMS, MoEBlock
 
 ROUTING_STATS = ("counts", "prob_sums", "tokens", "drop_fraction", "balance")
 
@@ -49,7 +48,7 @@ class DenseBlock(Block):
         return self.mlp(h_BxTxD), zeros
 
 
-class DeepseekV3(DecoderLM):
+class DeepseekV3(ExpertsDecoder):
     config: DeepseekV3Config
     config_class = DeepseekV3Config
     scan_layers = False
@@ -102,23 +101,17 @@ class DeepseekV3(DecoderLM):
 
     def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
         c = self.config
-        kw = dict(std=c.init_std, out_std=self.out_std(), dtype=self.dtype, rngs=rngs)
         if index < c.first_dense_layers:
+            kw = dict(std=c.init_std, out_std=self.out_std(), dtype=self.dtype, rngs=rngs)
             return SwiGLU(c.d_model, c.d_ff, **kw)
-        return SigmoidMoE(
-            c.d_model,
-            c.moe_d_ff,
-            c.n_experts,
-            c.n_experts_per_token,
+        return self.make_experts(
+            SigmoidMoE,
+            rngs,
             n_groups=c.n_groups,
             top_groups=c.top_groups,
             routed_scale=c.routed_scale,
             bias_update_rate=c.bias_update_rate,
-            norm_topk_prob=c.norm_topk_prob,
-            capacity_factor=c.capacity_factor,
-            grouping=c.moe_grouping,
             shared_d_ff=c.n_shared_experts * c.moe_d_ff,
-            **kw,
         )
 
     def make_block(self, index: int, rngs: nnx.Rngs) -> Block:
@@ -139,21 +132,5 @@ class DeepseekV3(DecoderLM):
         first = self.config.first_dense_layers
         if not stats or stats["counts"].shape[0] <= first:
             return {}, {}
-        E = self.config.n_experts
-        counts_LxE = stats["counts"][first:]
-        load_LxE = E * counts_LxE / jnp.maximum(counts_LxE.sum(-1, keepdims=True), 1.0)
-        summary = jax.lax.stop_gradient(
-            {
-                "moe_drop_fraction": jnp.mean(stats["drop_fraction"][first:]),
-                "moe_max_load": jnp.max(load_LxE),
-                "moe_min_load": jnp.min(load_LxE),
-            }
-        )
-        aux = {"moe_bias_balance": jnp.sum(stats["balance"][first:])}
-        return aux | {f"{STAT_PREFIX}{name}": value for name, value in summary.items()}, summary
-
-    def matmul_share(self, path: tuple[str, ...], size: float) -> float:
-        """A token goes through k of the E routed experts (the shared ones are kernels: all)."""
-        if path[-1] in EXPERT_PARAMS:
-            return size * (self.config.n_experts_per_token / self.config.n_experts)
-        return super().matmul_share(path, size)
+        summary = router_health(stats["counts"][first:], stats["drop_fraction"][first:])
+        return reported({"moe_bias_balance": jnp.sum(stats["balance"][first:])}, summary)

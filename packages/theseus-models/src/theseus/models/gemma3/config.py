@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from theseus.core.components import option
+from theseus.models.family import Family
 from theseus.models.llama.config import LlamaConfig
 
 
@@ -75,3 +76,10 @@ PRESETS: dict[str, dict] = {
         "max_seq_len": 131072,
     },
 }
+
+FAMILY = Family.of_package(
+    __name__,
+    Gemma3Config,
+    PRESETS,
+    "Gemma 3 (text): interleaved local/global attention, q/k norm, sandwich norms, GeGLU",
+)

@@ -16,8 +16,8 @@ from typing import Any
 
 from theseus.models.errors import ModelError, UnsupportedArchitectureError
 from theseus.models.gemma3.config import Gemma3Config
-from theseus.models.hf_mapping import Rule, same, torch_linear
-from theseus.models.llama.hf import attention_rules, swiglu_rules
+from theseus.models.hf_mapping import Rule
+from theseus.models.llama.hf import decoder_rules, sizes_from_hf, sizes_to_hf
 
 ARCHITECTURE = "Gemma3ForCausalLM"
 MODEL_TYPE = "gemma3_text"
@@ -74,21 +74,14 @@ def config_from_hf(hf: dict) -> Gemma3Config:
         raise UnsupportedArchitectureError(f"{ARCHITECTURE} with use_bidirectional_attention")
     bias = bool(hf.get("attention_bias", False))
     return Gemma3Config(
-        vocab_size=hf["vocab_size"],
-        max_seq_len=hf["max_position_embeddings"],
-        n_layers=hf["num_hidden_layers"],
-        d_model=hf["hidden_size"],
-        n_heads=hf["num_attention_heads"],
+        **sizes_from_hf(hf),
         n_kv_heads=hf["num_key_value_heads"],
         head_dim=hf["head_dim"],
-        d_ff=hf["intermediate_size"],
-        norm_eps=hf["rms_norm_eps"],
         sliding_window=hf.get("sliding_window") or 0,
         global_every=global_every_of(hf),
         query_pre_attn_scalar=hf.get("query_pre_attn_scalar") or 0,
         final_logit_softcap=hf.get("final_logit_softcapping") or 0.0,
         tie_embeddings=hf.get("tie_word_embeddings", True),
-        init_std=hf.get("initializer_range", 0.02),
         qkv_bias=bias,
         out_bias=bias,
         **rope_from_hf(hf),
@@ -107,12 +100,7 @@ def config_to_hf(c: Gemma3Config) -> dict:
         full.update(rope_type="linear", factor=c.rope_factor)
     window = c.sliding_window or c.max_seq_len  # no window: every layer global
     return {
-        "hidden_size": c.d_model,
-        "intermediate_size": c.d_ff,
-        "num_hidden_layers": c.n_layers,
-        "num_attention_heads": c.n_heads,
-        "num_key_value_heads": c.n_kv_heads or c.n_heads,
-        "head_dim": c.head_dim,
+        **sizes_to_hf(c),  # head_dim: Gemma 3's is never 0
         "hidden_activation": "gelu_pytorch_tanh",
         "max_position_embeddings": c.max_seq_len,
         "rms_norm_eps": c.norm_eps,
@@ -130,22 +118,14 @@ def config_to_hf(c: Gemma3Config) -> dict:
     }
 
 
+# the sandwich block's four norms: the attention's (before, after), then the MLP's
+NORMS = {
+    "attn_norm": "input_layernorm",
+    "post_attn_norm": "post_attention_layernorm",
+    "mlp_norm": "pre_feedforward_layernorm",
+    "post_mlp_norm": "post_feedforward_layernorm",
+}
+
+
 def rules(c: Gemma3Config) -> list[Rule]:
-    out = [
-        same(("embed", "embedding"), "model.embed_tokens.weight"),
-        same(("final_norm", "scale"), "model.norm.weight"),
-    ]
-    norms = {
-        "attn_norm": "input_layernorm",
-        "post_attn_norm": "post_attention_layernorm",
-        "mlp_norm": "pre_feedforward_layernorm",
-        "post_mlp_norm": "post_feedforward_layernorm",
-    }
-    for i in range(c.n_layers):
-        b, h = ("blocks", i), f"model.layers.{i}"
-        out += [same((*b, ours, "scale"), f"{h}.{theirs}.weight") for ours, theirs in norms.items()]
-        out += attention_rules(c, (*b, "attention"), f"{h}.self_attn")
-        out += swiglu_rules(c, (*b, "mlp"), f"{h}.mlp")
-    if not c.tie_embeddings:
-        out.append(torch_linear(("lm_head", "kernel"), "lm_head.weight", 1))
-    return out
+    return decoder_rules(c, norms=NORMS)

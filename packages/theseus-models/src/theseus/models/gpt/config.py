@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.models.config import ModelConfig
+from theseus.models.family import Family
 
 
 @dataclass(unsafe_hash=True)
@@ -29,3 +30,7 @@ PRESETS: dict[str, dict] = {
     "350m": {"n_layers": 24, "d_model": 1024, "n_heads": 16, "max_seq_len": 1024},
     "774m": {"n_layers": 36, "d_model": 1280, "n_heads": 20, "max_seq_len": 1024},
 }
+
+FAMILY = Family.of_package(
+    __name__, GPTConfig, PRESETS, "GPT-2: learned positions, LayerNorm, GELU, tied"
+)

@@ -1,13 +1,5 @@
 """Llama 2/3: RMSNorm, SwiGLU, grouped-query attention, RoPE (with Llama 3 scaling)."""
 
-from theseus.models.family import Family
-from theseus.models.llama.config import PRESETS, LlamaConfig
+from theseus.models.llama.config import FAMILY
 
-FAMILY = Family(
-    name="llama",
-    config=LlamaConfig,
-    model="theseus.models.llama.model:Llama",
-    description="Llama 2/3: RMSNorm, SwiGLU, GQA, RoPE",
-    presets=PRESETS,
-    hf="theseus.models.llama.hf",
-)
+__all__ = ["FAMILY"]

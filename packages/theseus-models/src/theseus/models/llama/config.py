@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.models.config import ModelConfig
+from theseus.models.family import Family
 
 
 @dataclass(unsafe_hash=True)
@@ -33,8 +34,11 @@ class LlamaConfig(ModelConfig):
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
 
 
+# the shape of the Llama-style families' ``tiny`` presets (each adds its own few fields)
+TINY: dict = {"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2}
+
 PRESETS: dict[str, dict] = {
-    "tiny": {"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "d_ff": 128},
+    "tiny": {**TINY, "d_ff": 128},
     "1b": {
         "n_layers": 16,
         "d_model": 2048,
@@ -77,3 +81,5 @@ PRESETS: dict[str, dict] = {
         "norm_eps": 1e-5,
     },
 }
+
+FAMILY = Family.of_package(__name__, LlamaConfig, PRESETS, "Llama 2/3: RMSNorm, SwiGLU, GQA, RoPE")

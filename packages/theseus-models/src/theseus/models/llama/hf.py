@@ -2,7 +2,8 @@
 
 The Qwen families share this layout (``model.layers.N.self_attn.q_proj``, RMSNorm, RoPE
 keys): their ``hf.py`` reuse ``decoder_from_hf``, ``decoder_to_hf`` and ``decoder_rules``
-and add their few differences.
+and add their few differences. Gemma 3 and DeepSeek-V3 reuse ``sizes_from_hf`` and
+``decoder_rules`` (with their own norms, attention or MLPs).
 """
 
 from __future__ import annotations
@@ -54,20 +55,28 @@ def decoder_from_hf(hf: dict, arch: str) -> dict[str, Any]:
     n_heads = hf["num_attention_heads"]
     bias = bool(hf.get("attention_bias", False))
     return dict(
+        **sizes_from_hf(hf),
+        n_kv_heads=hf.get("num_key_value_heads") or n_heads,
+        head_dim=hf.get("head_dim") or hf["hidden_size"] // n_heads,
+        tie_embeddings=hf.get("tie_word_embeddings", False),
+        qkv_bias=bias,
+        out_bias=bias,
+        **rope_from_hf(hf, arch),
+    )
+
+
+def sizes_from_hf(hf: dict) -> dict[str, Any]:
+    """The fields every RMSNorm decoder's ``config.json`` names alike (Gemma 3's and
+    DeepSeek-V3's too): vocabulary, context, depth, widths, norm epsilon, init."""
+    return dict(
         vocab_size=hf["vocab_size"],
         max_seq_len=hf["max_position_embeddings"],
         n_layers=hf["num_hidden_layers"],
         d_model=hf["hidden_size"],
-        n_heads=n_heads,
-        n_kv_heads=hf.get("num_key_value_heads") or n_heads,
-        head_dim=hf.get("head_dim") or hf["hidden_size"] // n_heads,
+        n_heads=hf["num_attention_heads"],
         d_ff=hf["intermediate_size"],
         norm_eps=hf["rms_norm_eps"],
-        tie_embeddings=hf.get("tie_word_embeddings", False),
         init_std=hf.get("initializer_range", 0.02),
-        qkv_bias=bias,
-        out_bias=bias,
-        **rope_from_hf(hf, arch),
     )
 
 
@@ -99,12 +108,7 @@ def decoder_to_hf(
             original_max_position_embeddings=c.rope_original_max_len,
         )
     return {
-        "hidden_size": c.d_model,
-        "intermediate_size": c.d_ff,
-        "num_hidden_layers": c.n_layers,
-        "num_attention_heads": c.n_heads,
-        "num_key_value_heads": c.n_kv_heads or c.n_heads,
-        "head_dim": c.head_dim or c.d_model // c.n_heads,
+        **sizes_to_hf(c),
         "hidden_act": "silu",
         "max_position_embeddings": c.max_seq_len,
         "rms_norm_eps": c.norm_eps,
@@ -114,7 +118,21 @@ def decoder_to_hf(
     }
 
 
-MLPRules = Callable[[Any, ParamPath, str], list[Rule]]
+def sizes_to_hf(c: Any) -> dict[str, Any]:
+    """The widths and depth of a grouped-query decoder as ``config.json`` names them (Gemma
+    3's too); ``head_dim`` 0 means ``d_model // n_heads``."""
+    return {
+        "hidden_size": c.d_model,
+        "intermediate_size": c.d_ff,
+        "num_hidden_layers": c.n_layers,
+        "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads or c.n_heads,
+        "head_dim": c.head_dim or c.d_model // c.n_heads,
+    }
+
+
+# a sublayer's rules: (config, our module's path, its transformers name) -> rules
+SublayerRules = Callable[[Any, ParamPath, str], list[Rule]]
 
 
 def swiglu_rules(c: LlamaConfig, ours: ParamPath, theirs: str) -> list[Rule]:
@@ -124,25 +142,6 @@ def swiglu_rules(c: LlamaConfig, ours: ParamPath, theirs: str) -> list[Rule]:
         out.append(torch_linear((*ours, f"{p}_proj", "kernel"), f"{theirs}.{p}_proj.weight", 1))
         if getattr(c, "mlp_bias", False):
             out.append(same((*ours, f"{p}_proj", "bias"), f"{theirs}.{p}_proj.bias"))
-    return out
-
-
-def decoder_rules(c: LlamaConfig, mlp_rules: MLPRules = swiglu_rules) -> list[Rule]:
-    """Embedding, norms, attention (biases and q/k norms as configured), MLPs, head."""
-    out = [
-        same(("embed", "embedding"), "model.embed_tokens.weight"),
-        same(("final_norm", "scale"), "model.norm.weight"),
-    ]
-    for i in range(c.n_layers):
-        b, h = ("blocks", i), f"model.layers.{i}"
-        out += [
-            same((*b, "attn_norm", "scale"), f"{h}.input_layernorm.weight"),
-            same((*b, "mlp_norm", "scale"), f"{h}.post_attention_layernorm.weight"),
-        ]
-        out += attention_rules(c, (*b, "attention"), f"{h}.self_attn")
-        out += mlp_rules(c, (*b, "mlp"), f"{h}.mlp")
-    if not c.tie_embeddings:
-        out.append(torch_linear(("lm_head", "kernel"), "lm_head.weight", 1))
     return out
 
 
@@ -160,6 +159,34 @@ def attention_rules(c: LlamaConfig, att: ParamPath, hatt: str) -> list[Rule]:
             same((*att, "q_norm", "scale"), f"{hatt}.q_norm.weight"),
             same((*att, "k_norm", "scale"), f"{hatt}.k_norm.weight"),
         ]
+    return out
+
+
+# our names of a block's norms -> transformers' (Llama's pre-norm block; Gemma 3 has four)
+NORMS = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
+
+
+def decoder_rules(
+    c: Any,
+    mlp_rules: SublayerRules = swiglu_rules,
+    *,
+    attention: SublayerRules = attention_rules,
+    norms: dict[str, str] = NORMS,
+) -> list[Rule]:
+    """Embedding, each block's ``norms``, attention (default ``attention_rules``: biases
+    and q/k norms as configured) and MLP (``mlp_rules`` of ``("blocks", i, "mlp")``), the
+    final norm and the head: the layout of every ``model.layers.N`` family."""
+    out = [
+        same(("embed", "embedding"), "model.embed_tokens.weight"),
+        same(("final_norm", "scale"), "model.norm.weight"),
+    ]
+    for i in range(c.n_layers):
+        b, h = ("blocks", i), f"model.layers.{i}"
+        out += [same((*b, ours, "scale"), f"{h}.{theirs}.weight") for ours, theirs in norms.items()]
+        out += attention(c, (*b, "attention"), f"{h}.self_attn")
+        out += mlp_rules(c, (*b, "mlp"), f"{h}.mlp")
+    if not c.tie_embeddings:
+        out.append(torch_linear(("lm_head", "kernel"), "lm_head.weight", 1))
     return out
 
 

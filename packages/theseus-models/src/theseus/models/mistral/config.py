@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from theseus.core.components import option
-from theseus.models.llama.config import LlamaConfig
+from theseus.models.family import Family
+from theseus.models.llama.config import TINY, LlamaConfig
 
 
 @dataclass(unsafe_hash=True)
@@ -17,39 +18,27 @@ class MistralConfig(LlamaConfig):
     )
 
 
-PRESETS: dict[str, dict] = {
-    "tiny": {
-        "n_layers": 2,
-        "d_model": 64,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "d_ff": 128,
-        "sliding_window": 8,
-    },
-    # mistralai/Mistral-7B-v0.1
-    "7b": {
-        "n_layers": 32,
-        "d_model": 4096,
-        "n_heads": 32,
-        "n_kv_heads": 8,
-        "head_dim": 128,
-        "d_ff": 14336,
-        "rope_theta": 10000.0,
-        "sliding_window": 4096,
-        "max_seq_len": 32768,
-        "norm_eps": 1e-5,
-    },
-    # mistralai/Mistral-7B-v0.3: full attention, a larger RoPE base
-    "7b-v0.3": {
-        "n_layers": 32,
-        "d_model": 4096,
-        "n_heads": 32,
-        "n_kv_heads": 8,
-        "head_dim": 128,
-        "d_ff": 14336,
-        "rope_theta": 1000000.0,
-        "sliding_window": 0,
-        "max_seq_len": 32768,
-        "norm_eps": 1e-5,
-    },
+# mistralai/Mistral-7B-v0.1
+MISTRAL_7B: dict = {
+    "n_layers": 32,
+    "d_model": 4096,
+    "n_heads": 32,
+    "n_kv_heads": 8,
+    "head_dim": 128,
+    "d_ff": 14336,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "max_seq_len": 32768,
+    "norm_eps": 1e-5,
 }
+
+PRESETS: dict[str, dict] = {
+    "tiny": {**TINY, "d_ff": 128, "sliding_window": 8},
+    "7b": MISTRAL_7B,
+    # mistralai/Mistral-7B-v0.3: full attention, a larger RoPE base
+    "7b-v0.3": {**MISTRAL_7B, "rope_theta": 1000000.0, "sliding_window": 0},
+}
+
+FAMILY = Family.of_package(
+    __name__, MistralConfig, PRESETS, "Mistral: Llama with sliding-window attention"
+)

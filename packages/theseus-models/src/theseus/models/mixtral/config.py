@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from theseus.core.components import option
+from theseus.models.family import Family
+from theseus.models.llama.config import TINY
+from theseus.models.moe_fields import TINY_EXPERTS
 from theseus.models.qwen3_moe.config import Qwen3MoeConfig
 
 
@@ -18,22 +21,11 @@ class MixtralConfig(Qwen3MoeConfig):
     norm_eps: float = option(1e-5, "RMSNorm epsilon", gt=0)
     head_dim: int = option(0, "width of one head; 0 means d_model // n_heads", ge=0)
     qk_norm: bool = option(False, "RMSNorm on queries and keys per head")
-    n_experts_per_token: int = option(2, "experts each token is routed to (top-k)", ge=1)
-    norm_topk_prob: bool = option(True, "renormalise the top-k router probabilities to sum to 1")
     router_aux_loss_coef: float = option(0.02, "weight of the load-balancing loss", ge=0)
 
 
 PRESETS: dict[str, dict] = {
-    "tiny": {
-        "n_layers": 2,
-        "d_model": 64,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "n_experts": 4,
-        "n_experts_per_token": 2,
-        "moe_d_ff": 32,
-        "sliding_window": 8,
-    },
+    "tiny": {**TINY, **TINY_EXPERTS, "sliding_window": 8},
     # mistralai/Mixtral-8x7B-v0.1
     "8x7b": {
         "n_layers": 32,
@@ -48,3 +40,7 @@ PRESETS: dict[str, dict] = {
         "max_seq_len": 32768,
     },
 }
+
+FAMILY = Family.of_package(
+    __name__, MixtralConfig, PRESETS, "Mixtral: Mistral attention, top-2 routed SwiGLU experts"
+)

@@ -1,12 +1,14 @@
-"""Mixtral: the Qwen3-MoE model (routed experts, load-balancing loss, routed FLOPs) with
-Mistral's attention, which its config selects (no q/k norm, optional sliding window)."""
+"""Mixtral: Mistral with Qwen3-MoE's experts (``layers/moe_decoder.py``'s
+``SoftmaxExpertsDecoder``: routed experts, load-balancing loss, routed FLOPs); its config
+selects Mistral's attention (no q/k norm, optional sliding window)."""
 
 from __future__ import annotations
 
+from theseus.models.layers.moe_decoder import SoftmaxExpertsDecoder
+from theseus.models.mistral.model import Mistral
 from theseus.models.mixtral.config import MixtralConfig
-from theseus.models.qwen3_moe.model import Qwen3Moe
 
 
-class Mixtral(Qwen3Moe):
+class Mixtral(SoftmaxExpertsDecoder, Mistral):
     config: MixtralConfig
     config_class = MixtralConfig

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from theseus.core.components import option
-from theseus.models.llama.config import LlamaConfig
+from theseus.models.family import Family
+from theseus.models.llama.config import TINY, LlamaConfig
 
 
 @dataclass(unsafe_hash=True)
@@ -16,7 +17,7 @@ class Qwen2Config(LlamaConfig):
 
 
 PRESETS: dict[str, dict] = {
-    "tiny": {"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "d_ff": 128},
+    "tiny": {**TINY, "d_ff": 128},
     "0.5b": {
         "n_layers": 24,
         "d_model": 896,
@@ -35,3 +36,5 @@ PRESETS: dict[str, dict] = {
         "max_seq_len": 32768,
     },
 }
+
+FAMILY = Family.of_package(__name__, Qwen2Config, PRESETS, "Qwen2: Llama with q/k/v biases")

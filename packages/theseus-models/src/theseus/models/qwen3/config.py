@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from theseus.core.components import option
-from theseus.models.llama.config import LlamaConfig
+from theseus.models.family import Family
+from theseus.models.llama.config import TINY, LlamaConfig
 
 
 @dataclass(unsafe_hash=True)
@@ -17,14 +18,7 @@ class Qwen3Config(LlamaConfig):
 
 
 PRESETS: dict[str, dict] = {
-    "tiny": {
-        "n_layers": 2,
-        "d_model": 64,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "head_dim": 16,
-        "d_ff": 128,
-    },
+    "tiny": {**TINY, "head_dim": 16, "d_ff": 128},
     "0.6b": {
         "n_layers": 28,
         "d_model": 1024,
@@ -45,3 +39,5 @@ PRESETS: dict[str, dict] = {
         "max_seq_len": 40960,
     },
 }
+
+FAMILY = Family.of_package(__name__, Qwen3Config, PRESETS, "Qwen3: Llama with q/k RMSNorm")
