@@ -26,10 +26,10 @@ OUT = Path(__file__).parent / "results" / "accel_cpu.json"
 
 def plan(model: str, overrides: list[str], vocab: int = 384) -> dict[str, Any]:
     """The dry-run report of ``<model>/train/pretrain`` with these overrides."""
+    from theseus.core.plan.plan_report import report
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
     from theseus.core.train.configs import TrainJobConfig
-    from theseus.core.train.plan_report import report
     from theseus.core.train.setup import TrainSetup
 
     regs = registries()

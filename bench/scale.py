@@ -7,7 +7,7 @@ that fits is searched from a start value: halved while it does not fit, doubled 
 fits in under 45% of the chip's memory (at most ``TRIES`` compiles per cell).
 Recorded per cell: the strategy and per-chip batch that fit, memory per chip, collective
 bytes per step, the estimated step time and the predicted MFU -- estimates, not
-measurements (see ``theseus.core.train.step_estimate``).
+measurements (see ``theseus.core.plan.step_estimate``).
 
 MFU here is ``6 N + attention`` model FLOPs (``flops_per_token``: causal attention counted
 over the keys each query sees, ~T/2, as MaxText does since its PR 1988) over the estimated
@@ -71,10 +71,10 @@ def overrides(
 
 def plan_cell(family: str, values: list[str], target: str) -> dict[str, Any]:
     from theseus.core.chips.devices import compile_only_devices
+    from theseus.core.plan.plan_report import report
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
     from theseus.core.train.configs import TrainJobConfig
-    from theseus.core.train.plan_report import report
     from theseus.core.train.setup import TrainSetup
 
     regs = registries()

@@ -17,7 +17,7 @@ sys.path.insert(0, str(HERE))
 
 
 def main() -> None:
-    from theseus.core.train.dry_run import plan
+    from theseus.core.plan.dry_run import plan
     from tpu_bench import DEFAULT_SHAPES, config
 
     out = HERE / "results" / "tpu_v5e_predicted.json"

@@ -64,7 +64,7 @@ def test_a_step_too_big_for_its_chip_says_by_how_much_and_what_would_fit(
     """An H100 given (in this test) a quarter less memory than the step's peak: halving the
     per-device batch fits, and the error names it; the plan is printed first."""
     require_aot()
-    from theseus.core.train.dry_run import dry_run, plan
+    from theseus.core.plan.dry_run import dry_run, plan
 
     # remat fixed: `auto` would pick a level that fits the smaller chip by itself
     config = plan_config(*tiny("llama", "sharding.strategy=dp", "sharding.remat=none", batch=64))

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
-from theseus.core.train.hlo_stats import analyze, collective_kind, parse_shapes
+from theseus.core.plan.hlo_stats import analyze, collective_kind, parse_shapes
 
 from tests.chips.compiling import compile_for_target, require_aot
 

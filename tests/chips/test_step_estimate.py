@@ -14,8 +14,8 @@ prices a scanned layer 25-35% below an unrolled one.
 from __future__ import annotations
 
 from theseus.core.chips.specs import CHIPS
-from theseus.core.train.hlo_stats import analyze
-from theseus.core.train.step_estimate import estimate_step, optimal_seconds
+from theseus.core.plan.hlo_stats import analyze
+from theseus.core.plan.step_estimate import estimate_step, optimal_seconds
 
 from tests.chips.compiling import compile_train, require_aot, target_setup, tiny
 

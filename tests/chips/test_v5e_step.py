@@ -46,7 +46,7 @@ def test_single_host_tpu_targets_compile(target, hosts):
 
 def test_the_v5e_plan_prices_splash_and_says_why_it_chose_its_remat(tmp_path):
     require_aot()
-    from theseus.core.train.dry_run import plan
+    from theseus.core.plan.dry_run import plan
 
     from tests.chips.test_dry_run_target import plan_config
 

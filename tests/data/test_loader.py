@@ -17,6 +17,7 @@ from theseus.core.data import (
 )
 from theseus.core.data.api import find_dataset
 from theseus.core.data.batch_plan import BatchPlan
+from theseus.core.errors import ConfigError
 from theseus.data import load_tokenizer
 
 KEYS = {"inputs", "targets", "positions", "segment_ids", "loss_mask"}
@@ -210,5 +211,5 @@ def test_loss_on_all_tokens_of_chat_data(stdlib_root, mixture_root):
     config = addition_config(stdlib_root, loss_on="all")
     batch = open_data(stdlib_root, config, layout="padded", seq_len=48).batch(0)
     np.testing.assert_array_equal(batch["loss_mask"], batch["segment_ids"].astype(np.float32))
-    with pytest.raises(DataError, match="data.loss_on is 'some'"):
+    with pytest.raises(ConfigError, match="data.loss_on='some': expected one of assistant, all"):
         open_data(stdlib_root, addition_config(stdlib_root, loss_on="some"))

@@ -47,8 +47,8 @@ def setup_for(key: str, overrides: list[str], devices: int):
 
 
 def main(parts: list[str]) -> None:
+    from theseus.core.plan.plan_report import report
     from theseus.core.sharding.parallel import expert_parameter_bytes
-    from theseus.core.train.plan_report import report
 
     if "expert" in parts:
         for ways in (1, 2, 4):

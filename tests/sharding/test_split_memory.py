@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from theseus.core.train.plan_format import format_report
+from theseus.core.plan.plan_format import format_report
 
 from tests.sharding.conftest import json_lines, run_module
 

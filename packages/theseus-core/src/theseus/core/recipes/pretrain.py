@@ -70,7 +70,7 @@ class PretrainJob(Job):
         """Mesh, abstract state, per-device memory and FLOPs of this job's own step, printed;
         on a ``target`` (``v5p-8``, ``h100x8``, ...) compiled for that chip. Nothing is
         allocated."""
-        from theseus.core.train.dry_run import dry_run
+        from theseus.core.plan.dry_run import dry_run
 
         return dry_run(config, root, as_json, target, recipe=cls.recipe(config))
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.chips.specs import Chip
-from theseus.core.train.hlo_stats import HloStats
+from theseus.core.plan.hlo_stats import HloStats
 
 LINK_PASSES = {"all-reduce": 2.0}  # every other collective moves its bytes once
 

@@ -19,11 +19,11 @@ from typing import Any
 
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.errors import TheseusError
+from theseus.core.plan.fit_advice import advise
+from theseus.core.plan.plan_format import format_report, size
 from theseus.core.plugins import registries
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.fit_advice import advise
-from theseus.core.train.plan_format import format_report, size
 from theseus.core.train.recipe import PRETRAIN, Recipe
 
 
@@ -38,10 +38,11 @@ def simulate_devices(config: TrainJobConfig) -> None:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
         return
     import jax
-    from jax._src import xla_bridge
 
-    if not xla_bridge.backends_are_initialized():
+    try:
         jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # a backend has started: the mesh takes the devices there are
+        pass
 
 
 def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
@@ -77,7 +78,7 @@ def plan(
 ) -> dict[str, Any]:
     """The plan of ``recipe``'s step (the job's) as a dict; advice added when the step does
     not fit its chip."""
-    from theseus.core.train.plan_report import report
+    from theseus.core.plan.plan_report import report
     from theseus.core.train.setup import TrainSetup
 
     devices = target_devices(target) if target else None

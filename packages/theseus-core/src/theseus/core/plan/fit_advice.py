@@ -50,7 +50,7 @@ def advise(
     hbm_bytes: int,
 ) -> list[dict[str, Any]]:
     """Each lever's peak bytes per chip and whether it fits (``build`` makes a setup)."""
-    from theseus.core.train.plan_report import compile_step, memory
+    from theseus.core.plan.plan_report import compile_step, memory
 
     advice: list[dict[str, Any]] = []
     for label, changed in alternatives(config, per_device):

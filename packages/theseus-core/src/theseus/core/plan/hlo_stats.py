@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from theseus.core.train.hlo_text import (
+from theseus.core.plan.hlo_text import (
     Computation,
     Instruction,
     array_bytes,

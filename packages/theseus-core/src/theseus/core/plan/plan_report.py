@@ -19,13 +19,13 @@ from typing import Any
 import jax
 from theseus.core.chips.devices import is_compile_only, without_disk_cache
 from theseus.core.chips.specs import chip_of_device_kind
+from theseus.core.plan.flops import program_flops
+from theseus.core.plan.hlo_stats import analyze
+from theseus.core.plan.step_estimate import estimate_step, splash_pricer
 from theseus.core.sharding.mesh import describe
 from theseus.core.sharding.parallel import expert_parameter_bytes
 from theseus.core.sharding.placement import per_device_bytes
-from theseus.core.train.flops import program_flops
-from theseus.core.train.hlo_stats import analyze
 from theseus.core.train.remat_choice import device_memory_bytes
-from theseus.core.train.step_estimate import estimate_step, splash_pricer
 
 GiB = 1024**3
 _OOM_NUMBERS = (  # XLA:TPU's wordings of "needs X of Y"
