@@ -35,6 +35,7 @@ def config_tree(family: str, preset: str, seq_len: int):
     tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, overrides)
     tree.set("model.max_seq_len", max(seq_len, int(tree.get("model.max_seq_len"))))
     vocab = int(os.environ.get("BENCH_VOCAB", "0")) or int(tree.get("model.vocab_size")) or 50304
+    tree.set("model.vocab_size", vocab)  # BENCH_VOCAB replaces a preset's vocabulary
     return tree, regs, vocab
 
 

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 out="${1:?usage: gpu_device_trainer.sh OUT_DIR}"
 source bench/gpu_device_env.sh
 cli='import sys; from theseus.cli.main import main; sys.argv[0] = "theseus"; main()'
-shape=(model.preset=124m training.seq_len=1024 training.global_batch_size=64
+shape=(model.preset=124m model.vocab_size=8192 training.seq_len=1024 training.global_batch_size=64
     precision.compute_dtype=bfloat16 optimizer.name=adamw schedule.name=constant)
 start=$(date +%s)
 timeout 200 python3 -c "$cli" run gpt/train/pretrain "${shape[@]}" training.total_steps=80 \

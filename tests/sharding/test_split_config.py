@@ -85,7 +85,7 @@ def test_a_sequence_the_context_axis_does_not_divide_is_refused(seq_len, devices
 def test_context_split_reaches_every_attention_layer():
     model = abstract()
     prepare_model(model, ShardingConfig(context=2), {"context": 2}, 32, "gpt")
-    assert model.plan_attention(32, "cpu") == "ring/flash"
+    assert model.plan_attention(32, "cpu").label() == "ring/flash"
     layers = [m for _, m in nnx.iter_graph(model) if isinstance(m, Attention)]
     assert layers and all(m.context_parallel == ("ring", "zigzag") for m in layers)
 

@@ -133,7 +133,7 @@ def test_trainable_fraction_at_rank_8_is_the_adapters_formula(preset, capsys):
     regs = registries()
     component = regs.models.get("llama")
     values = component.extra["presets"][preset]
-    config = component.config(vocab_size=32000, preset=preset, **values)
+    config = component.config(preset=preset, **{"vocab_size": 32000, **values})
     lora = LoRAConfig(rank=8)
     adapted_class = regs.hook.theseus_adapt_model(model_class=component.load(), lora=lora)
     model = nnx.eval_shape(lambda: adapted_class(config, rngs=nnx.Rngs(params=0)))

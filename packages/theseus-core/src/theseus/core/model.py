@@ -66,9 +66,10 @@ class LanguageModel(Protocol):
     * ``plan_attention(seq_len, platform, device_kind, head_shards=1)``: choose, once, the
       attention kernel the model runs at this length on this platform, with the heads split
       ``head_shards`` ways over the ``tensor`` mesh axis (the training setup calls it before
-      any step is traced; the choice is part of the model's static graph) and return its
-      name (``reference``, ``flash``, ``cudnn``, ..., or ``none``), for the start-up log
-      and the dry run.
+      any step is traced; the choice is part of the model's static graph) and return it as
+      a ``theseus.core.execution.AttentionKernel`` (its name, ``reference``, ``flash``,
+      ``cudnn``, ..., or ``none``, with its block sizes), or just the name; the setup puts
+      it in the run's ``ExecutionPlan``, which the start-up log and the dry run print.
     """
 
     config: Any
@@ -84,7 +85,7 @@ class LanguageModel(Protocol):
 
     def plan_attention(
         self, seq_len: int, platform: str, device_kind: str, head_shards: int = 1
-    ) -> str: ...
+    ) -> Any: ...
 
     def unrolled(self) -> Any: ...
 

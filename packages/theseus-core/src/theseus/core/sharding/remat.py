@@ -28,7 +28,6 @@ wrapped once, it is rematerialized per layer inside the scan.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -128,11 +127,3 @@ def checkpoint_blocks(model: Any, mode: str) -> None:
     for index in range(len(blocks)):
         if not isinstance(blocks[index], Rematerialized):
             blocks[index] = Rematerialized(blocks[index], mode)
-
-
-@dataclass(frozen=True)
-class RematChoice:
-    """The level a run uses and why (``auto`` resolved), for the log and the dry run."""
-
-    level: str
-    reason: str

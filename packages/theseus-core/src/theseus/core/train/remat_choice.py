@@ -21,7 +21,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from theseus.core.sharding.remat import AUTO_LEVELS, RematChoice
+from theseus.core.execution import RematChoice
+from theseus.core.sharding.remat import AUTO_LEVELS
 
 FIT_FRACTION = 0.95  # of the chip's memory: the compiler's own estimate may differ a little
 # One block's backward works on about this many times what a block keeps at level ``none``

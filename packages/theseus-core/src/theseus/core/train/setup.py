@@ -22,19 +22,21 @@ from theseus.core.data.api import open_training_data
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.loader import TrainingData
 from theseus.core.errors import ConfigError
+from theseus.core.execution import ExecutionPlan, RematChoice
 from theseus.core.model import check_model
 from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.config import check_remat
-from theseus.core.sharding.parallel import prepare_model
+from theseus.core.sharding.parallel import expert_dimensions, prepare_model
 from theseus.core.sharding.placement import Layout
-from theseus.core.sharding.remat import RematChoice
 from theseus.core.sharding.rules import batch_ways
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
+from theseus.core.train.execution_choice import execution_plan
 from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
 from theseus.core.train.remat_choice import decide_remat
 from theseus.core.train.state import TrainState, split_params
 from theseus.core.train.step import cross_entropy, forward, make_eval_step, make_train_step
+from theseus.core.train.vocab import check_vocab
 from theseus.core.train.weights import FrozenRole, WeightSource, frozen_role
 
 if TYPE_CHECKING:
@@ -109,19 +111,24 @@ def adapt(registries: Registries, model_class: type, config: TrainJobConfig) -> 
     return adapted
 
 
-def model_config(config: TrainJobConfig, vocab_size: int, platform: str = "cpu") -> Any:
+def model_config(
+    config: TrainJobConfig,
+    vocab_size: int,
+    platform: str = "cpu",
+    registries: Registries | None = None,
+) -> Any:
     """The ``model`` group with the data's vocabulary and the precision override applied.
+
+    A ``model.vocab_size`` (given, or set by ``model.preset``) must be the tokenizer's
+    ``vocab_size`` (:func:`~theseus.core.train.vocab.check_vocab`; ``registries`` names the
+    preset in its message).
 
     ``model.dtype=auto`` becomes the dtype it means on ``platform``, the mesh's (bfloat16 on
     GPUs and TPUs, float32 on CPUs: ``ModelConfig.dtype``'s rule), so a step compiled here
     for a TPU target runs in the TPU's dtype.
     """
     model, seq_len = config.model, config.training.seq_len
-    if model.vocab_size and model.vocab_size != vocab_size:
-        raise ConfigError(
-            f"model.vocab_size={model.vocab_size} disagrees with the tokenizer's vocabulary of "
-            f"{vocab_size}; leave model.vocab_size=0 to take it from the data"
-        )
+    check_vocab(config, vocab_size, registries)
     if seq_len > model.max_seq_len:
         raise ConfigError(
             f"training.seq_len={seq_len} is longer than model.max_seq_len={model.max_seq_len}"
@@ -146,8 +153,7 @@ class TrainSetup:
     total_steps: int
     batch: BatchPlan  # rows per process, per device and micro-step (checked once)
     flops_per_token: float
-    attention: str  # the attention implementation the model runs (logged, in the dry run)
-    remat: RematChoice  # the activation checkpointing level the step runs, and why
+    execution: ExecutionPlan  # kernel, context split, expert routing, remat, compute dtype
     loss_chunks: int  # pieces of the sequence the output head and loss take at a time
     graphdef: Any
     rest: Any
@@ -190,7 +196,7 @@ class TrainSetup:
             registries, config.schedule, config.optimizer.learning_rate, steps
         )
         optimizer = build_optimizer(registries, config.optimizer, schedule)
-        configured = model_config(config, vocab_size, layout.platform)
+        configured = model_config(config, vocab_size, layout.platform, registries)
         model_class = registries.models.get(config.model.name).load()
         adapted = config.lora.rank > 0
         if adapted:
@@ -215,7 +221,7 @@ class TrainSetup:
         prepare_model(
             abstract_model, config.sharding, layout.sizes, training.seq_len, config.model.name
         )
-        attention = abstract_model.plan_attention(  # chosen once, for the mesh's chips
+        planned_attention = abstract_model.plan_attention(  # chosen once, for the mesh's chips
             training.seq_len,
             layout.platform,
             layout.device_kind,
@@ -273,8 +279,15 @@ class TrainSetup:
             total_steps=steps,
             batch=batch,
             flops_per_token=counted["flops"],
-            attention=attention,
-            remat=remat,
+            execution=execution_plan(
+                config,
+                layout.sizes,
+                layout.platform,
+                planned_attention,
+                remat,
+                str(getattr(configured, "dtype", "float32")),
+                bool(expert_dimensions(abstract_model)),
+            ),
             loss_chunks=chunks,
             graphdef=graphdef,
             rest=rest,
@@ -298,6 +311,16 @@ class TrainSetup:
             ),
             make_state=fresh_state,
         )
+
+    @property
+    def attention(self) -> str:
+        """The attention kernel the step runs (``ring/flash`` when the sequence is split)."""
+        return self.execution.attention.label()
+
+    @property
+    def remat(self) -> RematChoice:
+        """The activation checkpointing level the step runs, and why."""
+        return self.execution.remat
 
     @property
     def per_device(self) -> int:

@@ -77,8 +77,11 @@ PRESETS: dict[str, dict] = {
         "top_groups": 2,
         "routed_scale": 2.5,
     },
-    # moonshotai/Moonlight-16B-A3B (a DeepSeek-V3 architecture of DeepSeek-V2-Lite's size)
+    # moonshotai/Moonlight-16B-A3B config.json (a DeepSeek-V3 architecture of
+    # DeepSeek-V2-Lite's size)
     "moonlight-16b-a3b": {
+        "vocab_size": 163840,
+        "tie_embeddings": False,
         "n_layers": 27,
         "d_model": 2048,
         "n_heads": 16,
@@ -100,9 +103,12 @@ PRESETS: dict[str, dict] = {
         "top_groups": 1,
         "routed_scale": 2.446,
     },
-    # deepseek-ai/DeepSeek-V3 (without its multi-token-prediction module)
+    # deepseek-ai/DeepSeek-V3 config.json (without its multi-token-prediction module)
     "671b": {
+        "vocab_size": 129280,
+        "tie_embeddings": False,
         "n_layers": 61,
+        "norm_eps": 1e-6,
         "d_model": 7168,
         "n_heads": 128,
         "d_ff": 18432,

@@ -38,6 +38,20 @@ class Gemma3Config(LlamaConfig):
     tie_embeddings: bool = option(True, "share the token embedding with the output head")
 
 
+# what the Gemma 3 config.json files share: heads of 256 with q/k norms, RoPE bases 10^6
+# (global layers) and 10^4 (local ones), a global layer every 6, tied embeddings
+GEMMA3: dict = {
+    "head_dim": 256,
+    "query_pre_attn_scalar": 256,
+    "norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "local_rope_theta": 10000.0,
+    "global_every": 6,
+    "qk_norm": True,
+    "final_logit_softcap": 0.0,
+    "tie_embeddings": True,
+}
+
 PRESETS: dict[str, dict] = {
     "tiny": {
         "n_layers": 3,
@@ -49,30 +63,31 @@ PRESETS: dict[str, dict] = {
         "sliding_window": 8,
         "global_every": 2,
     },
-    # google/gemma-3-1b-pt
+    # google/gemma-3-1b-pt config.json
     "1b": {
+        **GEMMA3,
+        "vocab_size": 262144,
         "n_layers": 26,
         "d_model": 1152,
         "n_heads": 4,
         "n_kv_heads": 1,
-        "head_dim": 256,
         "d_ff": 6912,
         "sliding_window": 512,
-        "query_pre_attn_scalar": 256,
         "max_seq_len": 32768,
     },
-    # google/gemma-3-4b-pt (its text_config)
+    # google/gemma-3-4b-pt config.json, its text_config (whose vocabulary, transformers'
+    # Gemma3TextConfig default, has 64 more rows than the 1B's)
     "4b": {
+        **GEMMA3,
+        "vocab_size": 262208,
         "n_layers": 34,
         "d_model": 2560,
         "n_heads": 8,
         "n_kv_heads": 4,
-        "head_dim": 256,
         "d_ff": 10240,
         "sliding_window": 1024,
         "rope_scaling": "linear",
         "rope_factor": 8.0,
-        "query_pre_attn_scalar": 256,
         "max_seq_len": 131072,
     },
 }

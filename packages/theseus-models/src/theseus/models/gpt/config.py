@@ -24,11 +24,23 @@ class GPTConfig(ModelConfig):
     tie_embeddings: bool = option(True, "share the token embedding with the output head")
 
 
+# what the four GPT-2 checkpoints' config.json share (openai-community/gpt2, gpt2-medium,
+# gpt2-large, gpt2-xl): the 50,257-token BPE, 1,024 learned positions, tied embeddings
+GPT2: dict = {
+    "vocab_size": 50257,
+    "max_seq_len": 1024,
+    "positions": "learned",
+    "norm_eps": 1e-5,
+    "bias": True,
+    "tie_embeddings": True,
+}
+
 PRESETS: dict[str, dict] = {
     "tiny": {"n_layers": 2, "d_model": 64, "n_heads": 4, "max_seq_len": 128},
-    "124m": {"n_layers": 12, "d_model": 768, "n_heads": 12, "max_seq_len": 1024},
-    "350m": {"n_layers": 24, "d_model": 1024, "n_heads": 16, "max_seq_len": 1024},
-    "774m": {"n_layers": 36, "d_model": 1280, "n_heads": 20, "max_seq_len": 1024},
+    "124m": {**GPT2, "n_layers": 12, "d_model": 768, "n_heads": 12},  # gpt2
+    "350m": {**GPT2, "n_layers": 24, "d_model": 1024, "n_heads": 16},  # gpt2-medium
+    "774m": {**GPT2, "n_layers": 36, "d_model": 1280, "n_heads": 20},  # gpt2-large
+    "1.5b": {**GPT2, "n_layers": 48, "d_model": 1600, "n_heads": 25},  # gpt2-xl
 }
 
 FAMILY = Family.of_package(

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.execution import AttentionKernel
 from theseus.core.sharding.remat import policy as remat_policy
 from theseus.models.config import compute_dtype
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
@@ -169,15 +170,22 @@ class DecoderLM(nnx.Module):
         platform: str | None = None,
         device_kind: str = "",
         head_shards: int | None = None,
-    ) -> str:
+    ) -> AttentionKernel:
         """Choose once, for every attention layer, the kernel it runs at ``seq_len`` on
         ``platform`` (a chip of ``device_kind``, the heads split ``head_shards`` ways:
-        ``Attention.plan``); the distinct choices joined by ``+``."""
-        blocks = self.per_layer()[:1] if self.stacked else self.per_layer()
-        names = dict.fromkeys(
-            b.attention.plan(seq_len, platform, device_kind, head_shards) for b in blocks
+        ``Attention.plan``): the distinct choices joined by ``+``, the first layer's block
+        sizes, and the context method when the sequence is split."""
+        layers = [b.attention for b in (self.per_layer()[:1] if self.stacked else self.per_layer())]
+        for layer in layers:
+            layer.plan(seq_len, platform, device_kind, head_shards)
+        names = dict.fromkeys(str(layer.kernel) for layer in layers)
+        split = next((layer.context_parallel for layer in layers if layer.context_parallel), None)
+        blocks = next((layer.kernel_blocks for layer in layers if layer.kernel_blocks), None)
+        return AttentionKernel(
+            name="flash" if split else "+".join(names),
+            blocks=None if split else blocks,
+            context=split[0] if split else "none",
         )
-        return "+".join(names)
 
     @property
     def kv_shape(self) -> tuple[int, int]:

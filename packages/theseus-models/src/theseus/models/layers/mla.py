@@ -75,6 +75,7 @@ class MultiHeadLatentAttention(Attention):
         self.dtype = dtype
         self.implementation = implementation
         self.kernel: str | None = None  # what runs, once planned (Attention.plan)
+        self.kernel_blocks = None  # splash: its block sizes, once planned
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
 
     # ------------------------------------------------------------------ the projections

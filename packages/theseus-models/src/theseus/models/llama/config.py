@@ -37,48 +37,54 @@ class LlamaConfig(ModelConfig):
 # the shape of the Llama-style families' ``tiny`` presets (each adds its own few fields)
 TINY: dict = {"n_layers": 2, "d_model": 64, "n_heads": 4, "n_kv_heads": 2}
 
+# what every Llama 3.1/3.2 config.json shares: the 128,256-token vocabulary, RoPE base
+# 500,000 with llama3 frequency scaling, 131,072 positions
+LLAMA3: dict = {
+    "vocab_size": 128256,
+    "norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "rope_scaling": "llama3",
+    "rope_factor": 8.0,
+    "rope_low_freq_factor": 1.0,
+    "rope_high_freq_factor": 4.0,
+    "rope_original_max_len": 8192,
+    "max_seq_len": 131072,
+    "tie_embeddings": False,
+}
+
 PRESETS: dict[str, dict] = {
     "tiny": {**TINY, "d_ff": 128},
+    # meta-llama/Llama-3.2-1B config.json (tied embeddings, RoPE scaling factor 32)
     "1b": {
+        **LLAMA3,
         "n_layers": 16,
         "d_model": 2048,
         "n_heads": 32,
         "n_kv_heads": 8,
         "head_dim": 64,
         "d_ff": 8192,
-        "rope_theta": 500000.0,
-        "rope_scaling": "llama3",
         "rope_factor": 32.0,
-        "max_seq_len": 131072,
         "tie_embeddings": True,
-        "norm_eps": 1e-5,
     },
+    # meta-llama/Llama-3.1-8B config.json
     "8b": {
+        **LLAMA3,
         "n_layers": 32,
         "d_model": 4096,
         "n_heads": 32,
         "n_kv_heads": 8,
         "head_dim": 128,
         "d_ff": 14336,
-        "rope_theta": 500000.0,
-        "rope_scaling": "llama3",
-        "rope_factor": 8.0,
-        "max_seq_len": 131072,
-        "norm_eps": 1e-5,
     },
-    # Llama 3.1 70B (meta-llama/Llama-3.1-70B config.json)
+    # meta-llama/Llama-3.1-70B config.json
     "70b": {
+        **LLAMA3,
         "n_layers": 80,
         "d_model": 8192,
         "n_heads": 64,
         "n_kv_heads": 8,
         "head_dim": 128,
         "d_ff": 28672,
-        "rope_theta": 500000.0,
-        "rope_scaling": "llama3",
-        "rope_factor": 8.0,
-        "max_seq_len": 131072,
-        "norm_eps": 1e-5,
     },
 }
 

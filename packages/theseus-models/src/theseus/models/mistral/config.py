@@ -18,8 +18,9 @@ class MistralConfig(LlamaConfig):
     )
 
 
-# mistralai/Mistral-7B-v0.1
+# mistralai/Mistral-7B-v0.1 config.json
 MISTRAL_7B: dict = {
+    "vocab_size": 32000,
     "n_layers": 32,
     "d_model": 4096,
     "n_heads": 32,
@@ -30,13 +31,20 @@ MISTRAL_7B: dict = {
     "sliding_window": 4096,
     "max_seq_len": 32768,
     "norm_eps": 1e-5,
+    "tie_embeddings": False,
 }
 
 PRESETS: dict[str, dict] = {
     "tiny": {**TINY, "d_ff": 128, "sliding_window": 8},
     "7b": MISTRAL_7B,
-    # mistralai/Mistral-7B-v0.3: full attention, a larger RoPE base
-    "7b-v0.3": {**MISTRAL_7B, "rope_theta": 1000000.0, "sliding_window": 0},
+    # mistralai/Mistral-7B-v0.3 config.json: a 32,768-token vocabulary, full attention, a
+    # larger RoPE base
+    "7b-v0.3": {
+        **MISTRAL_7B,
+        "vocab_size": 32768,
+        "rope_theta": 1000000.0,
+        "sliding_window": 0,
+    },
 }
 
 FAMILY = Family.of_package(

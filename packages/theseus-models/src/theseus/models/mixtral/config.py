@@ -26,8 +26,9 @@ class MixtralConfig(Qwen3MoeConfig):
 
 PRESETS: dict[str, dict] = {
     "tiny": {**TINY, **TINY_EXPERTS, "sliding_window": 8},
-    # mistralai/Mixtral-8x7B-v0.1
+    # mistralai/Mixtral-8x7B-v0.1 config.json (no sliding window)
     "8x7b": {
+        "vocab_size": 32000,
         "n_layers": 32,
         "d_model": 4096,
         "n_heads": 32,
@@ -38,6 +39,10 @@ PRESETS: dict[str, dict] = {
         "moe_d_ff": 14336,
         "rope_theta": 1000000.0,
         "max_seq_len": 32768,
+        "norm_eps": 1e-5,
+        "sliding_window": 0,
+        "router_aux_loss_coef": 0.02,
+        "tie_embeddings": False,
     },
 }
 

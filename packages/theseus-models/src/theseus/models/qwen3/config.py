@@ -17,26 +17,38 @@ class Qwen3Config(LlamaConfig):
     qk_norm: bool = option(True, "RMSNorm on queries and keys per head")
 
 
+# what the Qwen3 config.json files share: the 151,936-row embedding, RoPE base 10^6,
+# RMSNorm epsilon 10^-6, heads of 128 with q/k norms, 40,960 positions
+QWEN3: dict = {
+    "vocab_size": 151936,
+    "rope_theta": 1000000.0,
+    "norm_eps": 1e-6,
+    "head_dim": 128,
+    "qk_norm": True,
+    "max_seq_len": 40960,
+}
+
 PRESETS: dict[str, dict] = {
     "tiny": {**TINY, "head_dim": 16, "d_ff": 128},
+    # Qwen/Qwen3-0.6B config.json
     "0.6b": {
+        **QWEN3,
         "n_layers": 28,
         "d_model": 1024,
         "n_heads": 16,
         "n_kv_heads": 8,
-        "head_dim": 128,
         "d_ff": 3072,
-        "max_seq_len": 40960,
         "tie_embeddings": True,
     },
+    # Qwen/Qwen3-8B config.json
     "8b": {
+        **QWEN3,
         "n_layers": 36,
         "d_model": 4096,
         "n_heads": 32,
         "n_kv_heads": 8,
-        "head_dim": 128,
         "d_ff": 12288,
-        "max_seq_len": 40960,
+        "tie_embeddings": False,
     },
 }
 

@@ -8,7 +8,7 @@ from theseus.core.components import option
 from theseus.models.family import Family
 from theseus.models.llama.config import TINY
 from theseus.models.moe_fields import TINY_EXPERTS, ExpertFields
-from theseus.models.qwen3.config import Qwen3Config
+from theseus.models.qwen3.config import QWEN3, Qwen3Config
 
 
 @dataclass(unsafe_hash=True)
@@ -21,16 +21,21 @@ class Qwen3MoeConfig(ExpertFields, Qwen3Config):
 
 PRESETS: dict[str, dict] = {
     "tiny": {**TINY, "head_dim": 16, **TINY_EXPERTS},
+    # Qwen/Qwen3-30B-A3B config.json (every layer sparse; intermediate_size, the dense
+    # width, is unused but kept as config.json states it)
     "30b-a3b": {
+        **QWEN3,
         "n_layers": 48,
         "d_model": 2048,
         "n_heads": 32,
         "n_kv_heads": 4,
-        "head_dim": 128,
+        "d_ff": 6144,
         "n_experts": 128,
         "n_experts_per_token": 8,
         "moe_d_ff": 768,
-        "max_seq_len": 40960,
+        "norm_topk_prob": True,
+        "router_aux_loss_coef": 0.001,
+        "tie_embeddings": False,
     },
 }
 

@@ -1,0 +1,95 @@
+"""How a step runs, decided once: the :class:`ExecutionPlan` a model is built with.
+
+The training setup decides it from the config, the mesh, the model and the chip
+(``theseus.core.train.execution_choice``), builds the model with it
+(``Model(config, rngs=..., execution=plan)``), logs it and prints it in ``--dry-run``. It
+is a frozen, hashable value, a static part of the model's graph definition: no layer asks
+the ambient mesh or the backend what to run, and no model is changed after it is built.
+
+* ``attention``: the kernel every attention layer runs, with its block sizes;
+* ``context``: how a sequence split over the ``context`` axis attends (ring in an order,
+  all-gather, or not split);
+* ``experts``: how a mixture routes its tokens (all-to-all over ``expert``, on each device,
+  or over the whole batch);
+* ``remat``: what the backward pass recomputes, and why;
+* ``compute_dtype``: the dtype the model computes in, and the rule that chose it.
+
+No JAX here: a leaf module that configs, plugins and the dry run may import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+CONTEXT_METHODS = ("none", "ring", "all_gather")
+EXPERT_ROUTES = ("none", "all_to_all", "per_device", "global")
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """The self-attention kernel of a training step: ``reference``, ``flash``, ``splash``,
+    ``cudnn`` (or ``none`` for a model without attention), the kernel's block sizes where it
+    takes them (splash: theseus-models' ``SplashBlocks``), and the context method it serves
+    (``ring`` or ``all_gather`` when the sequence is split; then the flash kernel computes
+    the blocks)."""
+
+    name: str = "reference"
+    blocks: Hashable | None = None
+    context: str = "none"
+    why: str = ""
+
+    def label(self) -> str:
+        return self.name if self.context == "none" else f"{self.context}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ContextSplit:
+    """The sequence split over the ``context`` axis: ``ways`` shards, attended by
+    ``method`` (``ring`` or ``all_gather``) in ``order``'s layout; ``none`` when unsplit."""
+
+    method: str = "none"
+    order: str = "contiguous"
+    ways: int = 1
+
+    @property
+    def split(self) -> bool:
+        return self.method != "none"
+
+
+@dataclass(frozen=True)
+class RematChoice:
+    """The activation checkpointing level the step runs (``none``, ``block``, ``mlp``,
+    ``attention``, ``full``) and why it was chosen."""
+
+    level: str = "none"
+    reason: str = "not planned: nothing recomputed"
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """Everything about how the step runs that is not the math (see the module docstring)."""
+
+    attention: AttentionKernel = field(default_factory=AttentionKernel)
+    context: ContextSplit = field(default_factory=ContextSplit)
+    experts: str = "none"
+    remat: RematChoice = field(default_factory=RematChoice)
+    compute_dtype: str = "float32"
+    dtype_rule: str = "as configured"
+
+    def lines(self) -> list[str]:
+        """The plan as ``name: value`` lines for the start-up log and the dry run."""
+        kernel = self.attention
+        blocks = f" {kernel.blocks}" if kernel.blocks is not None else ""
+        context = (
+            f"{self.context.method} over {self.context.ways} ({self.context.order})"
+            if self.context.split
+            else "not split"
+        )
+        return [
+            f"attention: {kernel.label()}{blocks}" + (f" ({kernel.why})" if kernel.why else ""),
+            f"context: {context}",
+            f"experts: {self.experts}",
+            f"remat: {self.remat.level} ({self.remat.reason})",
+            f"compute dtype: {self.compute_dtype} ({self.dtype_rule})",
+        ]
