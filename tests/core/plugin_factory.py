@@ -44,3 +44,17 @@ def theseus(
         cwd=cwd,
         timeout=timeout,
     )
+
+
+def plugin_rows(listing: str) -> dict[str, str]:
+    """``theseus plugins``'s output as plugin name -> its row, the lines a long row wraps
+    onto (indented under its columns) joined back with spaces."""
+    rows: dict[str, str] = {}
+    name = None
+    for line in listing.splitlines()[1:]:
+        if line[:1].strip():
+            name = line.split()[0]
+            rows[name] = line.rstrip()
+        elif name is not None and line.strip():
+            rows[name] += " " + line.strip()
+    return rows

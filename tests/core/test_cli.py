@@ -69,3 +69,23 @@ def test_jobs_lists_keys_without_importing_jax():
     assert result.returncode == 0, result.stderr
     assert "example/fit-line" in result.stdout and "NOJAX" in result.stdout
     assert "core/info" not in result.stdout  # the prefix filters
+
+
+def test_the_model_preset_help_names_a_command_that_lists_the_presets():
+    """Before (issue 35): the help said "see `theseus jobs`", which lists no preset."""
+    from theseus.core.plugins import registries
+
+    config = theseus("config", "gpt/train/pretrain")
+    line = next(line for line in config.stdout.splitlines() if line.strip().startswith("preset:"))
+    named = line.split("`")[1].split()  # the command the help names, e.g. theseus presets
+    assert named[0] == "theseus"
+    listing = theseus(*named[1:], env=env_with(COLUMNS="200"))
+    assert listing.returncode == 0, listing.stderr
+    for model, component in registries().models.items():
+        row = next(line for line in listing.stdout.splitlines() if line.split()[:1] == [model])
+        assert all(preset in row for preset in component.extra["presets"]), row
+    gpt = theseus(*named[1:], "gpt", env=env_with(COLUMNS="200"))
+    assert gpt.returncode == 0, gpt.stderr
+    assert "n_layers=12 d_model=768 n_heads=12" in gpt.stdout  # what 124m sets
+    unknown = theseus(*named[1:], "gtp")
+    assert unknown.returncode == 2 and "did you mean 'gpt'?" in unknown.stderr

@@ -53,3 +53,13 @@ def test_plugin_optimizer_drives_a_core_job_from_the_cli(root):
     assert result.returncode == 0, result.stderr
     fit = json.loads((root / "runs" / "signum-cosine" / "result.json").read_text())
     assert fit["optimizer"] == "signum" and fit["final_loss"] < fit["first_loss"] / 3
+
+
+def test_the_fit_line_job_reaches_its_line_with_its_own_defaults(root):
+    """Before (issue 35): Signum at its default step size (0.01, halved every 100 steps)
+    moved the slope 1.75 of the way to 3.0 in the default 300 steps."""
+    from theseus.core.runner import run
+
+    fit = run("example/fit-line", [], root=root, name="defaults")
+    assert fit["optimizer"] == "signum" and abs(fit["slope"] - 3.0) <= 0.05, fit
+    assert abs(fit["intercept"] + 1.0) <= 0.05, fit

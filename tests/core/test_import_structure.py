@@ -143,7 +143,7 @@ def test_plugin_packages_import_only_core_and_what_they_declare():
 JOBS = ["gpt/train/pretrain", "llama/train/sft", "qwen3/train/dpo", "hf/export", "lora/merge"]
 
 
-@pytest.mark.parametrize("argv", [["jobs"], *(["config", key] for key in JOBS)])
+@pytest.mark.parametrize("argv", [["jobs"], ["presets", "gpt"], *(["config", key] for key in JOBS)])
 def test_listing_jobs_and_printing_configs_never_start_jax(argv):
     """``theseus jobs`` and ``theseus config <job>`` answer from the schemas alone: JAX (and
     torch) stay unimported, so they answer in a fraction of a second on any machine."""

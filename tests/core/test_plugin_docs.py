@@ -26,7 +26,7 @@ from theseus.core.data.api import find_dataset
 from theseus.core.optim.build import build_optimizer
 from theseus.core.optim.configs import OptimizerBase
 
-from tests.core.plugin_factory import env_with, theseus, write_plugin
+from tests.core.plugin_factory import env_with, plugin_rows, theseus, write_plugin
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "plugins.md"
@@ -61,9 +61,14 @@ def tutorial_commands() -> list[str]:
     return commands
 
 
+#: The page's install lines: uv from the checkout, pip from the package's folder (both run
+#: for real by ``test_the_documented_install_lines_work_with_uv_and_with_pip``).
+INSTALL_LINES = ["uv pip install -e ../theseus-hello", "pip install -e ."]
+
+
 def install(package: Path, site: Path) -> dict[str, str]:
-    """What ``pip install -e .`` leaves behind, made by hand: the distribution's metadata
-    with its entry points in ``site``, and the source folder importable."""
+    """What the install lines leave behind, made by hand (no environment to build): the
+    distribution's metadata with its entry points in ``site``, the source folder importable."""
     project = tomllib.loads((package / "pyproject.toml").read_text())["project"]
     name, version = project["name"], project["version"]
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
@@ -94,15 +99,15 @@ def test_the_tutorial_plugin_installs_lists_tokenizes_and_trains(tmp_path: Path)
 
     outputs: dict[str, str] = {}
     commands = tutorial_commands()
-    assert commands[0] == "pip install -e .", commands  # what install() stands for
-    for command in commands[1:]:
+    assert commands[:2] == INSTALL_LINES, commands  # what install() stands for
+    for command in commands[2:]:
         args = shlex.split(command)
         assert args[0] == "theseus", command
         result = theseus(*args[1:], env=env, cwd=package, timeout=600)
         assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
         outputs.setdefault(args[1], result.stdout)
 
-    hello = next(line for line in outputs["plugins"].splitlines() if line.startswith("hello "))
+    hello = plugin_rows(outputs["plugins"])["hello"]
     for registered in ("theseus-hello", "model: shiftmlp", "dataset: times-tables", "nsgd"):
         assert registered in hello, hello
     assert "data/tokenize/times-tables" in outputs["jobs"]
@@ -144,7 +149,7 @@ def theseus_register_{kind}s(register):
             "optimizer",
             "OptimizerBase (subclass it: it brings learning_rate, weight_decay, grad_clip)",
         ),
-        ("schedule", "ScheduleBase (subclass it: it brings warmup_steps)"),
+        ("schedule", "ScheduleBase (subclass it: it brings warmup_steps, total_steps)"),
     ],
 )
 def test_a_config_without_the_base_class_is_refused_when_the_plugin_loads(tmp_path, kind, base):

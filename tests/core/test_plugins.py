@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.core.plugin_factory import env_with, theseus, write_plugin
+from tests.core.plugin_factory import env_with, plugin_rows, theseus, write_plugin
 
 DUPLICATE_OPTIMIZER = """
 from dataclasses import dataclass
@@ -38,7 +38,7 @@ def theseus_register_jobs(register, registries):
 def test_builtin_and_third_party_plugins_are_listed_with_what_they_register():
     result = theseus("plugins")
     assert result.returncode == 0, result.stderr
-    lines = {line.split()[0]: line for line in result.stdout.splitlines()[1:] if line.strip()}
+    lines = plugin_rows(result.stdout)
     assert (
         "theseus-core" in lines["core"]
         and "adamw" in lines["core"]
@@ -46,6 +46,21 @@ def test_builtin_and_third_party_plugins_are_listed_with_what_they_register():
     )
     assert "theseus-example-plugin" in lines["example"] and "0.3.1" in lines["example"]
     assert "signum" in lines["example"] and "example/fit-line" in lines["example"]
+
+
+def test_the_listing_fits_the_terminal_width_and_loses_no_name():
+    """Before (issue 35): one line per plugin, 1,246 characters for core's, whatever the
+    terminal's width."""
+    wide = plugin_rows(theseus("plugins", env=env_with(COLUMNS="1000")).stdout)
+    for columns in (80, 120):
+        result = theseus("plugins", env=env_with(COLUMNS=str(columns)))
+        assert result.returncode == 0, result.stderr
+        assert max(len(line) for line in result.stdout.splitlines()) <= columns
+        rows = plugin_rows(result.stdout)
+        assert rows.keys() == wide.keys()
+        for name, row in rows.items():  # every kind and name is still there
+            assert row.split() == wide[name].split(), name
+        assert "core/info" in rows["core"] and "example/fit-line" in rows["example"]
 
 
 def test_two_plugins_registering_one_name_is_an_error_naming_both_packages(tmp_path: Path):
@@ -77,8 +92,7 @@ def test_autoload_can_be_disabled_and_an_allow_list_restricts_plugins():
     assert "core/info" not in disabled.stdout and "example/fit-line" not in disabled.stdout
 
     only_core = theseus("plugins", env=env_with(THESEUS_PLUGINS="core"))
-    names = [line.split()[0] for line in only_core.stdout.splitlines()[1:] if line.strip()]
-    assert names == ["core"]
+    assert list(plugin_rows(only_core.stdout)) == ["core"]
 
     allowed = theseus(
         "jobs", env=env_with(THESEUS_DISABLE_PLUGIN_AUTOLOAD="1", THESEUS_PLUGINS="core,example")

@@ -375,6 +375,21 @@ def test_the_cli_without_an_output_path_writes_into_the_runs_folder(pretrained, 
     (saved,) = (pretrained / "runs" / RUN / "lm-eval").glob("results_*.json")
     assert json.loads(saved.read_text())["results"]["theseus_arc"]["alias"] == "theseus_arc"
     assert not list(folder.rglob("results_*.json"))  # nothing in the working directory
+    # before (issue 35): lm-eval's default device reached the model, which said on a CPU
+    # "device=cuda:0 is ignored", and the results recorded cuda:0 as the device
+    assert "cuda" not in result.stderr, result.stderr[-3000:]
+    assert json.loads(saved.read_text())["config"]["device"] == "cpu"
+
+
+@needs_lm_eval
+def test_a_device_given_is_kept_and_only_another_backends_is_noted():
+    from theseus.core.evaluate.harness import with_device
+    from theseus.core.evaluate.lm_eval_model import on_jax_backend
+
+    args = ["--model", "theseus", "--tasks", "x"]
+    assert with_device(args) == [*args, "--device", "cpu"]  # JAX's backend in these tests
+    assert with_device([*args, "--device", "cuda:0"]) == [*args, "--device", "cuda:0"]
+    assert on_jax_backend("cpu") and not on_jax_backend("cuda:0")
 
 
 def test_output_path_placement_is_decided_from_the_arguments(tmp_path):

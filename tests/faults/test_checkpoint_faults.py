@@ -98,7 +98,8 @@ def test_a_nan_right_after_a_restore_names_the_checkpoint(shared_root, finished)
     ocp.StandardCheckpointer().save(step_dir / "state", state)
     ocp.StandardCheckpointer().wait_until_finished()
     (step_dir / "meta" / "metadata").write_text(json.dumps(meta))
-    done = run_cli(shared_root, *ARGS, "training.total_steps=6", "--name", run.name)
+    longer = ["training.total_steps=6", "training.schedule_on_resume=stretch"]
+    done = run_cli(shared_root, *ARGS, *longer, "--name", run.name)
     assert done.returncode == 2, "\n".join(
         x for x in done.stderr.splitlines() if not x.startswith("step=")
     )

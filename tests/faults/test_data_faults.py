@@ -25,6 +25,7 @@ from tests.train.conftest import TINY, run_cli
 
 BASE = ["run", "gpt/train/pretrain", *TINY, "eval.every=0", "logging.peak_flops=1e12"]
 VERIFIED = "verified-data.json"
+STRETCH = "training.schedule_on_resume=stretch"  # a longer resume re-plans the lr schedule
 
 
 def train(root: Path, name: str, steps: int, *extra: str):
@@ -136,7 +137,7 @@ def test_a_truncated_shard_is_refused_under_size_too_before_the_run_is_touched(r
     before = snapshot(dataset(root))
     for mode in ("size", "full"):
         for name in ("trunk", "other"):  # a resume, and a new run
-            done = train(root, name, 3, f"data.verify={mode}")
+            done = train(root, name, 3, f"data.verify={mode}", STRETCH)
             assert done.returncode == 2, done.stderr[-2000:]
             assert last_line(done) == (
                 f"error: {shard} has {size - 2} bytes, expected {size}: truncated or "
@@ -161,7 +162,7 @@ def test_a_run_hashes_once_and_its_resume_checks_sizes_while_a_new_run_hashes_ag
     shard = dataset(root) / "train-00000.bin"
     flip_bits(shard, range(1001, 9001, 64))
     before = snapshot(dataset(root))
-    resumed = train(root, "once", 3)  # the same metadata: this run hashed it, sizes only
+    resumed = train(root, "once", 3, STRETCH)  # the same metadata: hashed by this run: sizes only
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"verified {dataset(root)}: " not in resumed.stderr
     assert json.loads(record.read_text()) == kept
@@ -212,7 +213,7 @@ def test_a_truncated_metadata_json_is_one_line_and_the_run_is_left_alone(root):
     metadata.write_bytes(metadata.read_bytes()[:500])
     before = snapshot(dataset(root))
     for name in ("meta", "new"):  # a resume, and a new run
-        done = train(root, name, 3)
+        done = train(root, name, 3, STRETCH)
         assert done.returncode == 2, done.stderr[-2000:]
         line = last_line(done)
         assert line.startswith(f"error: {metadata} is not valid JSON (")

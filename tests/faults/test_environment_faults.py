@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.test_locks import snapshot
-from tests.faults.test_resume_faults import ARGS, args_with, last_line
+from tests.faults.test_resume_faults import ARGS, STRETCH, args_with, last_line
 from tests.train.conftest import run_cli
 
 
@@ -114,7 +114,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(small_r
     before = snapshot(run)
     filler = fill(root)
     try:
-        done = run_cli(root, *args_with("training.total_steps=4"), "--name", "full")
+        done = run_cli(root, *args_with("training.total_steps=4", STRETCH), "--name", "full")
     finally:
         kept = snapshot(run)
         filler.unlink()
@@ -127,7 +127,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(small_r
     assert {k: v for k, v in kept.items() if k.startswith("checkpoints/2/")} == {
         k: v for k, v in before.items() if k.startswith("checkpoints/2/")
     }
-    again = run_cli(root, *args_with("training.total_steps=4"), "--name", "full")
+    again = run_cli(root, *args_with("training.total_steps=4", STRETCH), "--name", "full")
     assert again.returncode == 0, again.stderr[-3000:]
     assert train_steps_of(run) == [0, 1, 2, 3]
 

@@ -11,7 +11,9 @@ ended in tracebacks with exit 1.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,18 @@ def test_a_config_json_lacking_a_key_the_family_reads_is_one_line(family, lackin
         f"config.json lacks {lacking!r}, which a {family} model needs (model_type "
         f"{hf['model_type']!r})"
     )
+
+
+def test_exported_files_take_the_umask_mode_not_0600(shared_root, exported, tmp_path):
+    """Before (issue 35): model.safetensors was written 0600 (by safetensors) whatever the
+    umask, so nobody else could read an export in a shared folder."""
+    folder = tmp_path / "shared"
+    saved = os.umask(0o027)  # the export process inherits it
+    try:
+        done = export(shared_root, folder)
+    finally:
+        os.umask(saved)
+    assert done.returncode == 0, done.stderr[-3000:]
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.rglob("*")]}
+    assert modes.pop(folder.name) == 0o750
+    assert "model.safetensors" in modes and set(modes.values()) == {0o640}, modes

@@ -46,11 +46,12 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 def test_a_run_in_use_is_refused_in_one_line_and_left_untouched(shared_root):
     args = ["run", "gpt/train/pretrain", *TINY, "eval.every=0"]
     assert run_cli(shared_root, *args, "training.total_steps=2", "--name", "locked").returncode == 0
+    longer = ["training.total_steps=4", "training.schedule_on_resume=stretch"]
     run = shared_root / "runs" / "locked"
     before = snapshot(run)
     process = holder(run)
     try:
-        again = run_cli(shared_root, *args, "training.total_steps=4", "--name", "locked")
+        again = run_cli(shared_root, *args, *longer, "--name", "locked")
     finally:
         process.kill()
         process.wait()
@@ -61,7 +62,7 @@ def test_a_run_in_use_is_refused_in_one_line_and_left_untouched(shared_root):
     assert snapshot(run) == before  # nothing was written: record, config, metrics, checkpoints
 
     # the holder was killed: its lock is gone with it, and the run resumes to 4 steps
-    resumed = run_cli(shared_root, *args, "training.total_steps=4", "--name", "locked")
+    resumed = run_cli(shared_root, *args, *longer, "--name", "locked")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((run / "job.json").read_text())["status"] == "finished"
     assert not lock_path(run).with_suffix(".owner").exists()

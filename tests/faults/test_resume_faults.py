@@ -21,6 +21,7 @@ from tests.faults.test_locks import snapshot
 from tests.train.conftest import TINY, kill_after, metrics, run_cli
 
 ARGS = ["run", "gpt/train/pretrain", *TINY, "eval.every=0", "checkpoint.every=2"]
+STRETCH = "training.schedule_on_resume=stretch"  # a longer resume re-plans the lr schedule
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +71,13 @@ def test_a_config_change_that_changes_training_is_refused_untouched(shared_root,
 
 def test_safe_changes_are_allowed_and_recorded_and_each_step_is_written_once(shared_root, finished):
     run = clone(finished, "resume-longer")
-    args = args_with("checkpoint.every=3", "training.total_steps=6")
+    args = args_with("checkpoint.every=3", "training.total_steps=6", STRETCH)
     done = run_cli(shared_root, *args, "--name", run.name)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((run / "job.json").read_text())
     assert record["history"][-1]["changed"] == {
         "checkpoint.every": [2, 3],
+        "training.schedule_on_resume": ["refuse", "stretch"],
         "training.total_steps": [4, 6],
     }
     assert record["attempts"] == 2 and record["checkpoint_step"] == 6
@@ -225,7 +227,7 @@ def test_a_checkpoints_folder_linked_into_another_run_is_refused_and_both_runs_u
     shutil.rmtree(run / "checkpoints")
     (run / "checkpoints").symlink_to(Path("..") / "linked-target" / "checkpoints")
     before, before_other = snapshot(run), snapshot(other)
-    done = run_cli(shared_root, *args_with("training.total_steps=6"), "--name", "linked")
+    done = run_cli(shared_root, *args_with("training.total_steps=6", STRETCH), "--name", "linked")
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     line = last_line(done)
@@ -240,7 +242,9 @@ def test_a_link_deeper_in_the_run_folder_is_refused_too(shared_root, finished, t
     shutil.move(run / "checkpoints" / "4", outside)
     (run / "checkpoints" / "4").symlink_to(outside)
     before = snapshot(run)
-    done = run_cli(shared_root, *args_with("training.total_steps=6"), "--name", "linked-deep")
+    done = run_cli(
+        shared_root, *args_with("training.total_steps=6", STRETCH), "--name", "linked-deep"
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     line = last_line(done)
     assert f"checkpoints/4 is a link to {outside}, outside run 'linked-deep'" in line, line
@@ -253,7 +257,7 @@ def test_a_run_folder_linked_to_another_runs_folder_is_refused(shared_root, fini
     alias.unlink(missing_ok=True)
     alias.symlink_to("alias-target")
     before = snapshot(finished.parent / "alias-target")
-    done = run_cli(shared_root, *args_with("training.total_steps=6"), "--name", "alias")
+    done = run_cli(shared_root, *args_with("training.total_steps=6", STRETCH), "--name", "alias")
     assert done.returncode == 2, done.stderr[-3000:]
     assert "is a link to run 'alias-target'" in last_line(done), last_line(done)
     assert snapshot(finished.parent / "alias-target") == before

@@ -247,11 +247,13 @@ def hf_checkpoint(tmp_path_factory):
     return get
 
 
-def tiny(family: str, **overrides: Any) -> Any:
-    """A tiny random theseus model of ``family`` (its ``tiny`` preset, vocab 97)."""
+def tiny(family: str, execution: Any = None, **overrides: Any) -> Any:
+    """A tiny random theseus model of ``family`` (its ``tiny`` preset, vocab 97), built with
+    ``execution`` (an ExecutionPlan; default none: the plainest choices)."""
     from flax import nnx
     from theseus.models.families import family_named
 
     spec = family_named(family)
     values = {**spec.presets["tiny"], "vocab_size": VOCAB, "max_seq_len": 64, **overrides}
-    return spec.load_model()(spec.config(preset="tiny", **values), rngs=nnx.Rngs(params=0))
+    config = spec.config(preset="tiny", **values)
+    return spec.load_model()(config, rngs=nnx.Rngs(params=0), execution=execution)

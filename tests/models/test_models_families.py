@@ -185,7 +185,8 @@ def test_mla_kernels_see_padded_heads_and_match_the_reference():
     flash = tiny("deepseek_v3", attention="flash")
     for block in flash.blocks:
         block.attention.flash_block = 8  # several blocks over 20 tokens
-    assert flash.plan_attention(20, "cpu", "").label() == "flash"
+    assert flash.choose_attention(20, "cpu").label() == "flash"
+    assert all(layer.kernel.name == "flash" for layer in flash.attention_layers())
     np.testing.assert_allclose(flash(x), reference(x), atol=1e-5)
 
 

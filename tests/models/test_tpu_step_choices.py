@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from jax.ad_checkpoint import print_saved_residuals
+from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan, RematChoice
 from theseus.core.sharding import remat
 from theseus.core.train import remat_choice
 from theseus.core.train.chunked_loss import CHUNK_BYTES, chunked_cross_entropy, loss_chunks
@@ -51,7 +52,8 @@ def test_fused_backward_in_the_interpreter_equals_reference():
     reference.query_block = 0
     splash = layer(heads=H, kv_heads=1, head_dim=K, impl="splash")
     splash.kernel_interpret = True
-    splash.kernel_blocks = SplashBlocks(256, 256, 128, 256, 256, 128, fused_bwd=True)
+    blocks = SplashBlocks(256, 256, 128, 256, 256, 128, fused_bwd=True)
+    splash.use(AttentionKernel("splash", blocks=blocks), ContextSplit())
     want = output_and_grads(reference, x, info)
     got = output_and_grads(splash, x, info)
     compare(got, want, {"out": T, "grad": B * T * H}, "splash, fused backward")
@@ -59,8 +61,7 @@ def test_fused_backward_in_the_interpreter_equals_reference():
 
 @pytest.mark.parametrize("level", ["block", "mlp", "attention", "full"])
 def test_remat_levels_change_memory_not_gradients(level):
-    model = tiny("llama", n_layers=3)
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    params = nnx.state(tiny("llama", n_layers=3), nnx.Param)
     tokens = jax.random.randint(jax.random.key(1), (2, 32), 1, VOCAB)
     batch = {
         "inputs": tokens,
@@ -71,7 +72,9 @@ def test_remat_levels_change_memory_not_gradients(level):
     }
 
     def grads(level: str) -> list[np.ndarray]:
-        fn = jax.jit(jax.grad(lambda p: summed_loss(graphdef, p, rest, batch, level)[0]))
+        execution = ExecutionPlan(remat=RematChoice(level, "the level under test"))
+        graphdef, _, rest = nnx.split(tiny("llama", execution, n_layers=3), nnx.Param, ...)
+        fn = jax.jit(jax.grad(lambda p: summed_loss(graphdef, p, rest, batch)[0]))
         return [np.asarray(g) for g in jax.tree.leaves(fn(params))]
 
     for got, want in zip(grads(level), grads("none"), strict=True):

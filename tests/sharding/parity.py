@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 from theseus.core.adapters import split_trainable  # noqa: E402
+from theseus.core.execution import ExecutionPlan, RematChoice
 from theseus.core.recipes.dpo import preference_objective  # noqa: E402
 from theseus.core.recipes.preference_config import PreferenceConfig  # noqa: E402
 from theseus.core.sharding.config import ShardingConfig  # noqa: E402
@@ -75,8 +76,10 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = Fal
 
         model_class = adapted_class(GPT, LoRAConfig(rank=4, alpha=8.0))
 
+    execution = ExecutionPlan(remat=RematChoice(remat, "the level under test"))
+
     def build() -> Any:
-        model = model_class(MODEL, rngs=nnx.Rngs(params=jax.random.key(0)))
+        model = model_class(MODEL, rngs=nnx.Rngs(params=jax.random.key(0)), execution=execution)
         if lora:  # B away from zero, so that A's gradients are not all zero either
             for _, module in nnx.iter_graph(model):
                 if hasattr(module, "lora_b"):
@@ -88,9 +91,9 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = Fal
     if jax.tree.leaves(rest):  # adapters' layer indices
         rest = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[2])()
     optimizer = optax.sgd(0.5, momentum=0.9)
-    objective = cross_entropy(graphdef, rest, remat)
+    objective = cross_entropy(graphdef, rest)
     if dpo:  # rows 2p, 2p + 1 are a pair; the reference is a frozen copy of the start
-        objective = preference_objective(PreferenceConfig())(model_fn(graphdef, rest, remat), False)
+        objective = preference_objective(PreferenceConfig())(model_fn(graphdef, rest), False)
 
     def fresh() -> TrainState:
         _, params, _ = nnx.split(build(), nnx.Param, ...)
@@ -127,7 +130,6 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = Fal
             False,
             micro_sharding=layout.micro_sharding(),
             grad_shardings=layout.grad_shardings(state.params),
-            remat=remat,
             objective=objective,
         ),
         shardings,

@@ -11,8 +11,8 @@ import pytest
 from flax import nnx
 from theseus.core.errors import TheseusError
 from theseus.core.sharding.config import ShardingConfig, ShardingError, mesh_shape
-from theseus.core.sharding.parallel import prepare_model
 from theseus.core.sharding.sequence import check_sequence, chunk_starts, layout_order
+from theseus.core.train.execution_choice import MeshFacts, plan_execution
 from theseus.models.errors import ModelError
 from theseus.models.gpt.config import GPTConfig
 from theseus.models.gpt.model import GPT
@@ -26,6 +26,11 @@ from tests.train.conftest import TINY, theseus_cmd
 def abstract(model_class=GPT, config=None):
     config = config or GPTConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=2)
     return nnx.eval_shape(lambda: model_class(config, rngs=nnx.Rngs(0)))
+
+
+def plan(model, sharding: ShardingConfig, sizes: dict[str, int], name: str = "gpt"):
+    """The execution plan for ``model`` on a CPU mesh of ``sizes``, 32-token sequences."""
+    return plan_execution(model, sharding, MeshFacts(sizes), 32, name)
 
 
 def moe(n_experts: int = 4):
@@ -82,30 +87,40 @@ def test_a_sequence_the_context_axis_does_not_divide_is_refused(seq_len, devices
     assert check_sequence(32, 4, order) == 32 // (8 if order == "zigzag" else 4)
 
 
-def test_context_split_reaches_every_attention_layer():
-    model = abstract()
-    prepare_model(model, ShardingConfig(context=2), {"context": 2}, 32, "gpt")
-    assert model.plan_attention(32, "cpu").label() == "ring/flash"
+def test_context_split_reaches_every_attention_layer_through_the_plan():
+    config = GPTConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=2)
+    execution = plan(abstract(config=config), ShardingConfig(context=2), {"context": 2})
+    assert execution.attention.label() == "ring/flash"
+    assert (execution.context.method, execution.context.order) == ("ring", "zigzag")
+    model = nnx.eval_shape(lambda: GPT(config, rngs=nnx.Rngs(0), execution=execution))
     layers = [m for _, m in nnx.iter_graph(model) if isinstance(m, Attention)]
-    assert layers and all(m.context_parallel == ("ring", "zigzag") for m in layers)
+    assert layers and all(m.context == execution.context for m in layers)
+    assert all(m.kernel == execution.attention for m in layers)
+
+
+def test_expert_routing_follows_the_mesh():
+    assert plan(moe(4), ShardingConfig(expert=2), {"expert": 2}).experts == "all_to_all"
+    assert plan(moe(4), ShardingConfig(), {"data": 2}).experts == "per_device"
+    assert plan(moe(4), ShardingConfig(), {}).experts == "global"
+    assert plan(abstract(), ShardingConfig(), {"data": 2}).experts == "none"
 
 
 def test_expert_axis_on_a_dense_model_is_refused():
     with pytest.raises(ShardingError, match=r"sharding\.expert=2: model 'gpt' has no experts"):
-        prepare_model(abstract(), ShardingConfig(expert=2), {"expert": 2}, 32, "gpt")
+        plan(abstract(), ShardingConfig(expert=2), {"expert": 2})
 
 
 def test_expert_axis_that_does_not_divide_the_experts_is_refused():
-    prepare_model(moe(4), ShardingConfig(expert=2), {"expert": 2}, 32, "qwen3_moe")
+    plan(moe(4), ShardingConfig(expert=2), {"expert": 2}, "qwen3_moe")
     with pytest.raises(ShardingError, match=r"sharding\.expert=3 does not divide the 4 experts"):
-        prepare_model(moe(4), ShardingConfig(expert=3), {"expert": 3}, 32, "qwen3_moe")
+        plan(moe(4), ShardingConfig(expert=3), {"expert": 3}, "qwen3_moe")
 
 
 def test_a_kernel_without_a_logsumexp_cannot_split_the_sequence():
     config = GPTConfig(vocab_size=64, n_layers=1, d_model=32, n_heads=2, attention="cudnn")
     model = abstract(config=config)
     with pytest.raises(ModelError, match="model.attention=cudnn cannot compute the blocks"):
-        prepare_model(model, ShardingConfig(context=2), {"context": 2}, 32, "gpt")
+        plan(model, ShardingConfig(context=2), {"context": 2})
 
 
 class WindowedByHand(Attention):
@@ -119,17 +134,20 @@ class HandGPT(GPT):
 
 def test_a_layer_with_its_own_mask_cannot_split_the_sequence():
     with pytest.raises(ModelError, match="WindowedByHand overrides Attention.mask"):
-        prepare_model(abstract(HandGPT), ShardingConfig(context=2), {"context": 2}, 32, "hand")
+        plan(abstract(HandGPT), ShardingConfig(context=2), {"context": 2}, "hand")
 
 
 class NoAttention(nnx.Module):
     def __init__(self):
         self.blocks = nnx.List([])
 
+    def choose_attention(self, seq_len, platform, device_kind="", head_shards=1, context=None):
+        return "none"
+
 
 def test_a_model_without_attention_layers_cannot_split_the_sequence():
     with pytest.raises(ShardingError, match="model 'plain' has no attention layer that can"):
-        prepare_model(NoAttention(), ShardingConfig(context=2), {"context": 2}, 32, "plain")
+        plan(NoAttention(), ShardingConfig(context=2), {"context": 2}, "plain")
 
 
 def test_refusals_are_one_line_errors_at_the_command_line(tmp_path):

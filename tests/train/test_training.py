@@ -24,6 +24,9 @@ def unigram_entropy(directory) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+STRETCH = "training.schedule_on_resume=stretch"  # a resume to another length re-plans the lr
+
+
 def train(steps, *extra):
     return [
         "run",
@@ -97,7 +100,10 @@ def test_sigterm_checkpoints_and_exits_with_a_distinct_code_then_resumes(shared_
     ]
     assert len(saved) == 1 and 3 <= saved[0] < 400
     resumed = run_cli(
-        shared_root, *train(saved[0] + 2, "checkpoint.every=1000"), "--name", "preempted"
+        shared_root,
+        *train(saved[0] + 2, "checkpoint.every=1000", STRETCH),
+        "--name",
+        "preempted",
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed preempted from step {saved[0]}" in resumed.stderr
@@ -110,7 +116,7 @@ def test_torn_latest_checkpoint_falls_back_and_none_readable_is_an_error(shared_
     for path in (directory / "4" / "state").rglob("*"):
         if path.is_file():
             path.write_bytes(b"torn")
-    more = run_cli(shared_root, *train(5, "checkpoint.every=2"), "--name", "torn")
+    more = run_cli(shared_root, *train(5, "checkpoint.every=2", STRETCH), "--name", "torn")
     assert more.returncode == 0, more.stderr[-3000:]
     assert "checkpoint 4" in more.stderr and "unreadable" in more.stderr
     assert "resumed torn from step 2" in more.stderr
@@ -121,7 +127,7 @@ def test_torn_latest_checkpoint_falls_back_and_none_readable_is_an_error(shared_
         for path in (checkpoint / "state").rglob("*"):
             if path.is_file():
                 path.write_bytes(b"torn")
-    broken = run_cli(shared_root, *train(6, "checkpoint.every=2"), "--name", "torn")
+    broken = run_cli(shared_root, *train(6, "checkpoint.every=2", STRETCH), "--name", "torn")
     assert broken.returncode == 2
     assert "no checkpoint in" in broken.stderr and "can be restored" in broken.stderr
 

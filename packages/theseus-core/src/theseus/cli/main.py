@@ -104,21 +104,38 @@ def jobs(prefix: Annotated[str, typer.Argument(help="only keys starting with thi
 
 
 @app.command()
+def presets(
+    model: Annotated[
+        str, typer.Argument(help="a model (gpt, llama, ...): its presets' values")
+    ] = "",
+) -> None:
+    """List the size presets of each model (model.preset=NAME), or what one model's set."""
+    from rich.console import Console
+    from theseus.cli.presets import presets_table
+
+    Console().print(presets_table(_registries(), model))
+
+
+@app.command()
 def plugins() -> None:
-    """List plugins: distribution, version and what each registers."""
+    """List plugins: distribution, version and what each registers (a line per kind,
+    wrapped to the terminal's width; 80 columns, or $COLUMNS, when not a terminal)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table("plugin", "distribution", "version", "registers", box=None, pad_edge=False)
+    table.columns[3].overflow = "fold"  # a name longer than the column is cut, not lost
     for info in _registries().plugins:
         if info.error:
-            what = f"[red]failed: {info.error}[/red]"
+            what = Text(f"failed: {info.error}", style="red")
         else:
-            what = "; ".join(
+            kinds = [
                 f"{kind}: {', '.join(sorted(names))}" for kind, names in info.registered.items()
-            )
-        table.add_row(info.name, info.distribution, info.version, what or "-")
-    Console(width=100_000, soft_wrap=True).print(table)
+            ]
+            what = Text("\n".join(kinds) or "-")
+        table.add_row(info.name, info.distribution, info.version, what)
+    Console().print(table)
 
 
 @app.command()

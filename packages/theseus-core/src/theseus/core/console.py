@@ -120,3 +120,11 @@ class RunLogHandler(logging.FileHandler):
         if error is not None and explain(error) is not None:
             return
         super().handleError(record)
+
+
+def progress_console() -> Any:
+    """The rich console progress bars and spinners draw on: stderr, beside the log, so that
+    stdout holds only a command's result (``theseus run ... > out`` gets no spinner)."""
+    from rich.console import Console
+
+    return Console(stderr=True)

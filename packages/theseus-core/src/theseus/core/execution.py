@@ -11,7 +11,8 @@ the ambient mesh or the backend what to run, and no model is changed after it is
   all-gather, or not split);
 * ``experts``: how a mixture routes its tokens (all-to-all over ``expert``, on each device,
   or over the whole batch);
-* ``remat``: what the backward pass recomputes, and why;
+* ``remat``: what the backward pass recomputes, and why (each block runs through
+  ``theseus.core.sharding.remat.checkpointed`` at its level);
 * ``compute_dtype``: the dtype the model computes in, and the rule that chose it.
 
 No JAX here: a leaf module that configs, plugins and the dry run may import.
@@ -22,8 +23,13 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-CONTEXT_METHODS = ("none", "ring", "all_gather")
-EXPERT_ROUTES = ("none", "all_to_all", "per_device", "global")
+EXPERT_ROUTES = {
+    "none": "no experts (a dense model)",
+    "all_to_all": "experts split over the expert axis, tokens sent to them all-to-all",
+    "per_device": "each device routes its own tokens (dropless layers; a capacity is "
+    "counted over the whole batch)",
+    "global": "one routing over the whole batch",
+}
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class AttentionKernel:
     blocks: Hashable | None = None
     context: str = "none"
     why: str = ""
+    planned: bool = True  # False: named by model.attention alone, checked where it runs
 
     def label(self) -> str:
         return self.name if self.context == "none" else f"{self.context}/{self.name}"
@@ -72,7 +79,7 @@ class ExecutionPlan:
 
     attention: AttentionKernel = field(default_factory=AttentionKernel)
     context: ContextSplit = field(default_factory=ContextSplit)
-    experts: str = "none"
+    experts: str = "none"  # one of EXPERT_ROUTES
     remat: RematChoice = field(default_factory=RematChoice)
     compute_dtype: str = "float32"
     dtype_rule: str = "as configured"
@@ -89,7 +96,7 @@ class ExecutionPlan:
         return [
             f"attention: {kernel.label()}{blocks}" + (f" ({kernel.why})" if kernel.why else ""),
             f"context: {context}",
-            f"experts: {self.experts}",
+            f"experts: {self.experts} ({EXPERT_ROUTES[self.experts]})",
             f"remat: {self.remat.level} ({self.remat.reason})",
             f"compute dtype: {self.compute_dtype} ({self.dtype_rule})",
         ]

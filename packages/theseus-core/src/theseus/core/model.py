@@ -11,8 +11,9 @@ The config dataclass has at least:
 * ``dtype: str``         -- the compute dtype (``precision.compute_dtype`` overrides it)
 
 It must be hashable (``@dataclass(unsafe_hash=True)``): the model's graph definition is a
-static argument of ``jax.jit``. The model is built as ``Model(config, rngs=nnx.Rngs(params=key))``
-from the typed config (an instance of the config dataclass, never a mapping).
+static argument of ``jax.jit``. The model is built as
+``Model(config, rngs=nnx.Rngs(params=key), execution=plan)`` from the typed config (an
+instance of the config dataclass, never a mapping) and the run's execution plan.
 
 Parameters are ``nnx.Param`` variables carrying logical axis names (``vocab``, ``embed``,
 ``mlp``, ``heads``, ``kv_heads``, ``head_dim``, ``experts``, ``layers`` for a stack of blocks,
@@ -59,17 +60,24 @@ class LanguageModel(Protocol):
     * ``flops_per_token(seq_len)``: training FLOPs per token (forward + backward).
     * ``blocks``: the transformer blocks, either a sequence of block modules or one module
       whose parameters are stacked over a leading ``layers`` axis and which the model runs
-      under a scan; ``sharding.remat`` checkpoints each block (per layer inside the scan).
+      under a scan; the model checkpoints each block at the plan's remat level (per layer
+      inside the scan).
     * ``unrolled()``: the same model with one block module per layer, run by a Python loop
       (module paths ``blocks.<i>.<name>``, what time travel records); ``self`` when the
       blocks are not stacked.
-    * ``plan_attention(seq_len, platform, device_kind, head_shards=1)``: choose, once, the
-      attention kernel the model runs at this length on this platform, with the heads split
-      ``head_shards`` ways over the ``tensor`` mesh axis (the training setup calls it before
-      any step is traced; the choice is part of the model's static graph) and return it as
-      a ``theseus.core.execution.AttentionKernel`` (its name, ``reference``, ``flash``,
-      ``cudnn``, ..., or ``none``, with its block sizes), or just the name; the setup puts
-      it in the run's ``ExecutionPlan``, which the start-up log and the dry run print.
+    * ``choose_attention(seq_len, platform, device_kind, head_shards=1, context=None)``:
+      what attention would run at this length on this platform, with the heads split
+      ``head_shards`` ways over the ``tensor`` mesh axis and the sequence split as
+      ``context`` (a ``theseus.core.execution.ContextSplit``) says: a question, nothing is
+      stored. The answer is a ``theseus.core.execution.AttentionKernel`` (with its block
+      sizes), or just its name (``none`` for a model without attention, which therefore
+      cannot split a sequence). The setup puts it in the run's ``ExecutionPlan``.
+
+    The model is built as ``Model(config, rngs=..., execution=plan)``: it runs what the plan
+    says (its attention kernel, context split and expert routing) and checkpoints each block
+    at ``plan.remat.level`` (``theseus.core.sharding.remat.checkpointed``). Built with
+    ``execution=None`` it runs the plainest choice (the reference attention, nothing
+    recomputed).
     """
 
     config: Any
@@ -83,8 +91,13 @@ class LanguageModel(Protocol):
 
     def flops_per_token(self, seq_len: int) -> float: ...
 
-    def plan_attention(
-        self, seq_len: int, platform: str, device_kind: str, head_shards: int = 1
+    def choose_attention(
+        self,
+        seq_len: int,
+        platform: str,
+        device_kind: str = "",
+        head_shards: int = 1,
+        context: Any = None,
     ) -> Any: ...
 
     def unrolled(self) -> Any: ...

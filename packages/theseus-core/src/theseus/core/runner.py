@@ -35,6 +35,7 @@ from theseus.core.resume import (
     config_changes,
     history_entry,
 )
+from theseus.core.resume_schedule import settle_schedule
 from theseus.core.rundir import RunDir, checkpoint_step, now
 from theseus.core.sharding.distributed import process_group
 
@@ -252,16 +253,17 @@ def prepare(
             )
         base = _saved_config(run_dir)
         tree = config_for(spec, registries, overrides, base, configs, root=str(root))
-        changes = (
-            config_changes(config_for(spec, registries, (), base, root=str(root)), tree)
-            if base
-            else []
-        )
+        saved = config_for(spec, registries, (), base, root=str(root)) if base else None
+        changes = config_changes(saved, tree) if saved is not None else []
         check_changes(run_dir, record, changes, trains=spec.resumes)
         check_checkpoints(run_dir, record)
+        settled = settle_schedule(run_dir, record, saved, tree) if saved is not None else None
         log.info("resuming run %s (%s)", name, run_dir.path)
         for change in changes:
             log.info("run %s: %s (allowed on resume, recorded in job.json)", name, change)
+        if settled is not None:  # the run's length changed: what its lr schedule does
+            log.info("%s", settled.note)
+            changes += [settled.change] if settled.change is not None else []
         prepared = PreparedRun(spec, tree, root, name, registries, parent=record.get("parent"))
         prepared.changes = changes
         return prepared

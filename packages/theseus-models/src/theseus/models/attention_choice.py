@@ -1,14 +1,13 @@
 """Which attention implementation runs: ``model.attention`` resolved for a chip and a length.
 
-Cheap to import (no JAX). A training setup resolves it once for every layer, for the
-platform and chip of its mesh's devices (``tpu`` for compile-only TPU devices, whatever
-``jax.default_backend()`` says) and the ways its heads are split; each layer keeps its
-choice::
+Cheap to import (no JAX). A training setup asks it once, for the platform and chip of its
+mesh's devices (``tpu`` for compile-only TPU devices, whatever ``jax.default_backend()``
+says) and the ways its heads are split, and puts the answer in the run's execution plan,
+which the model is built with::
 
-    model.plan_attention(seq_len, "tpu", "TPU v5", head_shards=2)
+    model.choose_attention(seq_len, "tpu", "TPU v5", head_shards=2)
 
-A layer nobody planned plans itself when first traced, for the platform of the mesh in
-context (``jax.set_mesh``) or else the default backend.
+A model built without a plan runs ``model.attention`` as named (``reference`` for ``auto``).
 
 * ``reference``: the stages ``scores -> mask -> weights -> combine``: every score is
   materialised (memory quadratic in the length); any stage can be overridden.

@@ -36,7 +36,7 @@ class ModelConfig:
     Hashable (``unsafe_hash``) so a model's graphdef can be a static argument of ``jax.jit``.
     """
 
-    preset: str = option("", "size preset applied (see `theseus jobs`); '' for none")
+    preset: str = option("", "size preset applied (`theseus presets` lists them); '' for none")
     vocab_size: int = option(0, "vocabulary size; 0 takes it from the tokenized data", ge=0)
     max_seq_len: int = option(256, "longest sequence the model accepts (positions)", ge=1)
     dtype: str = option(

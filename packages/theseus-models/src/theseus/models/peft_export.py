@@ -37,6 +37,7 @@ import numpy as np
 from theseus.core.adapters import Adapter
 from theseus.models.errors import ModelError
 from theseus.models.hf.checkpoint import family_of, per_layer_path, stacked_layers
+from theseus.models.hf.file_modes import share_as_umask
 from theseus.models.hf_mapping import ParamPath, Rule
 
 PREFIX = "base_model.model."  # PEFT's prefix for the wrapped transformers model
@@ -236,4 +237,5 @@ def save_peft(model: Any, lora: Any, directory: str | Path, base: str = "") -> P
     config = adapter_config(lora, modules, hf_modules(model, family), fan_in_fan_out, base)
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    share_as_umask(out / WEIGHTS_FILE)  # written 0600 by safetensors
     return out

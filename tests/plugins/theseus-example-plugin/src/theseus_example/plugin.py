@@ -17,7 +17,9 @@ class SignumConfig(OptimizerBase):
     """Signum's options; ``weight_decay`` and ``grad_clip`` come from the base class, and core
     applies them around ``signum`` (which reads neither)."""
 
-    learning_rate: float = option(0.01, "step size of each signed update", gt=0)
+    learning_rate: float = option(
+        0.025, "step size of each signed update (fit-line's default: the slope reaches 3.0)", gt=0
+    )
     grad_clip: float = option(
         0.0, "clip the global gradient norm first (0: off; the sign drops the scale anyway)", ge=0
     )

@@ -223,6 +223,17 @@ def placed_output(args: Sequence[str]) -> list[str]:
     return [*args, "--output_path", str(root / "runs" / name / "lm-eval" / "results.json")]
 
 
+def with_device(args: Sequence[str]) -> list[str]:
+    """``args`` naming the JAX backend as ``--device`` when they name no device: lm-eval's
+    default, ``cuda:0``, would otherwise reach the model (which notes that it ignores it)
+    and be recorded in the results as the device, on a machine without any GPU."""
+    if option_value(args, "--device") is not None:
+        return list(args)
+    import jax
+
+    return [*args, "--device", jax.default_backend()]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """lm-eval's command line with the ``theseus`` model registered; the results of a run
     land in its folder (see :func:`placed_output`), or under ``--output_path`` in a folder
@@ -232,6 +243,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
 
     args = placed_output(sys.argv[1:] if argv is None else argv)
+    if model_source(args):  # the theseus model: where JAX runs it, not lm-eval's cuda:0
+        args = with_device(args)
     name = results_name(model_source(args))
     saved, naming = sys.argv, GeneralConfigTracker.__dict__["_get_model_name"]
     sys.argv = ["lm-eval", *args]  # lm-eval's parser reads sys.argv

@@ -50,6 +50,13 @@ def _batch_size(value: Any) -> int:
     return int(value)
 
 
+def on_jax_backend(device: str) -> bool:
+    """Whether lm-eval's ``device`` (``cpu``, ``cuda:0``, ``tpu``...) names JAX's backend."""
+    backend = jax.default_backend()
+    kind = device.split(":", 1)[0].strip().lower()
+    return kind == backend or (backend == "gpu" and kind == "cuda")
+
+
 def load_target(
     run: str = "",
     root: str = "",
@@ -125,8 +132,12 @@ class TheseusLM(TemplateLM):
                 f"the theseus model has no argument(s) {', '.join(sorted(unknown))} (known: run, "
                 "root, hf_dir, tokenizer, sharding, batch_size, max_gen_toks, padding_side)"
             )
-        if device:
-            log.info("device=%s is ignored: JAX places the model on its devices", device)
+        if device and not on_jax_backend(str(device)):
+            log.info(
+                "device=%s is ignored: JAX places the model on its devices (%s)",
+                device,
+                jax.default_backend(),
+            )
         if target is None:
             target, self.source = load_target(
                 str(run), str(root), str(hf_dir), str(tokenizer), str(sharding),

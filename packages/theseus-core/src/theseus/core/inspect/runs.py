@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from theseus.core import safe_yaml
 from theseus.core.errors import JobError
 from theseus.core.jobs import job_kind
@@ -211,12 +212,25 @@ def run_summary(
         "status": shown_status(path, record.get("status")),  # "died": running, lock free
         "step": reached_step(rows, record),
         "loss": loss,
-        "parent": record.get("parent"),
+        "parent": record.get("parent") or started_from(path / "config.yaml"),
         "started": record.get("started") or record.get("created"),
         "dispatched": record.get("dispatched"),
         "host": record.get("host"),
         "problem": None,
     }
+
+
+def started_from(config_path: Path) -> str | None:
+    """The run whose weights a run started from (``init.checkpoint=RUN[@STEP]`` in its saved
+    config), its parent when it was not branched; None when there is none or the config
+    cannot be read (``theseus show`` names that problem)."""
+    try:
+        config = safe_yaml.load(read_small(config_path))
+    except (OSError, yaml.YAMLError):  # missing, not a regular file, too large, not YAML
+        return None
+    init = config.get("init") if isinstance(config, dict) else None
+    source = init.get("checkpoint") if isinstance(init, dict) else None
+    return source if isinstance(source, str) and source else None
 
 
 def lineage(
@@ -244,8 +258,6 @@ def lineage(
 
 def _config_text(config_path: Path) -> str:
     """The saved config as text; damage is shown, with a warning naming the file."""
-    import yaml
-
     try:
         data = read_small(config_path)
     except FileNotFoundError:

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 def build_schedule(
     registries: Registries, schedule_config: Any, peak_lr: float, total_steps: int
 ) -> optax.Schedule:
-    """The schedule named by ``schedule.name``, peaking at ``peak_lr``."""
-    return registries.schedules.get(schedule_config.name).load()(
-        schedule_config, peak_lr, total_steps
-    )
+    """The schedule named by ``schedule.name``, peaking at ``peak_lr``, over
+    ``schedule.total_steps`` steps when that is set, else over the run's ``total_steps``."""
+    span = getattr(schedule_config, "total_steps", 0) or total_steps
+    return registries.schedules.get(schedule_config.name).load()(schedule_config, peak_lr, span)
 
 
 def build_optimizer(

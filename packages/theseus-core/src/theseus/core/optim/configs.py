@@ -109,10 +109,18 @@ class ScheduleBase:
     ``Component(name, config=<subclass of ScheduleBase>, target="pkg.module:build")``
     where ``build(config, peak_lr, total_steps) -> optax.Schedule``, a jittable function
     of the step count (an int32 array) giving the learning rate. ``peak_lr`` is
-    ``optimizer.learning_rate``; ``total_steps`` the run's length. Honour ``warmup_steps``.
+    ``optimizer.learning_rate``; ``total_steps`` the steps the schedule spans: the run's
+    length, or this group's ``total_steps`` when it is set (a resume with
+    ``training.schedule_on_resume=continue`` sets it to keep the old length). Honour
+    ``warmup_steps``.
     """
 
     warmup_steps: int = option(0, "linear warmup from 0 over this many steps", ge=0)
+    total_steps: int = option(
+        0,
+        "steps the schedule spans; later steps take its final lr (0: the run's length)",
+        ge=0,
+    )
 
 
 @dataclass

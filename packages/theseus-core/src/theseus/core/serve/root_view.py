@@ -156,8 +156,9 @@ class RootView:
 
     @staticmethod
     def _run_files(path: Path) -> list[Path]:
-        """The files a table row is made of."""
-        return [path / "job.json", path / "metrics.jsonl"]
+        """The files a table row is made of (``config.yaml``: the parent of a run started
+        from ``init.checkpoint``)."""
+        return [path / "job.json", path / "metrics.jsonl", path / "config.yaml"]
 
     # one run
     def run(self, name: str) -> dict[str, Any]:

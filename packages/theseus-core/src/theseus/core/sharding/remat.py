@@ -20,9 +20,9 @@ that tag nothing). From the most kept (fastest, most memory) to the least:
 
 The attention kernels' residuals (their output and log-sum-exp) are tagged ``attention``: a
 kept kernel output means the backward pass runs only the kernel's backward, never its forward
-again. A model's ``blocks`` are either a sequence of block modules (each is wrapped) or one
-module holding every layer's parameters stacked, run under a scan, called once per layer:
-wrapped once, it is rematerialized per layer inside the scan.
+again. The level is part of the model's execution plan (``theseus.core.execution``): a
+model runs each block through :func:`checkpointed` (a stack of layers under a scan, once per
+layer, with ``policy(level)``).
 """
 
 from __future__ import annotations
@@ -95,35 +95,11 @@ def policy(level: str) -> Callable[..., Any]:
     return POLICIES[level]
 
 
-class Rematerialized(nnx.Module):
-    """A block whose forward is recomputed in the backward pass (``nnx.remat``), keeping what
-    its level's policy saves.
-
-    ``rematerialized`` tells a model that scans over it to apply no checkpoint policy of its
-    own around it: nested, the outer policy would decide what is kept.
-    """
-
-    rematerialized = True
-
-    def __init__(self, inner: nnx.Module, mode: str) -> None:
-        self.inner = inner
-        self.mode = mode
-
-    def __call__(self, *args: Any) -> Any:
-        def forward(block: nnx.Module, *inputs: Any) -> Any:
-            return block(*inputs)
-
-        return nnx.remat(forward, policy=policy(self.mode))(self.inner, *args)
-
-
-def checkpoint_blocks(model: Any, mode: str) -> None:
-    """Wrap the blocks of a model just merged inside the traced step (``model.blocks``)."""
-    policy(mode)  # refuses an unknown level
-    blocks = model.blocks  # part of theseus.core.model.LanguageModel, checked at setup
-    if not isinstance(blocks, nnx.List | list | tuple):  # stacked: called once per layer
-        if not isinstance(blocks, Rematerialized):
-            model.blocks = Rematerialized(blocks, mode)
-        return
-    for index in range(len(blocks)):
-        if not isinstance(blocks[index], Rematerialized):
-            blocks[index] = Rematerialized(blocks[index], mode)
+def checkpointed(function: Callable[..., Any], level: str) -> Callable[..., Any]:
+    """``function`` (a block's forward, the block module its first argument) recomputed in
+    the backward pass, keeping what ``level``'s policy saves; at ``none`` outside a scan
+    there is nothing to recompute and ``function`` is returned as it is. A model applies its
+    execution plan's level to each block this way (``theseus.core.execution``)."""
+    if level == "none":
+        return function
+    return nnx.remat(function, policy=policy(level))

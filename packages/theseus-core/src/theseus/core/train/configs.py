@@ -15,6 +15,10 @@ from theseus.core.optim.configs import OptimizerBase, ScheduleBase
 from theseus.core.ranges import check_config
 from theseus.core.sharding.config import ShardingConfig
 
+#: ``training.schedule_on_resume``: what a resume that changes the run's length does to the
+#: learning-rate schedule (``theseus.core.resume_schedule``).
+SCHEDULE_ON_RESUME = ("refuse", "continue", "stretch")
+
 
 @dataclass
 class TrainingConfig:
@@ -32,6 +36,14 @@ class TrainingConfig:
         "sequences per device per micro-step (0: global batch / devices, no accumulation)",
         resume_safe=True,
         ge=0,
+    )
+    schedule_on_resume: str = option(
+        "refuse",
+        "when a resume changes the run's length and so the lr of its remaining steps: refuse, "
+        "continue (the schedule keeps its old length, then its final lr) or stretch (it spans "
+        "the new length)",
+        resume_safe=True,
+        choices=SCHEDULE_ON_RESUME,
     )
     skip_nonfinite: bool = option(
         False, "skip steps whose loss is not finite instead of stopping", resume_safe=True

@@ -1,24 +1,30 @@
-"""The run's :class:`~theseus.core.execution.ExecutionPlan`, put together once when the
-setup is built: the attention kernel the model planned for the mesh's chips, the context
-split and the expert routing the mesh implies, the remat level and the compute dtype with
-the rule that chose it. The start-up log and ``--dry-run`` print it."""
+"""The run's :class:`~theseus.core.execution.ExecutionPlan`, decided once when the setup is
+built, from the config, the mesh (its sizes and chips) and the model (asked, never changed):
+the attention kernel for the mesh's chips, the context split and the expert routing the mesh
+implies (refused where the model cannot split), and the compute dtype with the rule that
+chose it. The remat level is decided after (``remat_choice``: it measures the model under
+each level). The model is then built with the plan; the start-up log and ``--dry-run``
+print it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan, RematChoice
-from theseus.core.sharding.config import ShardingConfig
+from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan
+from theseus.core.sharding.config import ShardingConfig, ShardingError
+from theseus.core.sharding.parallel import check_experts, expert_dimensions
 from theseus.core.sharding.rules import BATCH_AXES
+from theseus.core.sharding.sequence import check_sequence
 from theseus.core.train.configs import TrainJobConfig
 
 
-def attention_kernel(planned: Any) -> AttentionKernel:
-    """A model's ``plan_attention`` answer as a kernel: theseus-models' decoders return an
+def attention_kernel(chosen: Any) -> AttentionKernel:
+    """A model's ``choose_attention`` answer as a kernel: theseus-models' decoders return an
     :class:`AttentionKernel` with its block sizes; a plugin model may return just a name."""
-    if isinstance(planned, AttentionKernel):
-        return planned
-    return AttentionKernel(name=str(planned))
+    if isinstance(chosen, AttentionKernel):
+        return chosen
+    return AttentionKernel(name=str(chosen))
 
 
 def context_split(sharding: ShardingConfig, sizes: dict[str, int]) -> ContextSplit:
@@ -29,16 +35,14 @@ def context_split(sharding: ShardingConfig, sizes: dict[str, int]) -> ContextSpl
 
 
 def expert_routing(sizes: dict[str, int], has_experts: bool) -> str:
-    """How a mixture's tokens reach their experts on this mesh: all-to-all over ``expert``;
-    else routed where they are when the mesh splits them (dropless layers; a layer with a
-    capacity counts it over the whole batch), else over the whole batch."""
+    """How a mixture's tokens reach their experts on this mesh (``EXPERT_ROUTES``)."""
     if not has_experts:
-        return "none (dense)"
+        return "none"
     if sizes.get("expert", 1) > 1:
-        return f"all_to_all over expert={sizes['expert']}"
+        return "all_to_all"
     if any(sizes.get(axis, 1) > 1 for axis in (*BATCH_AXES, "context")):
-        return "per_device (dropless layers; a capacity is counted over the whole batch)"
-    return "global (one device's batch)"
+        return "per_device"
+    return "global"
 
 
 def dtype_rule(config: TrainJobConfig, platform: str) -> str:
@@ -50,20 +54,56 @@ def dtype_rule(config: TrainJobConfig, platform: str) -> str:
     return f"model.dtype={configured}"
 
 
-def execution_plan(
-    config: TrainJobConfig,
-    sizes: dict[str, int],
-    platform: str,
-    planned_attention: Any,
-    remat: RematChoice,
-    compute_dtype: str,
-    has_experts: bool,
+@dataclass(frozen=True)
+class MeshFacts:
+    """What the plan reads of a mesh: its axis sizes, its devices' platform and chip."""
+
+    sizes: dict[str, int]
+    platform: str = "cpu"
+    device_kind: str = ""
+
+    @classmethod
+    def of(cls, layout: Any) -> MeshFacts:
+        return cls(dict(layout.sizes), layout.platform, layout.device_kind)
+
+
+def plan_execution(
+    model: Any,
+    sharding: ShardingConfig,
+    mesh: MeshFacts,
+    seq_len: int,
+    name: str,
+    compute_dtype: str = "float32",
+    dtype_rule: str = "",
 ) -> ExecutionPlan:
+    """The plan for ``model`` (abstract, built without one) on ``mesh``; refuses, in one line,
+    a split the model cannot run. The remat level is left for ``decide_remat``."""
+    sizes = mesh.sizes
+    experts = expert_dimensions(model)
+    if sizes.get("expert", 1) > 1:
+        check_experts(experts, sizes["expert"], name)
+    context = context_split(sharding, sizes)
+    if context.split:
+        check_sequence(seq_len, context.ways, context.order)
+    kernel = attention_kernel(
+        model.choose_attention(
+            seq_len,
+            mesh.platform,
+            mesh.device_kind,
+            head_shards=sizes.get("tensor", 1),
+            context=context,
+        )
+    )
+    if context.split and kernel.context != context.method:
+        raise ShardingError(
+            f"sharding.context={context.ways}: model {name!r} has no attention layer that can "
+            "split a sequence (choose_attention answered a kernel for whole sequences, as a "
+            "model without attention does); use sharding.context=1"
+        )
     return ExecutionPlan(
-        attention=attention_kernel(planned_attention),
-        context=context_split(config.sharding, sizes),
-        experts=expert_routing(sizes, has_experts),
-        remat=remat,
+        attention=kernel,
+        context=context,
+        experts=expert_routing(sizes, bool(experts)),
         compute_dtype=compute_dtype,
-        dtype_rule=dtype_rule(config, platform),
+        dtype_rule=dtype_rule,
     )

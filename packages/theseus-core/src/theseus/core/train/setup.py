@@ -13,28 +13,25 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from theseus.core.adapters import cast_frozen, split_trainable
 from theseus.core.data.api import open_training_data
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.loader import TrainingData
 from theseus.core.errors import ConfigError
 from theseus.core.execution import ExecutionPlan, RematChoice
-from theseus.core.model import check_model
 from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.config import check_remat
-from theseus.core.sharding.parallel import expert_dimensions, prepare_model
 from theseus.core.sharding.placement import Layout
 from theseus.core.sharding.rules import batch_ways
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.execution_choice import execution_plan
+from theseus.core.train.execution_choice import MeshFacts, dtype_rule, plan_execution
+from theseus.core.train.model_builder import ModelBuilder
 from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
 from theseus.core.train.remat_choice import decide_remat
-from theseus.core.train.state import TrainState, split_params
+from theseus.core.train.state import TrainState
 from theseus.core.train.step import cross_entropy, forward, make_eval_step, make_train_step
 from theseus.core.train.vocab import check_vocab
 from theseus.core.train.weights import FrozenRole, WeightSource, frozen_role
@@ -98,6 +95,20 @@ def open_data(
         total_steps=training.steps(),
         from_record=from_record,
     )
+
+
+def model_builder(config: TrainJobConfig, registries: Registries, configured: Any) -> ModelBuilder:
+    """The run's model: the registered class (with adapters for a LoRA run) and its config."""
+    model_class = registries.models.get(config.model.name).load()
+    adapted = config.lora.rank > 0
+    if adapted:
+        model_class = adapt(registries, model_class, config)
+    return ModelBuilder(model_class, configured, config.training.seed, adapted)
+
+
+def at_level(execution: ExecutionPlan, level: str) -> ExecutionPlan:
+    """``execution`` with the remat level ``level``, for measuring what the level keeps."""
+    return replace(execution, remat=RematChoice(level, "measured by sharding.remat=auto"))
 
 
 def adapt(registries: Registries, model_class: type, config: TrainJobConfig) -> type:
@@ -187,8 +198,7 @@ class TrainSetup:
         :func:`plan_batch` (default: planned here for the recipe's data layout)."""
         training = config.training
         layout = Layout(config.sharding, devices)
-        if batch is None:
-            batch = plan_batch(config, recipe.layout, layout.mesh.devices.flat)
+        batch = batch or plan_batch(config, recipe.layout, layout.mesh.devices.flat)
         if batch.batch_shards != layout.batch_shards:
             raise ValueError(f"{batch} was planned for another mesh than {layout.sizes}")
         steps = training.steps()
@@ -197,47 +207,21 @@ class TrainSetup:
         )
         optimizer = build_optimizer(registries, config.optimizer, schedule)
         configured = model_config(config, vocab_size, layout.platform, registries)
-        model_class = registries.models.get(config.model.name).load()
-        adapted = config.lora.rank > 0
-        if adapted:
-            model_class = adapt(registries, model_class, config)
-        frozen = frozen_role(adapted, recipe.reference)
-        setup_key = jax.random.key(training.seed)
-
-        def build_model() -> Any:
-            return model_class(configured, rngs=nnx.Rngs(params=jax.random.fold_in(setup_key, 0)))
-
-        counted: dict[str, float] = {}
-
-        def build_and_count() -> Any:  # FLOPs are counted on the traced model
-            model = build_model()
-            counted["flops"] = float(model.flops_per_token(training.seq_len))
-            return model
-
-        abstract_model = nnx.eval_shape(build_and_count)
-        check_model(abstract_model, config.model.name)
-        # context and expert parallelism: refused where the model cannot split; the attention
-        # layers learn the context split here (part of the graph definition)
-        prepare_model(
-            abstract_model, config.sharding, layout.sizes, training.seq_len, config.model.name
-        )
-        planned_attention = abstract_model.plan_attention(  # chosen once, for the mesh's chips
+        model = model_builder(config, registries, configured)
+        probe, flops_per_token = model.probe(training.seq_len, config.model.name)
+        dtype = str(getattr(configured, "dtype", "float32"))
+        execution = plan_execution(  # remat decided below, from the state's size
+            probe,
+            config.sharding,
+            MeshFacts.of(layout),
             training.seq_len,
-            layout.platform,
-            layout.device_kind,
-            head_shards=layout.sizes.get("tensor", 1),
+            config.model.name,
+            dtype,
+            dtype_rule(config, layout.platform),
         )
-        graphdef, _, rest = split_params(abstract_model)
-        if jax.tree.leaves(rest):  # non-parameter state (adapters' layer indices): jitted,
-            rest = jax.jit(lambda: split_params(build_model())[2])()  # no params
-
-        def fresh_state() -> TrainState:
-            _, params, _ = split_params(build_model())
-            trainable, base = split_trainable(params, adapted)
-            if frozen == "reference":
-                base = jax.tree.map(jnp.copy, params)
-            return TrainState.fresh(trainable, optimizer, cast_frozen(base, config.lora.base_dtype))
-
+        frozen = frozen_role(model.adapted, recipe.reference)
+        rest = model.rest(probe)
+        fresh_state = model.fresh_state(optimizer, frozen, config.lora.base_dtype)
         check_remat(config.sharding)
         abstract = jax.eval_shape(fresh_state)
         state_shardings = abstract.shardings(layout)  # refuses shapes the mesh cannot divide
@@ -249,14 +233,16 @@ class TrainSetup:
             layout,
             abstract.abstract(state_shardings),
             abstract_batch(config, layout),
-            lambda level: cross_entropy(graphdef, rest, level, chunks),
-            compute_dtype=getattr(configured, "dtype", "float32"),
+            lambda level: cross_entropy(model.graphdef(at_level(execution, level)), rest, chunks),
+            compute_dtype=dtype,
             layers=getattr(configured, "n_layers", 1),
         )
+        execution = replace(execution, remat=remat)
+        graphdef = model.graphdef(execution)
         made = None
         if recipe.objective is not None:
-            made = recipe.objective(model_fn(graphdef, rest, remat.level), adapted)
-        step_objective = made or cross_entropy(graphdef, rest, remat.level, chunks)
+            made = recipe.objective(model_fn(graphdef, rest), model.adapted)
+        step_objective = made or cross_entropy(graphdef, rest, chunks)
         step = make_train_step(
             graphdef,
             rest,
@@ -266,8 +252,7 @@ class TrainSetup:
             training.skip_nonfinite,
             micro_sharding=layout.micro_sharding(),
             grad_shardings=layout.grad_shardings(abstract.params),
-            remat=remat.level,
-            dropout_seed=training.seed if adapted and config.lora.dropout else None,
+            dropout_seed=training.seed if model.adapted and config.lora.dropout else None,
             objective=step_objective,
         )
         return cls(
@@ -275,19 +260,11 @@ class TrainSetup:
             registries=registries,
             layout=layout,
             model_config=configured,
-            model_class=model_class,
+            model_class=model.model_class,
             total_steps=steps,
             batch=batch,
-            flops_per_token=counted["flops"],
-            execution=execution_plan(
-                config,
-                layout.sizes,
-                layout.platform,
-                planned_attention,
-                remat,
-                str(getattr(configured, "dtype", "float32")),
-                bool(expert_dimensions(abstract_model)),
-            ),
+            flops_per_token=flops_per_token,
+            execution=execution,
             loss_chunks=chunks,
             graphdef=graphdef,
             rest=rest,
@@ -394,11 +371,12 @@ def abstract_batch(
     }
 
 
-def model_fn(graphdef: Any, rest: Any, remat: str) -> ModelFn:
-    """``model_fn(params, frozen, batch, key) -> (logits, aux)``: the step's forward pass,
-    its blocks checkpointed at ``remat``; what a recipe's objective is built on."""
+def model_fn(graphdef: Any, rest: Any) -> ModelFn:
+    """``model_fn(params, frozen, batch, key) -> (logits, aux)``: the step's forward pass (its
+    blocks checkpointed as the plan in ``graphdef`` says); what a recipe's objective is built
+    on."""
 
     def run(params: Any, frozen: Any, batch: Mapping[str, Any], key: Any) -> tuple[Any, dict]:
-        return forward(graphdef, params, rest, batch, remat, frozen, key)
+        return forward(graphdef, params, rest, batch, frozen, key)
 
     return run

@@ -17,7 +17,6 @@ import optax
 from flax import nnx
 from theseus.core.adapters import dropout_key
 from theseus.core.model import STAT_PREFIX
-from theseus.core.sharding.remat import checkpoint_blocks
 from theseus.core.train.chunked_loss import chunked_cross_entropy
 from theseus.core.train.recipe import Objective
 from theseus.core.train.state import TrainState
@@ -36,30 +35,25 @@ def forward(
     params: Any,
     rest: Any,
     batch: Batch,
-    remat: str = "none",
     frozen: Any = None,
     key: jax.Array | None = None,
 ) -> tuple[jax.Array, dict]:
     """``(logits_BxTxV, aux)`` of the model made of ``params`` and ``frozen`` on ``batch``;
     dropout (in adapters) draws from ``key`` when one is given."""
-    model = merged_model(graphdef, params, rest, remat, frozen)
+    model = merged_model(graphdef, params, rest, frozen)
     with dropout_key(key):
         return model.forward_with_aux(
             batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
         )
 
 
-def merged_model(
-    graphdef: nnx.GraphDef, params: Any, rest: Any, remat: str = "none", frozen: Any = None
-) -> Any:
-    """The model of ``params`` and ``frozen``, its blocks checkpointed at level ``remat``."""
+def merged_model(graphdef: nnx.GraphDef, params: Any, rest: Any, frozen: Any = None) -> Any:
+    """The model of ``params`` and ``frozen`` (its execution plan, remat level included, is
+    part of ``graphdef``)."""
     # fresh variables (same values): flax's scan wants every variable of the model created
     # at the trace level the forward pass runs at, and frozen weights come from outside it
     params, frozen, rest = jax.tree.map(lambda x: x, (params, frozen or nnx.State({}), rest))
-    model = nnx.merge(graphdef, params, frozen, rest)
-    if remat != "none":
-        checkpoint_blocks(model, remat)
-    return model
+    return nnx.merge(graphdef, params, frozen, rest)
 
 
 def summed_loss(
@@ -67,7 +61,6 @@ def summed_loss(
     params: Any,
     rest: Any,
     batch: Batch,
-    remat: str = "none",
     frozen: Any = None,
     key: jax.Array | None = None,
     chunks: int = 1,
@@ -83,14 +76,14 @@ def summed_loss(
     """
     mask = batch["loss_mask"].astype(jnp.float32)
     if chunks > 1:
-        model = merged_model(graphdef, params, rest, remat, frozen)
+        model = merged_model(graphdef, params, rest, frozen)
         with dropout_key(key):
             hidden, aux = model.hidden_with_aux(
                 batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
             )
         ce_sum = chunked_cross_entropy(model.head, hidden, batch["targets"], mask, chunks)
     else:
-        logits, aux = forward(graphdef, params, rest, batch, remat, frozen, key)
+        logits, aux = forward(graphdef, params, rest, batch, frozen, key)
         ce_sum = jnp.sum(token_losses(logits, batch["targets"]) * mask)
     count = jnp.sum(mask)
     losses = [value for name, value in aux.items() if not name.startswith(STAT_PREFIX)]
@@ -105,14 +98,12 @@ def summed_loss(
 TRAIN_PREFIX = "train/"
 
 
-def cross_entropy(
-    graphdef: nnx.GraphDef, rest: Any, remat: str = "none", chunks: int = 1
-) -> Objective:
+def cross_entropy(graphdef: nnx.GraphDef, rest: Any, chunks: int = 1) -> Objective:
     """Next-token cross entropy summed over the unmasked tokens (pretraining, SFT), its
     logits taken ``chunks`` pieces of the sequence at a time."""
 
     def objective(params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[jax.Array, Any]:
-        return summed_loss(graphdef, params, rest, batch, remat, frozen, key, chunks)
+        return summed_loss(graphdef, params, rest, batch, frozen, key, chunks)
 
     return objective
 
@@ -131,7 +122,6 @@ def make_train_step(
     *,
     micro_sharding: Any = None,
     grad_shardings: Any = None,
-    remat: str = "none",
     dropout_seed: int | None = None,
     objective: Objective | None = None,
     loss_chunks: int = 1,
@@ -146,7 +136,7 @@ def make_train_step(
     a function of the seed, the step and the micro-batch, so a resumed run replays it.
     """
 
-    objective = objective or cross_entropy(graphdef, rest, remat, loss_chunks)
+    objective = objective or cross_entropy(graphdef, rest, loss_chunks)
     grad_fn = jax.grad(objective, has_aux=True)
 
     root = None if dropout_seed is None else jax.random.fold_in(jax.random.key(dropout_seed), 3)

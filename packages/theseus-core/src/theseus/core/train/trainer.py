@@ -174,6 +174,7 @@ class Trainer:
             peak,
             peak_source,
         )
+        log.info("execution plan: %s", "; ".join(setup.execution.lines()))
         recorder = Recorder(
             writer,
             every=config.logging.every,
@@ -273,6 +274,7 @@ def _progress(trainer: Trainer, start: int) -> Iterator[Any]:
         yield lambda: None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from theseus.core.console import progress_console
     from theseus.core.data.progress import DataWaitColumn
 
     with Progress(
@@ -281,6 +283,7 @@ def _progress(trainer: Trainer, start: int) -> Iterator[Any]:
         TextColumn("{task.completed}/{task.total}"),
         TimeRemainingColumn(),
         DataWaitColumn(trainer.data),  # "waiting for <dataset>: unit k of n" while it waits
+        console=progress_console(),
     ) as progress:
         task = progress.add_task("train", total=trainer.total_steps, completed=start)
         yield lambda: progress.advance(task)

@@ -13,6 +13,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.text import Text
+from theseus.core.console import progress_console
 
 
 class _Rates(ProgressColumn):
@@ -34,12 +35,15 @@ class TokenizeMeter:
         self.units_done = 0  # tokenized by this run (not resumed)
         self.workers: set[int] = set()  # pids of the worker processes that did them
         self.start = time.perf_counter()
+        console = progress_console()
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn(description),
             _Rates(self),
             TimeElapsedColumn(),
+            console=console,
             transient=False,
+            disable=not console.is_terminal,  # the job logs the same counts when it ends
         )
         self.task = self.progress.add_task(description, total=None)
 

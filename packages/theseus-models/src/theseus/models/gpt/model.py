@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 from flax import nnx
+from theseus.core.execution import ExecutionPlan
 from theseus.models.errors import ModelError
 from theseus.models.gpt.config import GPTConfig
 from theseus.models.layers import MLP, Attention, DecoderLM, Embedding, LayerNorm, RoPE
@@ -24,8 +25,10 @@ class GPT(DecoderLM):
     attention_cls = Attention
     mlp_cls = MLP
 
-    def __init__(self, config: GPTConfig, *, rngs: nnx.Rngs) -> None:
-        super().__init__(config, rngs=rngs)  # embed, blocks, final_norm, lm_head
+    def __init__(
+        self, config: GPTConfig, *, rngs: nnx.Rngs, execution: ExecutionPlan | None = None
+    ) -> None:
+        super().__init__(config, rngs=rngs, execution=execution)  # embed, blocks, norm, head
         c = self.config
         # After the stack: the parameters draw their random numbers in this order.
         self.wpe = (

@@ -24,6 +24,7 @@ from flax import nnx
 from theseus.models.errors import CheckpointShapeError, ModelError, UnsupportedArchitectureError
 from theseus.models.families import FAMILIES, family_named
 from theseus.models.family import Family
+from theseus.models.hf.file_modes import share_as_umask
 from theseus.models.hf.files import check_tensor_files, read_config, resolve  # noqa: F401
 from theseus.models.hf_mapping import ParamPath
 from theseus.models.layers.block import LAYERS
@@ -364,4 +365,5 @@ def save_hf(model: nnx.Module, directory: str | Path) -> Path:
     save_file(
         params_to_hf(family.name, model), str(out / "model.safetensors"), metadata={"format": "pt"}
     )
+    share_as_umask(out / "model.safetensors")  # written 0600 by safetensors
     return out

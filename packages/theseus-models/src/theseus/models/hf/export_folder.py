@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from theseus.models.errors import ModelError
+from theseus.models.hf.file_modes import share_as_umask
 
 #: Names of a Hugging Face model folder's own files (besides the patterns below).
 MODEL_FILES = frozenset(
@@ -89,7 +90,9 @@ def staged(out: Path) -> Iterator[Path]:
 
 def commit(stage: Path, out: Path) -> None:
     """Move the staged export into ``out``: the old model files go first (all of them, so
-    no stale shard or index stays), then the new ones move in."""
+    no stale shard or index stays), then the new ones move in, each with the mode a plain
+    write gives (:func:`share_as_umask`)."""
+    share_as_umask(stage)
     if not out.exists():
         os.replace(stage, out)
         return

@@ -12,17 +12,19 @@ Projections and positions work on BxTxHxK; from ``scores`` to ``combine`` the he
 Without a cache, ``implementation`` (the model's ``attention`` option) says what computes the
 four score stages (see ``theseus.models.attention_choice``): ``reference`` runs the stages
 themselves; ``flash`` (``layers/flash.py``), ``cudnn`` and ``splash`` compute the same
-attention in one piece, with memory linear in T. The choice is made once, by :meth:`plan`,
-for the platform and length a run has (the training setup plans every layer before it
-traces a step; a layer nobody planned plans itself for this process's backend on first
-use). A subclass that overrides a stage gets ``reference`` under ``auto`` and an error under
-an explicit kernel. With a cache (generation) the stages always run.
+attention in one piece, with memory linear in T. The choice is the model's execution plan
+(``theseus.core.execution``): :meth:`choose` answers what would run for a platform, a length
+and a context split (a question; the training setup asks it once), and the model hands the
+plan's kernel to every layer while it is built (:meth:`use`). A layer built without a plan
+runs ``model.attention`` as named, and the reference stages for ``auto``. A subclass that
+overrides a stage runs ``reference`` under ``auto`` and is refused an explicit kernel. With
+a cache (generation) the stages always run.
 
-With ``sharding.context`` > 1 the trainer gives the layer a context-parallel method
-(:meth:`Attention.split_sequence`): inside a step traced under a mesh whose ``context`` axis
-splits the sequence, self-attention then runs ``layers/context_attention.py`` (ring or
-all-gather, its blocks computed by the flash kernel); anywhere else (evaluations, generation)
-the layer runs as above on whole sequences.
+With ``sharding.context`` > 1 the plan's context split (ring or all-gather, in an order)
+reaches the layer the same way: inside a step traced under a mesh whose ``context`` axis
+splits the sequence, self-attention then runs ``layers/context_attention.py`` (its blocks
+computed by the flash kernel); anywhere else (evaluations, generation) the layer runs as
+above on whole sequences.
 
 The reference goes through the stages in blocks of ``query_block`` query rows, each against
 only the keys it can see (up to its last query, and from the first key its sliding window
@@ -42,6 +44,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
+from theseus.core.execution import AttentionKernel, ContextSplit
 from theseus.core.sharding.remat import ATTENTION, ATTENTION_OUT, QKV
 from theseus.core.sharding.rules import CONTEXT_AXIS
 from theseus.models.attention_choice import STAGES, check_attention, resolve_attention
@@ -123,7 +126,6 @@ class Attention(nnx.Module):
     query_block = 64  # reference: rows of queries per block without a cache; 0: one block
     flash_block = 128  # flash: queries and keys per block
     kernel_interpret = False  # splash: run the Pallas kernel in its interpreter (tests off TPU)
-    context_parallel: tuple[str, str] | None = None  # (method, order): ``split_sequence``
 
     def __init__(
         self,
@@ -172,10 +174,9 @@ class Attention(nnx.Module):
         self.sliding_window = sliding_window
         self.dtype = dtype
         self.implementation = implementation  # what model.attention asked for
-        self.kernel: str | None = None  # what runs, once planned (see plan)
-        self.kernel_blocks: SplashBlocks | None = None  # splash: its block sizes, once planned
         # refuse an unknown name, or a kernel that would skip an overridden stage, right away
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
+        self.use(unplanned_kernel(implementation), ContextSplit())
 
     # ------------------------------------------------------------------ the stages
 
@@ -268,28 +269,25 @@ class Attention(nnx.Module):
         """The score stages (and ``attend``) this layer's class overrides."""
         return overridden_stages(type(self))
 
-    def split_sequence(self, method: str, order: str) -> None:
-        """Attend over sequences split along the ``context`` mesh axis with ``method`` (ring or
-        all_gather) in ``order``'s layout (``theseus.core.sharding.sequence``). Refused, in
-        one line, for a layer whose blocks the flash kernel cannot compute."""
+    def context_problem(self, method: str) -> str | None:
+        """Why this layer cannot attend over a sequence split by ``method`` (ring or
+        all_gather), or None."""
         if method not in METHODS:
-            raise ModelError(
-                f"sharding.context_attention={method!r}: expected one of {', '.join(METHODS)}"
-            )
+            return f"sharding.context_attention={method!r}: expected one of {', '.join(METHODS)}"
         if self.implementation not in ("auto", "flash"):
-            raise ModelError(
+            return (
                 f"model.attention={self.implementation} cannot compute the blocks of "
                 "context-parallel attention (sharding.context > 1 merges blocks by their "
                 "logsumexp, which the flash kernel returns): use model.attention=flash or auto"
             )
         stages = self.overridden_stages()
         if stages:
-            raise ModelError(
+            return (
                 f"sharding.context > 1 runs the flash kernel's causal, document and window "
                 f"mask, but {type(self).__name__} overrides Attention.{stages[0]}: use "
                 "sharding.context=1 for this layer"
             )
-        self.context_parallel = (method, order)
+        return None
 
     def implementation_for(
         self,
@@ -320,26 +318,35 @@ class Attention(nnx.Module):
             layer=type(self).__name__,
         )
 
-    def plan(
+    def choose(
         self,
         seq_len: int,
-        platform: str | None = None,
+        platform: str,
         device_kind: str = "",
-        head_shards: int | None = None,
-    ) -> str:
-        """Choose, once, the kernel this layer runs over ``seq_len`` tokens on ``platform``
-        (a chip of ``device_kind``, the heads split ``head_shards`` ways); kept on the layer
-        (a static part of the model). The name returned is what a training step runs:
-        ``ring/flash`` when the sequence is split."""
-        if platform is None:
-            platform, device_kind, shards = context_platform()
-            head_shards = shards if head_shards is None else head_shards
-        self.kernel = self.implementation_for(seq_len, platform, device_kind, head_shards)
-        if self.kernel == "splash":
-            self.kernel_blocks = splash_blocks(device_kind, seq_len, self.head_dim)
-        if self.context_parallel is not None:  # in a split step: ring (or all_gather) of flash
-            return f"{self.context_parallel[0]}/flash"
-        return self.kernel
+        head_shards: int = 1,
+        context: ContextSplit | None = None,
+    ) -> AttentionKernel:
+        """The kernel this layer would run over ``seq_len`` tokens on ``platform`` (a chip
+        of ``device_kind``, the heads split ``head_shards`` ways), with the sequence split as
+        ``context`` says: a question, nothing is stored. Raises a one-line ModelError for a
+        split the layer cannot attend over."""
+        if context is not None and context.split:
+            problem = self.context_problem(context.method)
+            if problem:
+                raise ModelError(problem)
+            return AttentionKernel("flash", context=context.method)
+        name = self.implementation_for(seq_len, platform, device_kind, head_shards)
+        blocks = splash_blocks(device_kind, seq_len, self.head_dim) if name == "splash" else None
+        return AttentionKernel(name, blocks=blocks)
+
+    def use(self, kernel: AttentionKernel, context: ContextSplit) -> None:
+        """Run ``kernel`` (and attend over ``context``'s split), as the model's execution plan
+        says; called while the model is built. A layer whose class overrides a stage runs
+        the reference stages, as ``auto`` means for it."""
+        if self.overridden_stages() and not context.split:
+            kernel = AttentionKernel("reference", why=f"{type(self).__name__} overrides a stage")
+        self.kernel = kernel
+        self.context = context
 
     def attend_self(
         self, q_BxHxTxK: jax.Array, k_BxGxTxK: jax.Array, v_BxGxTxK: jax.Array, info: MaskInfo
@@ -352,8 +359,8 @@ class Attention(nnx.Module):
         splash run per shard of the mesh in context (``kernel_sharding``): the rows over its
         batch axes, the heads over ``tensor``.
         """
-        if self.context_parallel is not None and axis_size(CONTEXT_AXIS) > 1:
-            method, order = self.context_parallel
+        if self.context.split and axis_size(CONTEXT_AXIS) > 1:
+            method, order = self.context.method, self.context.order
             return context_attention(
                 q_BxHxTxK,
                 k_BxGxTxK,
@@ -365,7 +372,9 @@ class Attention(nnx.Module):
                 window=self.sliding_window,
                 block=self.flash_block,
             )
-        name = self.kernel or self.plan(q_BxHxTxK.shape[2])
+        name = self.kernel.name
+        if not self.kernel.planned:  # no plan chose it: refuse a platform it cannot run on
+            self.implementation_for(q_BxHxTxK.shape[2])
         if name == "reference":
             return self.attend_in_blocks(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info)
         args = (q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info.q_segment, info.k_segment)
@@ -375,7 +384,9 @@ class Attention(nnx.Module):
             return flash_attention(*args, **kw, block_q=size, block_k=size)
         if name == "cudnn":
             return per_shard(partial(cudnn_attention, **kw), *args)
-        blocks = self.kernel_blocks or splash_blocks("", q_BxHxTxK.shape[2], self.head_dim)
+        blocks = self.kernel.blocks
+        if not isinstance(blocks, SplashBlocks):  # no chip's table: sized for this length
+            blocks = splash_blocks("", q_BxHxTxK.shape[2], self.head_dim)
         kernel = partial(splash_attention, **kw, blocks=blocks, interpret=self.kernel_interpret)
         return per_shard(kernel, *args)
 
@@ -399,7 +410,7 @@ class Attention(nnx.Module):
             cache = LayerCache(k_all, v_all, cache.index)
             out = self.attend(q, k_all.astype(self.dtype), v_all.astype(self.dtype), info)
         out_BxTxHxK = heads_first(out)
-        if cache is None and self.kernel != "splash":  # splash tags its own output
+        if cache is None and self.kernel.name != "splash":  # splash tags its own output
             out_BxTxHxK = keep_merged(out_BxTxHxK, ATTENTION)
         return checkpoint_name(self.output(out_BxTxHxK), ATTENTION_OUT), cache
 
@@ -423,3 +434,11 @@ def keep_merged(x: jax.Array, name: str) -> jax.Array:
 def heads_first(x: jax.Array) -> jax.Array:
     """BxTxHxK <-> BxHxTxK (the same swap both ways)."""
     return x.transpose(0, 2, 1, 3)
+
+
+def unplanned_kernel(implementation: str) -> AttentionKernel:
+    """What a layer built without an execution plan runs: ``model.attention`` as named, the
+    reference stages for ``auto`` (choosing a kernel takes a platform and a length: a plan)."""
+    if implementation == "auto":
+        return AttentionKernel("reference", why="no execution plan: the reference stages")
+    return AttentionKernel(implementation, why="model.attention, no plan", planned=False)

@@ -17,27 +17,28 @@ layer sets ``scan_layers = False`` and gets an ``nnx.List`` of blocks run by a P
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from theseus.core.execution import AttentionKernel
+from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan
+from theseus.core.sharding.remat import checkpointed
 from theseus.core.sharding.remat import policy as remat_policy
 from theseus.models.config import compute_dtype
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
-from theseus.models.layers.attention import KVCache, LayerCache, MaskInfo
+from theseus.models.layers.attention import Attention, KVCache, LayerCache, MaskInfo
 from theseus.models.layers.block import LAYER_METADATA, Block, layer_of, stack_blocks
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
+from theseus.models.layers.moe import MoE
 
-# What the scan keeps of each layer for the backward pass. Left alone, a scan keeps every
-# intermediate in an L-stacked buffer, where an unrolled program lets XLA fuse the cheap
-# elementwise work into the backward instead: keeping the matmul outputs and the attention
-# kernel's output and recomputing the rest (norms, activations) is that program's trade, as
-# fast and with less memory (``sharding.remat=none``). Another ``sharding.remat`` level
-# replaces it (a block wrapped there has ``rematerialized = True``).
-SCAN_POLICY = remat_policy("none")
+# What the scan keeps of each layer for the backward pass is the execution plan's remat
+# policy. Left alone, a scan would keep every intermediate in an L-stacked buffer, where an
+# unrolled program lets XLA fuse the cheap elementwise work into the backward instead: at
+# ``none`` the policy keeps the matmul outputs and the attention kernel's output and
+# recomputes the rest (norms, activations), that program's trade, as fast and with less memory.
 
 
 def document_positions(segment_ids_BxT: jax.Array) -> jax.Array:
@@ -61,7 +62,9 @@ class DecoderLM(nnx.Module):
     block_cls: ClassVar[type] = Block
     scan_layers: ClassVar[bool] = True  # False: blocks that differ per layer, in a Python loop
 
-    def __init__(self, config: Any, *, rngs: nnx.Rngs) -> None:
+    def __init__(
+        self, config: Any, *, rngs: nnx.Rngs, execution: ExecutionPlan | None = None
+    ) -> None:
         if not isinstance(config, self.config_class):
             raise ModelError(
                 f"{type(self).__name__} is built from a {self.config_class.__name__} "
@@ -78,6 +81,9 @@ class DecoderLM(nnx.Module):
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
         self.blocks: Any = self.make_blocks(rngs)  # a stack under one module, or an nnx.List
+        self.execution = execution or ExecutionPlan(compute_dtype=self.dtype.name)
+        if execution is not None:
+            self.follow(execution)
         self.final_norm = self.make_norm(c.d_model)
         if c.tie_embeddings:
             self.lm_head = None
@@ -164,28 +170,42 @@ class DecoderLM(nnx.Module):
     def embed_tokens(self, tokens_BxT: jax.Array, positions_BxT: jax.Array) -> jax.Array:
         return self.embed(tokens_BxT)
 
-    def plan_attention(
+    def attention_layers(self) -> list[Attention]:
+        """Every attention layer (a stack's one module stands for all its layers)."""
+        return [m for _, m in nnx.iter_graph(self.blocks) if isinstance(m, Attention)]
+
+    def choose_attention(
         self,
         seq_len: int,
-        platform: str | None = None,
+        platform: str,
         device_kind: str = "",
-        head_shards: int | None = None,
+        head_shards: int = 1,
+        context: ContextSplit | None = None,
     ) -> AttentionKernel:
-        """Choose once, for every attention layer, the kernel it runs at ``seq_len`` on
-        ``platform`` (a chip of ``device_kind``, the heads split ``head_shards`` ways:
-        ``Attention.plan``): the distinct choices joined by ``+``, the first layer's block
-        sizes, and the context method when the sequence is split."""
-        layers = [b.attention for b in (self.per_layer()[:1] if self.stacked else self.per_layer())]
-        for layer in layers:
-            layer.plan(seq_len, platform, device_kind, head_shards)
-        names = dict.fromkeys(str(layer.kernel) for layer in layers)
-        split = next((layer.context_parallel for layer in layers if layer.context_parallel), None)
-        blocks = next((layer.kernel_blocks for layer in layers if layer.kernel_blocks), None)
-        return AttentionKernel(
-            name="flash" if split else "+".join(names),
-            blocks=None if split else blocks,
-            context=split[0] if split else "none",
-        )
+        """The kernel the attention layers would run at ``seq_len`` on ``platform`` (a chip
+        of ``device_kind``, the heads split ``head_shards`` ways, the sequence split as
+        ``context`` says): a question for the execution plan, nothing is stored. Layers that
+        override a stage run the reference stages beside it (``Attention.use``)."""
+        chosen = [
+            (layer.choose(seq_len, platform, device_kind, head_shards, context), layer)
+            for layer in self.attention_layers()
+        ]
+        if not chosen:
+            return AttentionKernel("none", why="no attention layer")
+        own = [kernel for kernel, layer in chosen if not layer.overridden_stages()]
+        kernel = (own or [chosen[0][0]])[0]
+        if own and len(own) < len(chosen):
+            return replace(kernel, why="layers that override a stage run reference")
+        return kernel
+
+    def follow(self, execution: ExecutionPlan) -> None:
+        """Hand the plan's kernel, context split and expert routing to the layers (while
+        the model is built; the remat level is read when the blocks run)."""
+        for layer in self.attention_layers():
+            layer.use(execution.attention, execution.context)
+        for _, module in nnx.iter_graph(self.blocks):
+            if isinstance(module, MoE):
+                module.route_by(execution.experts)
 
     @property
     def kv_shape(self) -> tuple[int, int]:
@@ -282,9 +302,9 @@ class DecoderLM(nnx.Module):
             x_BxTxD, layer_cache, stats = block(x_BxTxD, positions_BxT, info, layer_cache)
             return x_BxTxD, (None if layer_cache is None else (layer_cache.k, layer_cache.v), stats)
 
+        level = self.execution.remat.level
         if self.stacked:
-            if not getattr(self.blocks, "rematerialized", False):
-                layer = nnx.remat(layer, policy=SCAN_POLICY)
+            layer = nnx.remat(layer, policy=remat_policy(level))  # once per layer in the scan
             scan = nnx.scan(
                 layer,
                 unroll=min(getattr(self.config, "scan_unroll", 1), self.config.n_layers),
@@ -294,9 +314,9 @@ class DecoderLM(nnx.Module):
             )
             x_BxTxD, (kv, stats) = scan(self.blocks, x_BxTxD, kv)
             return x_BxTxD, kv, stats
-        outputs = []
+        outputs, run = [], checkpointed(layer, level)
         for i, block in enumerate(self.blocks):
-            x_BxTxD, out = layer(block, x_BxTxD, None if kv is None else (kv[0][i], kv[1][i]))
+            x_BxTxD, out = run(block, x_BxTxD, None if kv is None else (kv[0][i], kv[1][i]))
             outputs.append(out)
         if not outputs:
             return x_BxTxD, kv, {}

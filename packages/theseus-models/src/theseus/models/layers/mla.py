@@ -24,8 +24,15 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.execution import ContextSplit
 from theseus.models.attention_choice import check_attention
-from theseus.models.layers.attention import Attention, LayerCache, MaskInfo, heads_first
+from theseus.models.layers.attention import (
+    Attention,
+    LayerCache,
+    MaskInfo,
+    heads_first,
+    unplanned_kernel,
+)
 from theseus.models.layers.flash import pad_axis
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.norms import RMSNorm
@@ -74,9 +81,8 @@ class MultiHeadLatentAttention(Attention):
         self.sliding_window = 0
         self.dtype = dtype
         self.implementation = implementation
-        self.kernel: str | None = None  # what runs, once planned (Attention.plan)
-        self.kernel_blocks = None  # splash: its block sizes, once planned
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
+        self.use(unplanned_kernel(implementation), ContextSplit())
 
     # ------------------------------------------------------------------ the projections
 
@@ -112,7 +118,7 @@ class MultiHeadLatentAttention(Attention):
     ) -> jax.Array:
         """``Attention.attend_self``; a kernel gets q, k and v zero-padded to one width."""
         K, V = self.head_dim, self.v_head_dim
-        if K == V or (self.kernel or self.plan(q_BxHxTxK.shape[2])) == "reference":
+        if K == V or self.kernel.name == "reference":
             return super().attend_self(q_BxHxTxK, k_BxGxTxK, v_BxGxTxV, info)
         width = max(K, V)
         q, k, v = (pad_axis(z, 3, width, 0) for z in (q_BxHxTxK, k_BxGxTxK, v_BxGxTxV))

@@ -26,9 +26,9 @@ each token gathers its k outputs back and sums them weighted by its router weigh
   first choices first, then in token order; assignments past it are dropped (their output
   is zero) and the fraction reported. Padding tokens claim no row.
 
-On a mesh (inside a training step) the tokens are routed where they are: with the experts
-split over ``expert``, or for the dropless layer whenever the mesh splits the tokens, each
-device routes its own through ``layers/expert_parallel.py`` (``routes_per_device``), which
+On a mesh (inside a training step) the tokens are routed as the model's execution plan says:
+with the experts split over ``expert`` (all-to-all), or for the dropless layer when the mesh
+splits the tokens (per device), each device routes its own through ``layers/expert_parallel.py`` (``routes_per_device``), which
 runs the same buffer layouts (``layers/expert_rows.py``) per device.
 """
 
@@ -90,6 +90,8 @@ def load_balancing_loss(
 
 
 class MoE(nnx.Module):
+    routing = "global"  # the execution plan's expert routing (``route_by``)
+
     def __init__(
         self,
         d_model: int,
@@ -181,22 +183,31 @@ class MoE(nnx.Module):
         dropped = 1.0 - jnp.sum(kept_M) / jnp.maximum(jnp.sum(keep_M), 1)
         return y_NxD, dropped.astype(jnp.float32)
 
+    def route_by(self, routing: str) -> None:
+        """Route as the model's execution plan says (``theseus.core.execution``:
+        ``all_to_all``, ``per_device``, ``global`` or ``none``); called while the model is
+        built. A layer that overrides ``experts`` cannot be split over ``expert``."""
+        if routing == "all_to_all" and type(self).experts is not MoE.experts:
+            raise ModelError(
+                f"sharding.expert > 1: {type(self).__name__} overrides MoE.experts, and "
+                "expert parallelism runs MoE's own routed computation"
+            )
+        self.routing = routing
+
     def routes_per_device(self) -> bool:
-        """Whether each device routes its own tokens (``layers/expert_parallel.py``): when the
-        experts are split over ``expert``, and for the dropless layer whenever the mesh splits
-        the tokens (each token's output does not depend on the others', so routing them where
-        they are is the same layer without gathering the batch). A capacity counts over the
-        whole batch, so without ``expert`` that layer keeps one routing for all."""
-        if axis_size(EXPERT_AXIS) > 1:
-            if type(self).experts is not MoE.experts:
-                raise ModelError(
-                    f"sharding.expert={axis_size(EXPERT_AXIS)}: {type(self).__name__} overrides "
-                    "MoE.experts, and expert parallelism runs MoE's own routed computation"
-                )
-            return True
+        """Whether each device routes its own tokens (``layers/expert_parallel.py``), as the
+        plan says: ``all_to_all`` (the experts split over ``expert``) and, for the dropless
+        layer, ``per_device`` (the mesh splits the tokens: each token's output does not
+        depend on the others', so routing them where they are is the same layer without
+        gathering the batch; a capacity counts over the whole batch, so that layer keeps one
+        routing for all). Outside a step's mesh (an evaluation on one device) the layer
+        routes the whole batch."""
+        if self.routing == "all_to_all":
+            return axis_size(EXPERT_AXIS) > 1
+        if self.routing != "per_device" or type(self).experts is not MoE.experts:
+            return False
         split = any(axis_size(a) > 1 for a in (*BATCH_AXES, CONTEXT_AXIS))
-        own = type(self).experts is MoE.experts
-        return split and own and self.capacity_factor <= 0
+        return split and self.capacity_factor <= 0
 
     def shared(self, x_xD: jax.Array) -> jax.Array | None:
         return None if self.shared_expert is None else self.shared_expert(x_xD)
