@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -42,7 +43,9 @@ def test_the_plan_on_v5p_8_as_json(tmp_path):
     assert plan["hbm_bytes"] == specs.CHIPS["v5p"].hbm_bytes and plan["fits"] is True
     assert 0 < plan["argument_bytes"] <= plan["peak_bytes"] < plan["hbm_bytes"]
     assert plan["collective_bytes"]["all-gather"] > 0  # fsdp gathers the layers' weights
-    assert plan["estimate_method"].startswith("estimate: XLA:TPU cost model")
+    # one method on every chip: the roofline, named, with splash at the v5e's rate scaled
+    assert plan["estimate_method"].startswith("estimate: roofline at 459 TFLOP/s bf16")
+    assert "the v5e's measured rate x 2.33" in plan["estimate_method"]
     assert plan["step_seconds_estimate"] > 0 and 0 < plan["predicted_mfu"] < 1
     assert not (tmp_path / "runs").exists()  # nothing ran
 
@@ -61,9 +64,12 @@ def plan_config(*overrides: str):
 def test_a_step_too_big_for_its_chip_says_by_how_much_and_what_would_fit(
     tmp_path, monkeypatch, capsys
 ):
-    """An H100 given (in this test) a quarter less memory than the step's peak: halving the
-    per-device batch fits, and the error names it; the plan is printed first."""
+    """An H100 given (in this test) a quarter less memory than the step's peak: sharding
+    the parameters is tried first and is not enough (activations dominate a tiny model),
+    full remat fits, and the search stops there: halving the batch is not compiled. The
+    plan is printed first, then the error names the change."""
     require_aot()
+    from theseus.core.plan import step_compile
     from theseus.core.plan.dry_run import dry_run, plan
 
     # remat fixed: `auto` would pick a level that fits the smaller chip by itself
@@ -71,16 +77,49 @@ def test_a_step_too_big_for_its_chip_says_by_how_much_and_what_would_fit(
     peak = plan(config, str(tmp_path), "h100x8")["peak_bytes"]
     smaller = dataclasses.replace(specs.CHIPS["h100"], hbm_bytes=int(peak * 0.75))
     monkeypatch.setitem(specs.CHIPS, "h100", smaller)
+    compiled: list[str] = []
+    real_compile = step_compile.compile_step
+
+    def counted(setup, what="the step"):
+        compiled.append(what)
+        return real_compile(setup, what)
+
+    monkeypatch.setattr(step_compile, "compile_step", counted)
     with pytest.raises(ShardingError) as error:
         dry_run(config, str(tmp_path), target="h100x8")
     out = capsys.readouterr().out
     assert "target      h100x8: 8 x NVIDIA H100 80GB HBM3 on 1 host(s)" in out
     assert "does NOT fit: over by" in out and "estimate    " in out
-    assert "with training.per_device_batch_size=4: peak" in out
+    took = r"built and compiled in [\d.]+ s"
+    assert re.search(rf"with sharding.strategy=fsdp: peak [\d.]+ MiB, does not fit, {took}", out)
+    # the change that fits was compiled in full: its step time is estimated too
+    fits = r"fits, estimate [\d.]+ ms/step, predicted MFU [\d.]+%"
+    assert re.search(rf"with sharding.remat=full: peak [\d.]+ MiB, {fits}, {took}", out)
+    assert "with training.per_device_batch_size=4: not compiled: an earlier change fits" in out
+    assert len(compiled) == 2  # the two levers; the step itself is compiled by the report
+    assert re.search(r"^time .* fit search [\d.]+ s", out, re.M)
     message = str(error.value)
     assert message.startswith("the step needs ") and "\n" not in message
-    assert "it fits with " in message and "training.per_device_batch_size=4" in message
-    assert "sharding.strategy=fsdp" in out  # every lever was tried and reported
+    assert message.endswith("it fits with sharding.remat=full")
+
+
+@pytest.mark.parametrize(
+    "strategy, per_device, remat, shards, expected",
+    [
+        ("dp", 4, "none", 8, ["strategy=fsdp", "remat=full", "per_device_batch_size=2"]),
+        ("dp", 1, "full", 8, ["strategy=fsdp"]),  # auto chose full: no remat lever
+        ("dp", 2, "mlp", 1, ["remat=full", "per_device_batch_size=1"]),  # one device
+        ("fsdp", 2, "none", 8, ["remat=full", "per_device_batch_size=1"]),
+    ],
+)
+def test_the_fit_search_tries_only_levers_not_pulled_yet(
+    strategy, per_device, remat, shards, expected
+):
+    from theseus.core.plan.fit_advice import levers
+
+    config = plan_config(f"sharding.strategy={strategy}")
+    found = [label.split(".", 1)[1] for label, _ in levers(config, per_device, remat, shards)]
+    assert found == expected
 
 
 def cli(*args: str, patch: str = "") -> subprocess.CompletedProcess:

@@ -49,10 +49,14 @@ GRPO = (
 BPE_VOCAB = 8192
 
 
-def fine_tuning_lines() -> list[str]:
+def fine_tuning_blocks() -> list[list[str]]:
     text = (REPO / "README.md").read_text()
     section = text.split("## Fine-tuning", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```bash\n(.+?)\n```", section, re.S)[0].splitlines()
+    return [block.splitlines() for block in re.findall(r"```bash\n(.+?)\n```", section, re.S)]
+
+
+def fine_tuning_lines() -> list[str]:
+    return fine_tuning_blocks()[0]
 
 
 def cpu_seconds() -> float:
@@ -111,6 +115,7 @@ def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     assert len(accuracy) >= 2 and accuracy[-1] > accuracy[0] and accuracy[-1] > 0.5, accuracy
     assert margin[-1] > margin[0] > -1e-6, margin
     assert (tmp_path / "dpo-hf" / "config.json").is_file()
+    check_the_export_comes_back(env, tmp_path, root)
 
     held_out = {}
     for name, extra in [("grpo", ""), ("grpo-control", " grpo.shuffle_rewards=true")]:
@@ -124,3 +129,19 @@ def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     start_error = math.sqrt(grpo[0] * (1 - grpo[0]) / GRPO_PROMPTS)
     assert control[-1] <= grpo[-1] - GRPO_RISE, held_out
     assert grpo[-1] >= grpo[0] - 2 * start_error, held_out
+
+
+def check_the_export_comes_back(env: dict, cwd: Path, root: Path) -> None:
+    """The README's second block: the export imports back as a run, and loads in
+    ``transformers`` when the parity group is installed (its install line is not run)."""
+    importing, install, loading = fine_tuning_blocks()[1]
+    assert "hf/import" in importing and "pip install" in install, (importing, install)
+    run_line(importing, env, cwd)
+    assert (root / "runs" / "dpo-back").is_dir()
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return
+    _, out = run_line(loading, env, cwd)
+    ids = [int(n) for n in re.findall(r"\d+", out.strip().splitlines()[-1])]
+    assert ids[:6] == list(b"12+34="), out  # the byte tokenizer's ids are the bytes

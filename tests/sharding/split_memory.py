@@ -37,13 +37,16 @@ GPT = [
 def setup_for(key: str, overrides: list[str], devices: int):
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
+    from theseus.core.sharding.placement import Layout
     from theseus.core.train.configs import TrainJobConfig
     from theseus.core.train.setup import TrainSetup
 
     regs = registries()
     tree = config_for(job_spec(key, regs), regs, [*overrides, "model.vocab_size=384"])
     config = tree.to_object(TrainJobConfig)
-    return TrainSetup.build(config, regs, 384, devices=jax.devices()[:devices])
+    return TrainSetup.build(
+        config, regs, 384, layout=Layout(config.sharding, jax.devices()[:devices])
+    )
 
 
 def main(parts: list[str]) -> None:

@@ -43,6 +43,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec  # noqa: E402
 from theseus.core.sharding.config import MESH_AXES  # noqa: E402
+from theseus.core.sharding.placement import Layout
 from theseus.core.sharding.sequence import layout_order  # noqa: E402
 
 EPS = float(np.finfo(np.float32).eps)
@@ -319,7 +320,8 @@ def setup_for(model: str, sizes: dict[str, int], method: str, devices: list):
         ),
     ]
     tree = config_for(job_spec(key, regs), regs, overrides)
-    return TrainSetup.build(tree.to_object(TrainJobConfig), regs, VOCAB, devices=devices)
+    config = tree.to_object(TrainJobConfig)
+    return TrainSetup.build(config, regs, VOCAB, layout=Layout(config.sharding, devices))
 
 
 def batch_of(step: int) -> dict[str, np.ndarray]:

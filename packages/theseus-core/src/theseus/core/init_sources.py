@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.core.data.identity import DataRecord
-from theseus.core.errors import ConfigError, JobError
+from theseus.core.errors import ConfigError, JobError, TheseusError
 from theseus.core.hf_model_config import fill_model_from_hf
 from theseus.core.jobs import parse_reference
 from theseus.core.rundir import RunDir
@@ -49,7 +49,7 @@ FREE_MODEL_FIELDS = frozenset(
     }
 )
 TOKENIZER_KEYS = ("tokenizer", "vocab_size", "tokenizer_options")
-TRAINED_TOKENIZERS: tuple[str, ...] = ()  # reuse by file: off until the trainer tokenizes for it
+TRAINED_TOKENIZERS = ("bpe",)  # trained on their corpus: reused by their file
 
 
 def fill_from_init_sources(tree: Any, explicit: Iterable[str], root: str | None) -> None:
@@ -101,7 +101,13 @@ def _take_hf_tokenizer(tree: Any, explicit: set[str], directory: str) -> None:
             f"data.tokenizer={kind} contradicts it: drop data.tokenizer"
         )
     if "data.tokenizer_options" in given:
-        return  # data.tokenizer=hf with a tokenizer the user named
+        named = _plain(tree.get("data.tokenizer_options")).get("path")
+        if _json_bytes(named) != _json_bytes(directory):
+            raise ConfigError(
+                f"init.hf={directory} brings its tokenizer ({directory}/tokenizer.json); "
+                f"data.tokenizer_options.path={named} is another: drop data.tokenizer_options"
+            )
+        return  # the same tokenizer.json, with the user's other options
     tree.set("data.tokenizer", "hf")
     tree.set("data.tokenizer_options", {"path": directory})
 
@@ -147,7 +153,7 @@ def _take_model(tree: Any, explicit: set[str], reference: str, source: dict[str,
 def _take_tokenizer(
     tree: Any, explicit: set[str], reference: str, source: dict[str, Any], run: RunDir
 ) -> None:
-    wanted = _source_tokenizer(source, run)
+    wanted = _source_tokenizer(tree, source, run)
     given = _given(tree, explicit, "data")
     kind, source_kind = tree.get("data.tokenizer"), source.get("tokenizer")
     if "data.tokenizer" in given and kind not in (source_kind, wanted["tokenizer"]):
@@ -155,17 +161,74 @@ def _take_tokenizer(
             f"init.checkpoint={reference} was trained with data.tokenizer={source_kind}; "
             f"data.tokenizer={kind} contradicts it: drop data.tokenizer"
         )
+    for key in ("vocab_size", "tokenizer_options"):
+        current = _plain(tree.get(f"data.{key}"))
+        if f"data.{key}" in given and key in wanted and not _same(key, current, wanted[key]):
+            raise ConfigError(
+                f"init.checkpoint={reference} brings its tokenizer (data.{key}="
+                f"{wanted[key]!r}); data.{key}={current!r} contradicts it: drop data.{key}"
+            )
     for key in TOKENIZER_KEYS:
-        if key in wanted and (f"data.{key}" not in given or key == "tokenizer"):
+        if key in wanted:
             tree.set(f"data.{key}", wanted[key])
 
 
-def _source_tokenizer(source: dict[str, Any], run: RunDir) -> dict[str, Any]:
-    """The ``data.*`` tokenizer settings that reproduce the run's tokenizer exactly."""
-    if source.get("tokenizer") in TRAINED_TOKENIZERS:
-        entries = DataRecord(run.path).entries
-        if entries:
-            folder = run.root / entries[0]["path"] / "tokenizer"
-            if (folder / "tokenizer.json").is_file():
-                return {"tokenizer": "hf", "tokenizer_options": {"path": str(folder)}}
-    return {key: source[key] for key in TOKENIZER_KEYS if key in source}
+def _same(key: str, current: Any, wanted: Any) -> bool:
+    """Whether a given tokenizer value means the source's: equal, or a ``path`` naming a
+    ``tokenizer.json`` of the same bytes."""
+    if current == wanted:
+        return True
+    if key != "tokenizer_options" or not isinstance(current, dict):
+        return False
+    rest = {k: v for k, v in current.items() if k != "path"}
+    if rest != {k: v for k, v in wanted.items() if k != "path"}:
+        return False
+    mine, theirs = _json_bytes(current.get("path")), _json_bytes(wanted.get("path"))
+    return mine is not None and mine == theirs
+
+
+def _json_bytes(path: Any) -> bytes | None:
+    """The bytes of the ``tokenizer.json`` a ``tokenizer_options.path`` names, if any."""
+    if not path:
+        return None
+    found = Path(str(path)).expanduser()
+    found = found / "tokenizer.json" if found.is_dir() else found
+    return found.read_bytes() if found.is_file() else None
+
+
+def _source_tokenizer(tree: Any, source: dict[str, Any], run: RunDir) -> dict[str, Any]:
+    """The ``data.*`` tokenizer settings that reproduce the run's tokenizer byte for byte.
+
+    A trained tokenizer (``bpe``) is the file its run trained: by its settings when they
+    name the very folder the run tokenized (same dataset and options: its data is reused),
+    else by that file (``hf``), so other data is tokenized with the same vocabulary."""
+    settings = {key: source[key] for key in TOKENIZER_KEYS if key in source}
+    if source.get("tokenizer") not in TRAINED_TOKENIZERS:
+        return settings
+    entries = DataRecord(run.path).entries
+    if not entries:
+        return settings  # it never trained (no checkpoint): the run is refused later
+    folder = run.root / entries[0]["path"]
+    if _names_folder(tree, settings, run.root, folder):
+        return settings
+    trained = folder / "tokenizer" / "tokenizer.json"
+    if not trained.is_file():
+        raise ConfigError(
+            f"init.checkpoint={run.name} trained its tokenizer on {folder}, which is gone: "
+            f"tokenize it again (a run with {run.name}'s data.* settings does)"
+        )
+    return {**settings, "tokenizer": "hf", "tokenizer_options": {"path": str(trained)}}
+
+
+def _names_folder(tree: Any, settings: dict[str, Any], root: Path, folder: Path) -> bool:
+    """Whether this job's data, tokenized with ``settings``, is ``folder``."""
+    from omegaconf import OmegaConf
+    from theseus.core.data.api import dataset_path
+
+    typed: Any = OmegaConf.to_object(tree.node["data"])
+    data = dataclasses.replace(typed, **settings)
+    try:
+        named = dataset_path(root, data, registries=tree.registries)
+    except TheseusError:
+        return False
+    return named.resolve() == folder.resolve()

@@ -243,20 +243,15 @@ def write_tokenizer(folder: Path, out: Path, specials: dict[str, Any], max_len: 
     they are; a theseus tokenizer's ``tokenizer.json`` with a ``tokenizer_config.json``
     naming its special tokens (``PreTrainedTokenizerFast``: exactly tokenizer.json)."""
 
-    if not (folder / "tokenizer.json").is_file():
-        kind = read_json_object(folder / "tokenizer_config.json").get("kind", "?")
-        raise ModelError(
-            f"the run's tokenizer ({kind}, in {folder}) has no tokenizer.json to export; "
-            "export the weights alone with hf.tokenizer=false"
-        )
+    json_text = tokenizer_json(folder)
     theirs = read_json_object(folder / "tokenizer_config.json")
     if (folder / "tokenizer_config.json").is_file() and "kind" not in theirs:
         copy_files(TOKENIZER_FILES, folder, out)  # a Hugging Face folder already
         return
     from tokenizers import Tokenizer
 
-    tk = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    shutil.copyfile(folder / "tokenizer.json", out / "tokenizer.json")
+    tk = Tokenizer.from_str(json_text)
+    (out / "tokenizer.json").write_text(json_text)
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": max_len,
@@ -267,6 +262,22 @@ def write_tokenizer(folder: Path, out: Path, specials: dict[str, Any], max_len: 
         if isinstance(token_id, int) and tk.id_to_token(token_id) is not None:
             config[f"{kind}_token"] = tk.id_to_token(token_id)
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def tokenizer_json(folder: Path) -> str:
+    """The ``tokenizer.json`` text of a run's tokenizer: its file, else what its kind writes
+    as one (``hf_json()``: the byte tokenizer); one line when it has neither."""
+    if (folder / "tokenizer.json").is_file():
+        return (folder / "tokenizer.json").read_text()
+    loaded = registries().hook.theseus_load_tokenizer(path=str(folder))
+    as_json = getattr(loaded, "hf_json", None)
+    if not callable(as_json):
+        kind = read_json_object(folder / "tokenizer_config.json").get("kind", "?")
+        raise ModelError(
+            f"the run's tokenizer ({kind}, in {folder}) has no tokenizer.json to export; "
+            "export the weights alone with hf.tokenizer=false"
+        )
+    return str(as_json())
 
 
 def saved_model_class(root: str, reference: str) -> type | None:

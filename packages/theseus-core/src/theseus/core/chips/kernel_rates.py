@@ -6,6 +6,8 @@ shapes instead: a forward call does 2 of the 7 causal ``B * H * T^2 * K`` matmul
 forward + backward (the backward 5: 4 in its dkv pass and 3 in its dq pass when they run
 apart), at the rate measured for the chip, head dim and length with the blocks the model uses
 (``bench/tpu_attention_sweep.py``, rates counted as ``7 * B * H * T^2 * K / seconds``).
+A TPU never measured (v5p, v6e) takes the v5e's rate scaled by its peak over the v5e's: the
+kernel is assumed to reach the same share of the chip's peak (labelled so in the estimate).
 """
 
 from __future__ import annotations
@@ -25,18 +27,40 @@ UNITS = {"fwd": 2, "dkv": 4, "dq": 3, "fused": 5}  # causal matmul units per ker
 # T=1024) to 0.73 (24 x 1024 Llama, T=2048) of what the sweep's rate says (blocks of 512):
 # the kernels alone run at the sweep's rate / KERNEL_SHARE.
 KERNEL_SHARE = 0.7
+MEASURED_ON = "TPU v5 lite"  # the chip whose rates stand in for TPUs never measured
+
+
+def peak_ratio(device_kind: str) -> float | None:
+    """1 on a measured chip; a TPU's peak over the measured chip's; None otherwise."""
+    from theseus.core.chips.specs import chip_of_device_kind
+
+    if device_kind in SPLASH_TFLOPS:
+        return 1.0
+    chip, measured = chip_of_device_kind(device_kind), chip_of_device_kind(MEASURED_ON)
+    if chip is None or measured is None or chip.platform != "tpu":
+        return None
+    return chip.peak_flops / measured.peak_flops
+
+
+def rate_source(device_kind: str) -> str:
+    """Where the splash rate of this chip comes from, for the estimate's label."""
+    ratio = peak_ratio(device_kind)
+    if ratio == 1.0:
+        return "its rate measured on this chip"
+    return f"the v5e's measured rate x {ratio:.2f} (this chip's peak over the v5e's)"
 
 
 def splash_rate(device_kind: str, head_dim: int, seq_len: int) -> float | None:
     """FLOP/s of splash attention on this chip at this head dim (the nearest measured) and
-    length; None for a chip never measured."""
+    length; None on a chip that is no TPU theseus knows."""
     import math
 
-    by_dim = SPLASH_TFLOPS.get(device_kind)
-    if not by_dim:
+    ratio = peak_ratio(device_kind)
+    if ratio is None:
         return None
+    by_dim = SPLASH_TFLOPS.get(device_kind) or SPLASH_TFLOPS[MEASURED_ON]
     rows = by_dim[min(by_dim, key=lambda d: (abs(d - head_dim), d))]
-    scale = 1e12 / KERNEL_SHARE
+    scale = ratio * 1e12 / KERNEL_SHARE
     if seq_len <= rows[0][0]:
         return rows[0][1] * scale
     for (t0, r0), (t1, r1) in zip(rows, rows[1:], strict=False):

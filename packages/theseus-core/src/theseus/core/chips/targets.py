@@ -65,6 +65,24 @@ class Target:
     def platform(self) -> str:
         return self.chip.platform
 
+    @property
+    def hosts(self) -> int:
+        """Machines of the slice: TPU chips / chips per host; GPUs: the topology's hosts."""
+        if self.platform == "gpu":
+            return int(self.topology.split("x")[1])
+        per_host = 1
+        for side in self.host_bounds.split("x"):
+            per_host *= int(side)
+        return self.devices // per_host
+
+
+def tpu_target_names() -> list[str]:
+    """Every TPU name ``parse_target`` accepts, smallest slice first in each family."""
+    names = [f"v5p-{2 * chips}" for chips in V5P_SHAPES]
+    for family in ("v5litepod", "v5e", "v6e"):
+        names += [f"{family}-{chips}" for chips in LITE_SHAPES]
+    return names
+
 
 def parse_target(name: str) -> Target:
     """The target ``name`` stands for; a one-line TargetError naming the known forms."""

@@ -6,13 +6,16 @@ mesh axis is given and JAX has not started yet, that many simulated devices); wi
 ``--target v5p-8 | h100x8 | ...`` it is the run's own sharding config over the target's
 compile-only devices (``theseus.core.chips``), and the plan adds what fits, collectives
 and an estimated step time on that chip. A step that does not fit its chip is reported
-with the levers that would make it fit, then fails in one line.
+with the levers that would make it fit, then fails in one line. Every stage says what it
+does on stderr while it runs (``progress``), and the plan ends with where its wall time
+went: setting up, lowering, compiling, reading the program, the fit search.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -21,10 +24,13 @@ from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.errors import TheseusError
 from theseus.core.plan.fit_advice import advise
 from theseus.core.plan.plan_format import format_report, size
+from theseus.core.plan.progress import Clock
 from theseus.core.plugins import registries
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.recipe import PRETRAIN, Recipe
+
+log = logging.getLogger("theseus.core.plan")
 
 
 def simulate_devices(config: TrainJobConfig) -> None:
@@ -79,21 +85,29 @@ def plan(
     """The plan of ``recipe``'s step (the job's) as a dict; advice added when the step does
     not fit its chip."""
     from theseus.core.plan.plan_report import report
+    from theseus.core.sharding.placement import Layout
     from theseus.core.train.setup import TrainSetup
 
-    devices = target_devices(target) if target else None
-    if devices is None:
-        simulate_devices(config)
-    vocab, source = vocab_size(config, root)
-    regs = registries()
+    clock = Clock()
+    where = target or "this machine"
+    with clock.part("setup", f"setting up the step for {where}: devices, model, shardings"):
+        devices = target_devices(target) if target else None
+        if devices is None:
+            simulate_devices(config)
+        vocab, source = vocab_size(config, root)
+        regs = registries()
 
-    def make(changed: TrainJobConfig) -> Any:
-        return TrainSetup.build(changed, regs, vocab, recipe, devices=devices)
+        def make(changed: TrainJobConfig) -> Any:
+            layout = Layout(changed.sharding, devices) if devices is not None else None
+            return TrainSetup.build(changed, regs, vocab, recipe, layout=layout)
 
-    setup = make(config)
-    result = report(setup, source, target or "")
+        setup = make(config)
+    result = report(setup, source, target or "", clock)
     if result.get("fits") is False and result.get("hbm_bytes"):
-        result["advice"] = advise(config, setup.per_device, make, result["hbm_bytes"])
+        log.info("dry run: the step does not fit; looking for a change that makes it fit")
+        with clock.part("fit search"):
+            result["advice"] = advise(config, setup, make, result["hbm_bytes"])
+    result.update(clock.fields())
     return result
 
 
@@ -117,7 +131,13 @@ def not_fitting(result: dict[str, Any]) -> str:
         f"the step needs {size(result.get('peak_bytes', 0)).strip()} per device but {where} "
         f"has {size(result['hbm_bytes']).strip()}"
     )
-    fixes = [a["change"] for a in result.get("advice", []) if a["fits"]]
+    fixes = [fix_label(a) for a in result.get("advice", []) if a["fits"]]
     if fixes:
         return f"{line}: it fits with {' or '.join(fixes)}"
     return f"{line}: shard more (sharding.strategy=fsdp), use sharding.remat or a smaller batch"
+
+
+def fix_label(advice: dict[str, Any]) -> str:
+    """A lever as the overrides to type (several: "all of ... together")."""
+    change = advice["change"]
+    return f"all of {change} together" if " " in change else change

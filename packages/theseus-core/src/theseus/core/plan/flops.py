@@ -27,8 +27,13 @@ class ProgramFlops:
 
 def program_flops(fn: Any, *args: Any) -> ProgramFlops:
     """Matmul FLOPs of ``fn(*args)`` (arguments may be ``jax.ShapeDtypeStruct``s)."""
+    return jaxpr_flops(jax.make_jaxpr(fn)(*args))
+
+
+def jaxpr_flops(closed: Any) -> ProgramFlops:
+    """Matmul FLOPs of a traced program (a ``ClosedJaxpr``: ``jitted.trace(...).jaxpr``)."""
     result = ProgramFlops()
-    result.flops = _count(jax.make_jaxpr(fn)(*args).jaxpr, result)
+    result.flops = _count(closed.jaxpr, result)
     return result
 
 

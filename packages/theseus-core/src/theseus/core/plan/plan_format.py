@@ -13,6 +13,34 @@ def size(n: float) -> str:
     return f"{n / 1024**2:9.1f} MiB" if n >= 1024**2 else f"{n / 1024:9.1f} KiB"
 
 
+def execution_lines(plan: list[str]) -> list[str]:
+    """The execution plan's lines but its remat (printed above), under one heading."""
+    shown = [line for line in plan if not line.startswith("remat:")]
+    return [f"{'plan' if i == 0 else '':<12}{line}" for i, line in enumerate(shown)]
+
+
+def advice_line(advice: dict[str, Any]) -> str:
+    """One lever of the fit search: what it compiled to, or why it was not compiled."""
+    change = advice["change"]
+    label = f"all of {change} together" if " " in change else change
+    peak = f"peak {size(advice['peak_bytes']).strip()}" if advice.get("peak_bytes") else ""
+    answer = "fits" if advice["fits"] else advice.get("problem", "does not fit")
+    speed = ""
+    if "step_seconds_estimate" in advice:
+        speed = (
+            f"estimate {advice['step_seconds_estimate'] * 1e3:.4g} ms/step, predicted MFU "
+            f"{100 * advice['predicted_mfu']:.1f}%"
+        )
+    took = f"built and compiled in {advice['seconds']:.1f} s" if "seconds" in advice else ""
+    return f"  with {label}: {', '.join(p for p in (peak, answer, speed, took) if p)}"
+
+
+def time_line(r: dict[str, Any]) -> str:
+    """Where the plan's wall time went; the parts add up to the total."""
+    parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in r["seconds"].items())
+    return f"time        {r['wall_seconds']:.1f} s to plan, after start-up: {parts}"
+
+
 def format_report(r: dict[str, Any]) -> str:
     lines = []
     if r.get("target"):
@@ -32,6 +60,7 @@ def format_report(r: dict[str, Any]) -> str:
             else ""
         ),
         *([f"remat       {r['remat']}: {r['remat_reason']}"] if r.get("remat_reason") else []),
+        *execution_lines(r.get("execution", [])),
         "per device:",
         f"  parameters             {size(r['params_bytes'])}",
         *(
@@ -56,10 +85,7 @@ def format_report(r: dict[str, Any]) -> str:
             "fits" if r.get("fits") else f"does NOT fit: over by {size(r['over_bytes']).strip()}"
         )
         lines.append(f"  device memory          {size(r['hbm_bytes'])}   {verdict}")
-    for advice in r.get("advice", []):
-        peak = f"peak {size(advice['peak_bytes']).strip()}" if advice.get("peak_bytes") else ""
-        answer = "fits" if advice["fits"] else advice.get("problem", "does not fit")
-        lines.append(f"  with {advice['change']}: {', '.join(p for p in (peak, answer) if p)}")
+    lines += [advice_line(advice) for advice in r.get("advice", [])]
     if r.get("collective_bytes") is not None:
         kinds = ", ".join(f"{k} {size(v).strip()}" for k, v in r["collective_bytes"].items())
         lines.append(f"collectives {kinds or 'none'} per step per device (compiled HLO)")
@@ -69,11 +95,15 @@ def format_report(r: dict[str, Any]) -> str:
     )
     if "flops_per_step_hlo" in r:
         compute += f", {r['flops_per_step_hlo'] / 1e9:.4g} (compiled HLO)"
-    lines.append(compute + f", compiled in {r['compile_seconds']:.1f} s")
+    lines.append(
+        compute if "seconds" in r else f"{compute}, compiled in {r['compile_seconds']:.1f} s"
+    )
     if "step_seconds_estimate" in r:
         lines.append(
             f"estimate    {r['step_seconds_estimate'] * 1e3:.4g} ms/step, predicted MFU "
             f"{100 * r['predicted_mfu']:.1f}%, collectives {r['collective_seconds_estimate'] * 1e3:.3g} "
             f"ms ({r['estimate_method']})"
         )
+    if "seconds" in r:
+        lines.append(time_line(r))
     return "\n".join(lines)

@@ -1,26 +1,25 @@
 """The plan of a training step on its mesh: memory per chip, whether it fits, FLOPs,
 collectives and (on a known chip) an estimate of the step time. Nothing is allocated.
 
-The step is lowered against abstract arrays and compiled; the compiler's memory analysis
-gives one chip's arguments, outputs and temporaries, the compiled HLO (``hlo_stats``) its
-FLOPs, bytes and collectives with loops counted as often as they run, and
-``step_estimate`` the time. XLA:TPU refuses to compile a program larger than the chip's HBM
-(``RESOURCE_EXHAUSTED``): its message gives what the program needs, reported as the peak.
+The step is traced, lowered against abstract arrays and compiled once (``step_compile``);
+the compiler's memory analysis gives one chip's arguments, outputs and temporaries, the
+compiled HLO (``hlo_stats``) its FLOPs, bytes and collectives with loops counted as often as
+they run, and ``step_estimate`` the time. XLA:TPU refuses to compile a program larger than
+the chip's HBM (``RESOURCE_EXHAUSTED``): its message gives what the program needs, reported
+as the peak. Each stage says what it does while it runs and is timed (``progress``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import re
-import time
 from typing import Any
 
 import jax
-from theseus.core.chips.devices import is_compile_only, without_disk_cache
-from theseus.core.chips.specs import chip_of_device_kind
-from theseus.core.plan.flops import program_flops
+from theseus.core.chips.specs import Chip, chip_of_device_kind
+from theseus.core.plan.flops import jaxpr_flops
 from theseus.core.plan.hlo_stats import analyze
+from theseus.core.plan.progress import Clock
+from theseus.core.plan.step_compile import StepCompile, compile_step, memory
 from theseus.core.plan.step_estimate import estimate_step, splash_pricer
 from theseus.core.sharding.mesh import describe
 from theseus.core.sharding.parallel import expert_parameter_bytes
@@ -28,75 +27,44 @@ from theseus.core.sharding.placement import per_device_bytes
 from theseus.core.train.remat_choice import device_memory_bytes
 
 GiB = 1024**3
-_OOM_NUMBERS = (  # XLA:TPU's wordings of "needs X of Y"
-    re.compile(r"\(([\d.]+)([KMGT])\) exceeds available HBM \(([\d.]+)([KMGT])\)"),
-    re.compile(r"Used ([\d.]+)([KMGT]) of ([\d.]+)([KMGT]) hbm"),
-)
-_UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
-def compile_step(setup: Any) -> tuple[Any, float, int | None]:
-    """(compiled step or None, compile seconds, bytes the compiler said it needs when it
-    refused for memory)."""
-
-    started = time.perf_counter()
-    device = setup.layout.mesh.devices.flat[0]
-    try:
-        lowered = setup.train_step.lower(setup.abstract_state, setup.abstract_batch())
-        with without_disk_cache() if is_compile_only(device) else contextlib.nullcontext():
-            compiled = lowered.compile()
-    except Exception as error:  # XLA:TPU: RESOURCE_EXHAUSTED at compile time
-        needed = out_of_memory_bytes(str(error))
-        if needed is None:
-            raise
-        return None, time.perf_counter() - started, needed
-    return compiled, time.perf_counter() - started, None
+def step_name(setup: Any, target: str = "") -> str:
+    """What the progress lines call the step: "the step for v5e-8 (8 x TPU v5 lite)"."""
+    layout = setup.layout
+    where = target or "this machine"
+    return f"the step for {where} ({layout.mesh.devices.size} x {layout.device_kind})"
 
 
-def out_of_memory_bytes(message: str) -> int | None:
-    """What a program needs, from the compiler's out-of-memory message (None otherwise)."""
-    if "RESOURCE_EXHAUSTED" not in message:
-        return None
-    for pattern in _OOM_NUMBERS:
-        found = pattern.search(message)
-        if found:
-            return int(float(found.group(1)) * _UNITS[found.group(2)])
-    return -1  # out of memory, amount not given
+def report(
+    setup: Any, vocab_source: str = "", target: str = "", clock: Clock | None = None
+) -> dict[str, Any]:
+    """The plan as one flat dict (what ``--dry-run --json`` prints); ``clock`` takes the
+    seconds of lowering, compiling and reading the compiled program."""
+
+    clock = clock or Clock()
+    devices = list(setup.layout.mesh.devices.flat)
+    chip = chip_of_device_kind(setup.layout.device_kind)
+    step = compile_step(setup, step_name(setup, target))
+    clock.add("lowering", step.lower_seconds)
+    clock.add("compiling", step.compile_seconds)
+    with clock.part("analysis", "reading the compiled program: FLOPs, collectives, step time"):
+        return _analysis(setup, step, chip, devices, vocab_source, target)
 
 
-def memory(compiled: Any, needed: int | None) -> dict[str, int]:
-    """Per-chip bytes: arguments, outputs, temporaries and the peak (arguments + outputs -
-    donated + temporaries + code)."""
-    if compiled is None:
-        return {"peak_bytes": needed} if needed and needed > 0 else {}
-    analysis = compiled.memory_analysis()
-    if analysis is None:
-        return {}
-    out = {
-        "argument_bytes": int(analysis.argument_size_in_bytes),
-        "output_bytes": int(analysis.output_size_in_bytes),
-        "alias_bytes": int(analysis.alias_size_in_bytes),
-        "temp_bytes": int(analysis.temp_size_in_bytes),
-        "code_bytes": int(analysis.generated_code_size_in_bytes),
-    }
-    out["activation_bytes"] = out["temp_bytes"]
-    out["total_bytes"] = (
-        out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"] + out["temp_bytes"]
-    )
-    out["peak_bytes"] = out["total_bytes"] + out["code_bytes"]
-    return out
-
-
-def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, Any]:
-    """The plan as one flat dict (what ``--dry-run --json`` prints)."""
-
+def _analysis(
+    setup: Any,
+    step: StepCompile,
+    chip: Chip | None,
+    devices: list[Any],
+    vocab_source: str,
+    target: str,
+) -> dict[str, Any]:
+    """The plan's dict from one compile of the step (``report``)."""
     config, layout, state = setup.config, setup.layout, setup.abstract_state
     batch = setup.abstract_batch()
-    devices = list(layout.mesh.devices.flat)
-    chip = chip_of_device_kind(layout.device_kind)
-    compiled, seconds, needed = compile_step(setup)
-    with jax.set_mesh(layout.mesh):  # the kernels read the mesh when traced
-        program = program_flops(setup.train_step.jitted, state, batch)
+    compiled, needed = step.compiled, step.needed
+    program = jaxpr_flops(step.jaxpr)
     training = config.training
     out: dict[str, Any] = {
         "target": target or None,
@@ -125,8 +93,10 @@ def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, An
         "opt_bytes": per_device_bytes(state.opt_state),
         "batch_bytes": per_device_bytes(batch),
         "attention": setup.attention,
+        "execution": setup.execution.lines(),
         "dtype": str(getattr(setup.model_config, "dtype", "")),
-        "compile_seconds": seconds,
+        "lower_seconds": step.lower_seconds,
+        "compile_seconds": step.compile_seconds,
         "flops_per_step_model": setup.flops_per_token * setup.tokens_per_step,
         "flops_per_step_program": program.flops,
         "program_dynamic_loops": program.dynamic_loops,
@@ -143,6 +113,15 @@ def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, An
         out["fits"] = False  # refused for memory, amount not given
     if compiled is None:
         return out
+    out.update(compiled_fields(compiled, setup, chip))
+    return out
+
+
+def compiled_fields(compiled: Any, setup: Any, chip: Chip | None) -> dict[str, Any]:
+    """What the compiled program says: FLOPs, collectives and, on a known chip, the step
+    time estimated and the predicted MFU."""
+    layout = setup.layout
+    devices = layout.mesh.devices.size
     text = compiled.as_text()
     stats = analyze(
         text,
@@ -151,20 +130,22 @@ def report(setup: Any, vocab_source: str = "", target: str = "") -> dict[str, An
         chip.float32_matmul_flops if chip else 0.0,
         splash_pricer(text, layout.device_kind),
     )
-    out["flops_per_step_compiled"] = compiled_flops(compiled) * len(devices)
-    out["flops_per_step_hlo"] = stats.flops * len(devices)
-    out["hlo_dynamic_loops"] = stats.dynamic_loops
-    out["opaque_kernels"] = stats.opaque_kernels
-    out["collective_bytes"] = {k: int(v) for k, v in sorted(stats.collective_bytes.items())}
-    out["collective_bytes_total"] = int(sum(stats.collective_bytes.values()))
+    out: dict[str, Any] = {
+        "flops_per_step_compiled": compiled_flops(compiled) * devices,
+        "flops_per_step_hlo": stats.flops * devices,
+        "hlo_dynamic_loops": stats.dynamic_loops,
+        "opaque_kernels": stats.opaque_kernels,
+        "collective_bytes": {k: int(v) for k, v in sorted(stats.collective_bytes.items())},
+        "collective_bytes_total": int(sum(stats.collective_bytes.values())),
+    }
     if chip is not None:
-        estimate = estimate_step(compiled, stats, chip)
+        estimate = estimate_step(stats, chip)
         out["step_seconds_estimate"] = estimate.seconds
         out["estimate_by_kind"] = stats.seconds_by_kind
         out["estimate_method"] = estimate.method
         out["collective_seconds_estimate"] = estimate.collective_seconds
-        peak = chip.peak_flops * len(devices)
-        out["predicted_mfu"] = out["flops_per_step_model"] / (estimate.seconds * peak)
+        model_flops = setup.flops_per_token * setup.tokens_per_step
+        out["predicted_mfu"] = model_flops / (estimate.seconds * chip.peak_flops * devices)
         out["peak_flops_per_chip"] = chip.peak_flops
     return out
 

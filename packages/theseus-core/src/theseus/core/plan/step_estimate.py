@@ -1,19 +1,22 @@
 """How long one step would take on its chip: an estimate from the compiled program, no chip.
 
-* **TPU**: XLA:TPU's own cost model (``cost_analysis()["optimal_seconds"]``) prices the
-  program with each loop body once, like its FLOP count; it is scaled by the loops' trip
-  counts with FLOPs as the weight: ``optimal_seconds * flops / flops_once`` (both from
-  ``hlo_stats``), i.e. the compiler's seconds per FLOP, applied to every repetition.
-* **NVIDIA GPU** (and a TPU program the cost model gives no time for): there is no cost
-  model without a GPU, so a roofline over the compiled
-  HLO: each instruction takes ``max(FLOPs / peak bf16 FLOP/s, bytes / HBM bandwidth)``
-  (the chip's published peaks, ``chips.specs``), loops times their trip counts, plus the
-  collectives' bytes over the chip's NVLink bandwidth, not overlapped with compute.
+One method on every chip, TPU and GPU alike: a **roofline** over the compiled HLO. Each
+instruction takes ``max(FLOPs / peak bf16 FLOP/s, bytes / HBM bandwidth)`` (the chip's
+published peaks, ``chips.specs``; float32 matmuls at the chip's TF32 rate where it has one),
+loops times their trip counts; each splash attention call (opaque to XLA) at the rate
+measured for it (``chips.kernel_rates``); plus the collectives' bytes over the chip's ICI or
+NVLink bandwidth, not overlapped with compute. Collective time is reported on its own too:
+bytes / link bandwidth (an all-reduce moves its bytes twice: reduce-scatter then all-gather).
 
-Either is an estimate (no autotuning, no measured kernel), labelled so wherever it is shown;
-``bench/gpu.sh`` measures the real step where a GPU is at hand. Collective time is reported
-for both: bytes / link bandwidth (an all-reduce moves its bytes twice: reduce-scatter then
-all-gather).
+Why not XLA:TPU's own cost model (``cost_analysis()["optimal_seconds"]``), which earlier
+versions used on TPUs: it prices a loop body once, and at real sizes it gives no usable time
+(a 1B Llama step compiled for v5e-8: -46 s), so the estimate fell back to the roofline for
+some programs and not others, on the same chip. The roofline is what was checked against a
+real chip (a v5e: every bench shape within +-25%, docs/targets.md) and a real GPU (an H200:
+measured / estimated 1.53-1.63).
+
+It is an estimate (no autotuning, no measured kernel but splash), labelled so wherever it is
+shown; ``bench/gpu.sh`` and ``bench/tpu_device.sh`` measure the real step.
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ GPU_MEASURED = "on an H200, GPT 124M-Llama 1B steps took 1.53-1.63x this estimat
 
 def splash_pricer(text: str, device_kind: str) -> Any:
     """``kernel_time(instruction, shapes)`` for ``hlo_stats.analyze``: seconds of each splash
-    attention call of the module ``text`` at the chip's measured rate (``kernel_rates``);
-    None for other instructions, or on a chip never measured."""
+    attention call of the module ``text`` at the chip's rate (``kernel_rates``); None for
+    other instructions, or on a chip that is no TPU."""
     from theseus.core.chips.kernel_rates import UNITS, splash_rate
 
     fused = "splash_mha_dq" not in text  # a fused backward has no dq pass of its own
@@ -77,40 +80,22 @@ def splash_pricer(text: str, device_kind: str) -> Any:
     return kernel_time
 
 
-def estimate_step(compiled: Any, stats: HloStats, chip: Chip) -> StepEstimate:
-    """The step's seconds on ``chip``."""
+def estimate_step(stats: HloStats, chip: Chip) -> StepEstimate:
+    """The step's seconds on ``chip``: the roofline (module docstring), named."""
+    from theseus.core.chips.kernel_rates import rate_source
+
     comms = collective_seconds(stats, chip)
-    optimal = optimal_seconds(compiled) if chip.platform == "tpu" else None
-    if optimal is not None:
-        scale = stats.flops / stats.flops_once if stats.flops_once else 1.0
-        method = (
-            "estimate: XLA:TPU cost model (optimal_seconds) x loop trip counts, "
-            f"FLOP-weighted (x{scale:.2f})"
-        )
-        if stats.kernel_seconds:
-            method += f", + splash attention at its measured rate ({stats.kernel_seconds:.3f} s)"
-        return StepEstimate(optimal * scale + stats.kernel_seconds, method, comms)
     link = "ICI" if chip.platform == "tpu" else "NVLink"
+    float32 = chip.float32_matmul_flops
     method = (
         f"estimate: roofline at {chip.peak_flops / 1e12:.0f} TFLOP/s bf16"
-        + (
-            f" ({chip.float32_matmul_flops / 1e12:.0f} for float32 matmuls)"
-            if chip.float32_matmul_flops
-            else ""
-        )
+        + (f" ({float32 / 1e12:.0f} for float32 matmuls)" if float32 else "")
         + f" and {chip.hbm_bandwidth / 1e9:.0f} GB/s HBM per instruction, + collectives at "
         f"{chip.interconnect / 1e9:.0f} GB/s {link} (not overlapped)"
     )
     if stats.kernel_seconds:
-        method += f"; splash attention at its measured rate ({stats.kernel_seconds:.3f} s)"
+        kernels = f"{stats.kernel_seconds * 1e3:.3g} ms"
+        method += f"; splash attention ({kernels}) at {rate_source(chip.device_kind)}"
     if chip.platform == "gpu":
         method += f"; {GPU_MEASURED}"
     return StepEstimate(stats.roofline_seconds + comms, method, comms)
-
-
-def optimal_seconds(compiled: Any) -> float | None:
-    costs = compiled.cost_analysis()
-    if isinstance(costs, (list, tuple)):
-        costs = costs[0] if costs else None
-    value = (costs or {}).get("optimal_seconds")
-    return float(value) if value and value > 0 else None

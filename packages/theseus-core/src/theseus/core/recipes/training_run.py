@@ -16,6 +16,7 @@ from theseus.core.evaluate.training import training_tasks
 from theseus.core.jobs import JobContext
 from theseus.core.rundir import RunDir
 from theseus.core.sharding.distributed import initialize_from_env
+from theseus.core.sharding.placement import Layout
 from theseus.core.train.recipe import Recipe
 from theseus.core.train.setup import TrainSetup, open_data, plan_batch
 from theseus.core.train.trainer import Trainer
@@ -41,9 +42,10 @@ def run_training(job: TrainingJob) -> dict[str, Any]:
     initialize_from_env()  # multi-host: before anything touches a device
     config, context = job.config, job.context
     recipe = job.recipe(config)
-    batch = plan_batch(config, recipe.layout)  # once: the loader and the step both take it
+    layout = Layout(config.sharding)  # the mesh first, then the batch plan on it
+    batch = plan_batch(config, recipe.layout, layout)  # the loader and the step both take it
     data = open_data(config, context.root, recipe.layout, run=job.run, batch=batch)
-    setup = TrainSetup.build(config, context.registries, data.vocab_size, recipe, batch=batch)
+    setup = TrainSetup.build(config, context.registries, data.vocab_size, recipe, layout, batch)
     batches = recipe.batches(setup, data, job.run) if recipe.batches else data
     tasks = training_tasks(setup, data, context.root, job.run) if recipe.validation else None
     trainer = Trainer(

@@ -8,8 +8,9 @@ as abstract arrays (with their shardings) until :meth:`TrainSetup.init_state` is
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -24,7 +25,6 @@ from theseus.core.execution import ExecutionPlan, RematChoice
 from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.config import check_remat
 from theseus.core.sharding.placement import Layout
-from theseus.core.sharding.rules import batch_ways
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.execution_choice import MeshFacts, dtype_rule, plan_execution
@@ -49,17 +49,18 @@ BATCH_FIELDS = {
 
 
 def plan_batch(
-    config: TrainJobConfig, layout: str = "packed", devices: Sequence[Any] | None = None
+    config: TrainJobConfig, layout: str = "packed", mesh: Layout | None = None
 ) -> BatchPlan:
-    """The run's :class:`BatchPlan`: its global batch over this job's processes, the mesh's
-    batch shards (from ``sharding`` and the ``devices``, default all) and micro-steps;
-    ``layout`` ``pairs`` keeps preference pairs whole. Computed once, before the data and
-    the setup, which both take it."""
-    devices = jax.devices() if devices is None else devices
+    """The run's :class:`BatchPlan` on ``mesh`` (default: the config's over every device):
+    its global batch over the mesh's processes, its batch shards and micro-steps; ``layout``
+    ``pairs`` keeps preference pairs whole. Computed once, after the mesh and before the data
+    and the setup, which both take it."""
+    mesh = mesh or Layout(config.sharding)
+    devices = list(mesh.mesh.devices.flat)
     return BatchPlan.of(
         config.training.global_batch_size,
         per_device=config.training.per_device_batch_size,
-        batch_shards=batch_ways(config.sharding, len(devices)),
+        batch_shards=mesh.batch_shards,
         processes=len({getattr(d, "process_index", 0) for d in devices}),
         pairs=layout == "pairs",
     )
@@ -104,6 +105,22 @@ def model_builder(config: TrainJobConfig, registries: Registries, configured: An
     if adapted:
         model_class = adapt(registries, model_class, config)
     return ModelBuilder(model_class, configured, config.training.seed, adapted)
+
+
+def first_plan(
+    probe: Any, config: TrainJobConfig, layout: Layout, configured: Any
+) -> ExecutionPlan:
+    """The execution plan but its remat level (decided from the state's size, after)."""
+    check_remat(config.sharding)
+    return plan_execution(
+        probe,
+        config.sharding,
+        MeshFacts.of(layout),
+        config.training.seq_len,
+        config.model.name,
+        str(getattr(configured, "dtype", "float32")),
+        dtype_rule(config, layout.platform),
+    )
 
 
 def at_level(execution: ExecutionPlan, level: str) -> ExecutionPlan:
@@ -161,7 +178,6 @@ class TrainSetup:
     layout: Layout
     model_config: Any
     model_class: type
-    total_steps: int
     batch: BatchPlan  # rows per process, per device and micro-step (checked once)
     flops_per_token: float
     execution: ExecutionPlan  # kernel, context split, expert routing, remat, compute dtype
@@ -170,16 +186,14 @@ class TrainSetup:
     rest: Any
     optimizer: optax.GradientTransformation
     schedule: optax.Schedule
-    weights: WeightSource  # where the initial (and a LoRA run's frozen) weights come from
     frozen: FrozenRole  # what ``state.frozen`` holds: nothing, a LoRA base, a DPO reference
     abstract_state: TrainState  # ShapeDtypeStructs carrying the state's shardings
     state_shardings: TrainState
-    train_step: Any  # jitted ``step(state, batch) -> (state, metrics)``, state donated
-    eval_step: Any  # jitted ``eval_step(params, frozen, batch) -> (loss sum, count, metrics)``
     make_state: Any  # ``make_state() -> TrainState``: the seeded state (jit it into place)
     #: the step's objective, ``objective(params, frozen, batch, key) -> (summed loss,
     #: (loss sum, count, metrics))``: the job's own (DPO's, GRPO's) or next-token cross entropy
     objective: Objective
+    eval_objective: Objective | None  # the job's own (None: cross entropy, taken whole)
     recipe: Recipe  # the job's: its objective, reference, batch fields and batch source
 
     @classmethod
@@ -189,71 +203,48 @@ class TrainSetup:
         registries: Registries,
         vocab_size: int,
         recipe: Recipe = PRETRAIN,
-        devices: Sequence[Any] | None = None,
+        layout: Layout | None = None,
         batch: BatchPlan | None = None,
     ) -> TrainSetup:
         """Everything a run of ``recipe`` (the job's: its objective, reference and batch
-        fields) needs, built once. ``devices``: the mesh's devices (default: every device),
-        e.g. a target's compile-only devices for a plan. ``batch``: the run's
-        :func:`plan_batch` (default: planned here for the recipe's data layout)."""
+        fields) needs, built once, mesh first: ``layout`` (default: the config's mesh over
+        every device; a target's compile-only devices for a plan), then ``batch`` (the run's
+        :func:`plan_batch` on it), then the model's execution plan, the model and the steps."""
         training = config.training
-        layout = Layout(config.sharding, devices)
-        batch = batch or plan_batch(config, recipe.layout, layout.mesh.devices.flat)
+        layout = layout or Layout(config.sharding)
+        batch = batch or plan_batch(config, recipe.layout, layout)
         if batch.batch_shards != layout.batch_shards:
             raise ValueError(f"{batch} was planned for another mesh than {layout.sizes}")
-        steps = training.steps()
         schedule = build_schedule(
-            registries, config.schedule, config.optimizer.learning_rate, steps
+            registries, config.schedule, config.optimizer.learning_rate, training.steps()
         )
         optimizer = build_optimizer(registries, config.optimizer, schedule)
         configured = model_config(config, vocab_size, layout.platform, registries)
         model = model_builder(config, registries, configured)
         probe, flops_per_token = model.probe(training.seq_len, config.model.name)
-        dtype = str(getattr(configured, "dtype", "float32"))
-        execution = plan_execution(  # remat decided below, from the state's size
-            probe,
-            config.sharding,
-            MeshFacts.of(layout),
-            training.seq_len,
-            config.model.name,
-            dtype,
-            dtype_rule(config, layout.platform),
-        )
+        execution = first_plan(probe, config, layout, configured)
         frozen = frozen_role(model.adapted, recipe.reference)
         rest = model.rest(probe)
-        fresh_state = model.fresh_state(optimizer, frozen, config.lora.base_dtype)
-        check_remat(config.sharding)
-        abstract = jax.eval_shape(fresh_state)
-        state_shardings = abstract.shardings(layout)  # refuses shapes the mesh cannot divide
+        make_state = model.fresh_state(optimizer, frozen, config.lora.base_dtype)
+        abstract = jax.eval_shape(make_state)
+        shardings = abstract.shardings(layout)  # refuses shapes the mesh cannot divide
         chunks = loss_chunks(
             batch.per_device, training.seq_len, configured.vocab_size, layout.context
         )
+        state = abstract.abstract(shardings)
         remat = decide_remat(
             config.sharding.remat,
             layout,
-            abstract.abstract(state_shardings),
+            state,
             abstract_batch(config, layout),
             lambda level: cross_entropy(model.graphdef(at_level(execution, level)), rest, chunks),
-            compute_dtype=dtype,
+            compute_dtype=execution.compute_dtype,
             layers=getattr(configured, "n_layers", 1),
         )
         execution = replace(execution, remat=remat)
         graphdef = model.graphdef(execution)
-        made = None
-        if recipe.objective is not None:
-            made = recipe.objective(model_fn(graphdef, rest), model.adapted)
-        step_objective = made or cross_entropy(graphdef, rest, chunks)
-        step = make_train_step(
-            graphdef,
-            rest,
-            optimizer,
-            schedule,
-            batch.micro_steps,
-            training.skip_nonfinite,
-            micro_sharding=layout.micro_sharding(),
-            grad_shardings=layout.grad_shardings(abstract.params),
-            dropout_seed=training.seed if model.adapted and config.lora.dropout else None,
-            objective=step_objective,
+        made = (
+            recipe.objective(model_fn(graphdef, rest), model.adapted) if recipe.objective else None
         )
         return cls(
             config=config,
@@ -261,7 +252,6 @@ class TrainSetup:
             layout=layout,
             model_config=configured,
             model_class=model.model_class,
-            total_steps=steps,
             batch=batch,
             flops_per_token=flops_per_token,
             execution=execution,
@@ -270,23 +260,50 @@ class TrainSetup:
             rest=rest,
             optimizer=optimizer,
             schedule=schedule,
-            weights=WeightSource.of(config.init),
             frozen=frozen,
-            objective=step_objective,
+            objective=made or cross_entropy(graphdef, rest, chunks),
+            eval_objective=made,
             recipe=recipe,
-            abstract_state=abstract.abstract(state_shardings),
-            state_shardings=state_shardings,
-            train_step=layout.jit_step(step, state_shardings),
-            eval_step=layout.jit(
-                make_eval_step(graphdef, rest, made),
-                in_shardings=(
-                    state_shardings.params,
-                    state_shardings.frozen,
-                    layout.batch_sharding,
-                ),
-                out_shardings=layout.replicated,
-            ),
-            make_state=fresh_state,
+            abstract_state=state,
+            state_shardings=shardings,
+            make_state=make_state,
+        )
+
+    @property
+    def total_steps(self) -> int:
+        return self.config.training.steps()
+
+    @property
+    def weights(self) -> WeightSource:
+        """Where the initial (and a LoRA run's frozen) weights come from."""
+        return WeightSource.of(self.config.init)
+
+    @cached_property
+    def train_step(self) -> Any:
+        """Jitted ``step(state, batch) -> (state, metrics)``, the state donated."""
+        training, layout = self.config.training, self.layout
+        step = make_train_step(
+            self.graphdef,
+            self.rest,
+            self.optimizer,
+            self.schedule,
+            self.batch.micro_steps,
+            training.skip_nonfinite,
+            micro_sharding=layout.micro_sharding(),
+            grad_shardings=layout.grad_shardings(self.abstract_state.params),
+            dropout_seed=training.seed if self.adapted and self.config.lora.dropout else None,
+            objective=self.objective,
+        )
+        return layout.jit_step(step, self.state_shardings)
+
+    @cached_property
+    def eval_step(self) -> Any:
+        """Jitted ``eval_step(params, frozen, batch) -> (loss sum, count, metrics)``."""
+        shardings = self.state_shardings
+        return self.layout.jit(
+            make_eval_step(self.graphdef, self.rest, self.eval_objective),
+            in_shardings=(shardings.params, shardings.frozen, self.layout.batch_sharding),
+            out_shardings=self.layout.replicated,
         )
 
     @property

@@ -70,3 +70,9 @@ class ByteTokenizer(Tokenizer):
 
     def fingerprint(self) -> str:
         return sha256_text("byte:" + ",".join(SPECIAL_TOKENS))
+
+    def hf_json(self) -> str:
+        """This tokenizer as a Hugging Face ``tokenizer.json`` (the same ids): for export."""
+        from theseus.data.tokenizers.byte_json import byte_tokenizer_json
+
+        return byte_tokenizer_json()
