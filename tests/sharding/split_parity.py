@@ -213,12 +213,14 @@ EXPERT_SPECS["w_down"] = ("expert", None, "fsdp")
 def moe_scenario(text: str) -> dict:
     """Outputs, gradients and router statistics of the layer split over ``expert``."""
     from theseus.core.sharding.placement import path_name
+    from theseus.core.train.execution_choice import expert_routing
 
     _, mesh_text, *rest = text.split(":")
     option = rest[0] if rest else ""
     sizes = sizes_of(mesh_text, ("data", "fsdp", "expert", "tensor"))
     mesh = mesh_of(sizes)
     moe = moe_layer(option)
+    moe.route_by(expert_routing(sizes, has_experts=True))  # as a setup's plan would say
     x = jax.random.normal(jax.random.key(1), (8, 6, 16))
     if option == "unbalanced":  # every token's first choice: expert 3 (see moe_layer)
         x = x.at[..., 0].set(3.0)

@@ -70,7 +70,7 @@ def old_logps_step(setup: Any, config: GRPOConfig) -> Any:
 
     def run(state: Any, batch: dict) -> jax.Array:
         frozen = state.frozen if adapted else None
-        logits = forward(setup.graphdef, state.params, setup.rest, batch, "none", frozen)[0]
+        logits = forward(setup.graphdef, state.params, setup.rest, batch, frozen)[0]
         return token_logps(logits, batch["targets"], config.temperature)
 
     return jax.jit(run)
