@@ -160,8 +160,8 @@ class Trainer:
         )
         devices = len(setup.layout.mesh.devices.flat)
         log.info(
-            "training %s: steps %d -> %d, %d %s devices (%s, %s), micro-steps %d, attention %s, "
-            "peak %.3g FLOP/s (%s)",
+            "training %s: steps %d -> %d, %d %s devices (%s, %s), micro-steps %d, "
+            "peak %.3g FLOP/s (%s); execution plan: %s",
             self.run.name,
             start,
             self.total_steps,
@@ -170,11 +170,10 @@ class Trainer:
             describe(setup.layout.mesh),
             config.sharding.strategy,
             setup.micro_steps,
-            setup.attention,
             peak,
             peak_source,
+            "; ".join(setup.execution.lines()),
         )
-        log.info("execution plan: %s", "; ".join(setup.execution.lines()))
         recorder = Recorder(
             writer,
             every=config.logging.every,
