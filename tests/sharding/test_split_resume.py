@@ -75,7 +75,7 @@ def whole(tmp_path_factory) -> tuple[Path, dict[int, float]]:
     root = tmp_path_factory.mktemp("split-resume")
     done = cli(root, 4, *ARGS, *SPLIT, "--name", "whole")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "expert=2 x context=2" in done.stderr and "attention ring/flash" in done.stderr
+    assert "expert=2 x context=2" in done.stderr and "attention: ring/flash" in done.stderr
     return root, train_losses(root, "whole")
 
 
