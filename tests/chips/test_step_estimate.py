@@ -51,7 +51,7 @@ def test_scanned_estimate_is_within_a_factor_2_of_the_unrolled_compile(monkeypat
     # one loop over the layers (forward and backward): total = outside + L * body and
     # once = outside + body, so the FLOP scale lies in [1, L]
     assert stats.dynamic_loops == 0 and 1 < stats.flops / stats.flops_once <= LAYERS
-    estimate = estimate_step(stats, chip).seconds
+    estimate = estimate_step(scanned.as_text(), stats, chip).seconds
     reference = optimal_seconds(unrolled)  # no loops: the compiler prices every layer
     unrolled_stats = analyze(unrolled.as_text())
     assert unrolled_stats.flops == unrolled_stats.flops_once  # nothing to scale there

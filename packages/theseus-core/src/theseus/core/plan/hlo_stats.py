@@ -6,9 +6,9 @@ per device: after SPMD partitioning every shape is a shard) and counts each inst
 many times as it runs:
 
 * **trip counts**: a ``while`` runs its body ``known_trip_count`` times (XLA:GPU writes it in
-  the loop's backend config), or ``N`` times when its condition is ``counter < N`` with a
-  constant ``N`` (how XLA:TPU leaves scans and ``fori_loop``s with static bounds). A loop
-  with neither (bounds computed at run time, like flash attention's causal key loop) is
+  the loop's backend config), or ``ceil((N - start) / step)`` times when its condition is
+  ``counter < N`` with a constant ``N`` (how XLA:TPU leaves scans, ``fori_loop``s with static
+  bounds and its windowed matmuls, which step by 2: ``trip_count``). A loop with neither (bounds computed at run time, like flash attention's causal key loop) is
   counted once and reported in ``dynamic_loops``. A computation called from several places
   runs as often as all of them together.
 * **FLOPs**: ``2 * output elements * contracted size`` for every ``dot`` and ``convolution``
@@ -22,7 +22,9 @@ many times as it runs:
   bitcasts, parameters, loop and call boundaries) excluded: the HBM traffic of a roofline.
 * **collectives** by kind (all-gather, reduce-scatter, all-reduce, all-to-all,
   collective-permute): per device, the larger of what a collective sends in and gets out
-  (an all-gather's result, a reduce-scatter's input), summed over the step.
+  (an all-gather's result, a reduce-scatter's input), summed over the step. A collective
+  is work for the chip's links, not for its cores: the roofline leaves it out (``overlap``
+  prices it over the links and finds how much of it the schedule hides behind compute).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from theseus.core.plan.hlo_text import (
     parse_module,
     parse_shapes,
 )
+from theseus.core.plan.trip_count import trip_count
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 BOOKKEEPING = {
@@ -74,6 +77,9 @@ class HloStats:
     opaque_kernels: int = 0  # Pallas/Mosaic calls whose FLOPs are not counted
     kernel_seconds: float = 0.0  # the opaque calls priced by a measured rate (``kernel_time``)
     seconds_by_kind: dict[str, float] = field(default_factory=dict)  # the roofline, by kind
+    # seconds of one run of each instruction the roofline prices, by name (for ``overlap``)
+    instruction_seconds: dict[str, float] = field(default_factory=dict)
+    trip_counts: dict[str, int] = field(default_factory=dict)  # each while loop's, by name
 
 
 def analyze(
@@ -108,10 +114,12 @@ def analyze(
         for instruction in computation.instructions:
             kind = collective_kind(instruction.opcode)
             if kind and runs:
-                collective_bytes[kind] += runs * _collective_payload(instruction, shapes)
+                collective_bytes[kind] += runs * collective_payload(instruction, shapes)
                 collective_counts[kind] += int(runs)  # trip counts: whole numbers
             if computation.name in fused or instruction.opcode in BOOKKEEPING or not runs:
                 continue
+            if transfers(instruction, by_name):
+                continue  # the links' work, not the cores' (``overlap``)
             moved = _bytes_moved(instruction, shapes, by_name)
             stats.bytes += runs * moved
             if peak_flops and hbm_bandwidth:
@@ -129,6 +137,7 @@ def analyze(
                     stats.kernel_seconds += runs * priced
                 kind = roofline_kind(instruction, by_name)
                 by_kind[kind] = by_kind.get(kind, 0.0) + runs * seconds
+                stats.instruction_seconds[instruction.name] = seconds
                 stats.roofline_seconds += runs * seconds
                 stats.roofline_seconds_once += runs_once * seconds
     stats.collective_bytes = dict(collective_bytes)
@@ -168,6 +177,22 @@ def collective_kind(opcode: str) -> str | None:
     return base if base in COLLECTIVES and not opcode.endswith("-done") else None
 
 
+def transfers(instruction: Instruction, by_name: dict[str, Computation]) -> list[Instruction]:
+    """The collectives an instruction puts on the links: itself for a collective or the
+    start of one, those of the computation an ``async-start`` or a fusion wraps (XLA:TPU
+    fuses a reduce-scatter as an all-reduce and a slice of it); else none."""
+    if collective_kind(instruction.opcode):
+        return [instruction]
+    if instruction.opcode not in ("async-start", "fusion"):
+        return []
+    return [
+        inner
+        for name in called(instruction).get("calls", [])
+        for inner in (by_name[name].instructions if name in by_name else [])
+        if collective_kind(inner.opcode)
+    ]
+
+
 def _multipliers(
     computations: list[Computation], by_name: dict[str, Computation], stats: HloStats
 ) -> tuple[dict[str, float], dict[str, float], set[str]]:
@@ -177,6 +202,7 @@ def _multipliers(
     times: dict[str, float] = defaultdict(float)
     once: dict[str, float] = defaultdict(float)
     fused: set[str] = set()
+    values = {i.name: i for c in computations for i in c.instructions}
     for computation in computations:
         if computation.entry:
             times[computation.name] = once[computation.name] = 1.0
@@ -186,7 +212,11 @@ def _multipliers(
             continue
         for instruction in computation.instructions:
             roles = called(instruction)
-            trips = _trip_count(instruction, roles, by_name, stats) if "body" in roles else 1
+            trips = 1
+            if "body" in roles:
+                found = trip_count(instruction, by_name, values)
+                stats.dynamic_loops += found is None
+                trips = stats.trip_counts[instruction.name] = 1 if found is None else found
             for role, names in roles.items():
                 for name in names:
                     repeat = trips if role in ("body", "condition") else 1
@@ -195,32 +225,6 @@ def _multipliers(
                     if role in ("calls", "to_apply", "called_computations"):
                         fused.add(name)
     return times, once, fused
-
-
-def _trip_count(
-    instruction: Instruction,
-    roles: dict[str, list[str]],
-    by_name: dict[str, Computation],
-    stats: HloStats,
-) -> int:
-    known = re.search(r'"known_trip_count":\{"n":"(\d+)"', instruction.attributes)
-    if known:
-        return int(known.group(1))
-    condition = by_name.get((roles.get("condition") or [""])[0])
-    if condition is not None:
-        values = {
-            i.name: integer(i.arguments) for i in condition.instructions if i.opcode == "constant"
-        }
-        for i in condition.instructions:
-            if i.opcode != "compare" or len(i.operands) != 2:
-                continue
-            left, right = (values.get(name) for name in i.operands)
-            if "direction=LT" in i.attributes and right is not None:
-                return right
-            if "direction=GT" in i.attributes and left is not None:
-                return left
-    stats.dynamic_loops += 1
-    return 1
 
 
 def _own_flops(computation: Computation, shapes: dict, stats: HloStats) -> float:
@@ -498,11 +502,14 @@ def _operand_bytes(name: str, shapes: dict) -> int:
     return sum(array_bytes(shape) for shape in shapes.get(name, []))
 
 
-def _collective_payload(instruction: Instruction, shapes: dict) -> int:
+def collective_payload(instruction: Instruction, shapes: dict) -> int:
+    """Bytes one device's collective moves: the larger of its operands and its results."""
     operand_bytes = sum(
         array_bytes(shape) for name in instruction.operands for shape in shapes.get(name, [])
     )
     result = instruction.result_bytes
     if instruction.opcode.endswith("-start"):  # the result holds the operands, then outputs
+        # (and, for a collective-permute, two u32 scalars of context: not moved)
+        result = sum(array_bytes(s) for s in instruction.result if s[1] or s[0] != "u32")
         result = max(result - operand_bytes, 0) if result > operand_bytes else result
     return max(operand_bytes, result)

@@ -16,7 +16,7 @@ DTYPE_BYTES = {
 }  # fmt: skip
 _SHAPE = re.compile(r"\b([a-z]+[0-9a-z]*)\[([\d,]*)\]")
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9_\-]*)\((.*)$")
+_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s([a-z][a-z0-9_\-]*)\((.*)$")
 _CALL = re.compile(
     r"\b(calls|body|condition|to_apply|true_computation|false_computation)=%([\w.\-]+)"
 )
@@ -32,6 +32,7 @@ class Instruction:
     operands: list[str]
     attributes: str
     arguments: str = ""  # the text between the parentheses (a constant's value)
+    root: bool = False  # the computation's result
 
     @property
     def result_bytes(self) -> int:
@@ -75,7 +76,7 @@ def parse_module(text: str) -> list[Computation]:
             continue
         match = _INSTRUCTION.match(line)
         if match:
-            name, result, opcode, rest = match.groups()
+            root, name, result, opcode, rest = match.groups()
             operands_text, attributes = _split_operands(rest)
             current.instructions.append(
                 Instruction(
@@ -85,6 +86,7 @@ def parse_module(text: str) -> list[Computation]:
                     _NAME.findall(operands_text),
                     attributes,
                     operands_text,
+                    bool(root),
                 )
             )
     return computations

@@ -35,6 +35,15 @@ def advice_line(advice: dict[str, Any]) -> str:
     return f"  with {label}: {', '.join(p for p in (peak, answer, speed, took) if p)}"
 
 
+def collectives_line(r: dict[str, Any]) -> str:
+    """The collectives' time and how much of it the schedule hides behind compute."""
+    total, hidden = r["collective_seconds_estimate"], r["collective_seconds_hidden"]
+    return (
+        f"collectives {total * 1e3:.3g} ms, {hidden * 1e3:.3g} ms hidden behind compute, "
+        f"{r['collective_seconds_exposed'] * 1e3:.3g} ms exposed"
+    )
+
+
 def time_line(r: dict[str, Any]) -> str:
     """Where the plan's wall time went; the parts add up to the total."""
     parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in r["seconds"].items())
@@ -101,8 +110,7 @@ def format_report(r: dict[str, Any]) -> str:
     if "step_seconds_estimate" in r:
         lines.append(
             f"estimate    {r['step_seconds_estimate'] * 1e3:.4g} ms/step, predicted MFU "
-            f"{100 * r['predicted_mfu']:.1f}%, collectives {r['collective_seconds_estimate'] * 1e3:.3g} "
-            f"ms ({r['estimate_method']})"
+            f"{100 * r['predicted_mfu']:.1f}%, {collectives_line(r)} ({r['estimate_method']})"
         )
     if "seconds" in r:
         lines.append(time_line(r))

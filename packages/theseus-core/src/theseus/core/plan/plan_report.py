@@ -139,11 +139,13 @@ def compiled_fields(compiled: Any, setup: Any, chip: Chip | None) -> dict[str, A
         "collective_bytes_total": int(sum(stats.collective_bytes.values())),
     }
     if chip is not None:
-        estimate = estimate_step(stats, chip)
+        estimate = estimate_step(text, stats, chip)
         out["step_seconds_estimate"] = estimate.seconds
         out["estimate_by_kind"] = stats.seconds_by_kind
         out["estimate_method"] = estimate.method
         out["collective_seconds_estimate"] = estimate.collective_seconds
+        out["collective_seconds_hidden"] = estimate.hidden_seconds
+        out["collective_seconds_exposed"] = estimate.exposed_seconds
         model_flops = setup.flops_per_token * setup.tokens_per_step
         out["predicted_mfu"] = model_flops / (estimate.seconds * chip.peak_flops * devices)
         out["peak_flops_per_chip"] = chip.peak_flops
