@@ -89,10 +89,10 @@ def test_a_synchronous_collective_counts_in_full():
     assert found.seconds == pytest.approx(compute + comm, rel=1e-12)
 
 
-def windowed_loop(rows: int) -> str:
+def windowed_loop(rows: int, start: int = 0) -> str:
     """A loop shaped like XLA:TPU's windowed matmuls: its counter (tuple element 0) starts at
-    a copy of 0 and steps by 2 up to 16, so 8 trips; each trip sends ``rows`` x 1024 bf16 to
-    a neighbour around the matmul."""
+    a copy of ``start`` and steps by 2 up to 16, so 8 trips from 0; each trip sends ``rows``
+    x 1024 bf16 to a neighbour around the matmul."""
     piece = f"bf16[{rows},1024]"
     state = f"(s32[], {piece}, bf16[256,512], bf16[512,128])"
     return f"""HloModule m, is_scheduled=true
@@ -123,7 +123,7 @@ ENTRY %main (w: {piece}, a: bf16[256,512], b: bf16[512,128]) -> {state} {{
   %w = {piece}{{1,0}} parameter(0)
   %a = bf16[256,512]{{1,0}} parameter(1)
   %b = bf16[512,128]{{1,0}} parameter(2)
-  %zero = s32[] constant(0)
+  %zero = s32[] constant({start})
   %start = s32[] copy(%zero)
   %init = {state} tuple(%start, %w, %a, %b)
   ROOT %loop = {state} while(%init), condition=%cond, body=%body
@@ -167,3 +167,9 @@ def test_a_compiled_fsdp_step_on_v5p_64_hides_part_of_its_collectives():
     assert 0.1 * found.collective_seconds < found.hidden_seconds
     assert 0 <= found.exposed_seconds <= found.collective_seconds
     assert found.seconds == pytest.approx(found.compute_seconds + found.exposed_seconds)
+
+
+@pytest.mark.parametrize("start, trips", [(4, 6), (5, 6), (16, 0)])
+def test_a_loop_counts_its_trips_from_where_its_counter_starts(start, trips):
+    stats = analyze(windowed_loop(4, start), PEAK, HBM)
+    assert stats.trip_counts == {"loop": trips} and stats.flops == trips * FLOPS
