@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -31,6 +32,25 @@ TINY = [
     "logging.every=1",
     "logging.progress=false",
 ]
+
+
+HAVE_TRL = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "trl"))
+
+
+def trl_parity(test):
+    """Marks a test of the parity group that needs trl; skipped, with the reason, without it.
+    trl's deprecation chatter (gradient checkpointing, its experimental imports) is ignored."""
+    marks = [
+        pytest.mark.parity,
+        pytest.mark.skipif(
+            not HAVE_TRL, reason="trl (with torch and transformers) is not installed"
+        ),
+        pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning"),
+        pytest.mark.filterwarnings("ignore:You are importing from 'trl.experimental'"),
+    ]
+    for mark in marks:
+        test = mark(test)
+    return test
 
 
 def theseus_cmd(*args: str) -> list[str]:
