@@ -15,7 +15,7 @@ OVERRIDES: list[str] = []
 
 @pytest.fixture
 def tpu(sshds):
-    server = FakeTPU(["127.0.0.1"])
+    server = FakeTPU(["127.0.0.1"]).start()
     yield server
     server.stop()
 
@@ -74,7 +74,7 @@ def test_tpu_vm_lifecycle(sshds, tpu, cli, tmp_path, use_gcloud):
     status = cli("status", "tpu-run").stdout
     assert "tpu-run  tpu  core/info  finished" in status and "VM deleted" in status
     assert "theseus-tpu-run" not in tpu.nodes  # delete_when_done
-    paths = [p for _, p in tpu.requests]
+    paths = [p for _, p, _ in tpu.requests]
     assert "/v2/projects/theseus-test/locations/us-central2-b/acceleratorTypes/v5litepod-8" in paths
 
 
