@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from dispatch_helpers import VENV_PYTHON, run_status, wait_for
+from dispatch_helpers import VENV_PYTHON, login, run_status, wait_for
 from fake_tpu import TOKEN, FakeTPU
 
 JOB = "core/info"
@@ -32,13 +32,8 @@ def tpu_target(sshds, tpu, tmp, **extra) -> dict:
         "api_endpoint": tpu.url,
         "chip": "v5e",
         "chips_per_node": 8,
-        "user": "root",
         "port": server.port,
-        "key_file": str(server.client_key),
-        "known_hosts": str(server.known_hosts),
-        "root": str(tmp / "tpu-root"),
-        "workdir": str(tmp / "tpu-work"),
-        "python": VENV_PYTHON,
+        **login(server, tmp, "tpu"),
         "delete_when_done": True,
     }
     target.update(extra)
