@@ -96,6 +96,15 @@ def kill_after(
     return process.returncode
 
 
+def resumed_after_kill(root: Path, name: str, args: list[str], steps: int) -> str:
+    """Run ``name``, SIGKILL it once ``steps`` steps are in its metrics, run it again to its
+    end; the stderr of that second (resuming) run."""
+    kill_after(root, name, args, steps=steps, sig=signal.SIGKILL)
+    done = run_cli(root, *args, "--name", name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
+
+
 def final_params(root: Path, name: str) -> dict[str, np.ndarray]:
     """The parameters of a run's newest checkpoint, as numpy arrays keyed by path."""
     import orbax.checkpoint as ocp
