@@ -73,6 +73,13 @@ def train_losses(root: Path, name: str) -> dict[int, float]:
     return {m["step"]: m["train/loss"] for m in metrics(root, name) if "train/loss" in m}
 
 
+def pretrain_tiny(root: Path, name: str, *args: str) -> None:
+    """Run ``name``: the tiny GPT pretrained in ``root`` with ``args`` (no evaluations unless
+    they say so); it must finish."""
+    done = run_cli(root, "run", "gpt/train/pretrain", *TINY, "eval.every=0", *args, "--name", name)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def kill_after(
     root: Path, name: str, args: list[str], steps: int, sig: int = signal.SIGKILL
 ) -> int:
