@@ -8,21 +8,25 @@ from pathlib import Path
 
 from theseus.core import hookspecs, plugins
 
-from tests.core.test_import_structure import circles, imports_of
+from tests.core.test_import_structure import circles, imports_of, modules
 
 CORE_SRC = Path(__file__).resolve().parents[2] / "packages" / "theseus-core" / "src"
 PLUGIN_PACKAGES = re.compile(r"theseus\.(models|data|dispatch)\b")
+#: Core's service hooks, in call order: theseus-models and theseus-data answer them.
+SERVICE_HOOKS = (
+    "theseus_prepare_dataset",
+    "theseus_load_tokenizer",
+    "theseus_load_hf_model",
+    "theseus_save_hf_model",
+    "theseus_generate",
+    "theseus_sample",
+    "theseus_adapt_model",
+)
 
 
 def core_modules() -> dict[str, Path]:
     """Dotted module name -> file, for every module that theseus-core ships."""
-    modules = {}
-    for path in sorted(CORE_SRC.rglob("*.py")):
-        parts = list(path.relative_to(CORE_SRC).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join(parts)] = path
-    return modules
+    return modules([CORE_SRC])
 
 
 def test_core_has_no_import_circles_even_through_function_level_imports():
@@ -60,13 +64,7 @@ def test_hookspecs_are_documented_in_the_order_plugins_calls_them():
     runtime = names[len(registration) :]
     assert runtime == [
         "theseus_job_prerequisites",
-        "theseus_prepare_dataset",
-        "theseus_load_tokenizer",
-        "theseus_load_hf_model",
-        "theseus_save_hf_model",
-        "theseus_generate",
-        "theseus_sample",
-        "theseus_adapt_model",
+        *SERVICE_HOOKS,
         "theseus_on_train_start",
         "theseus_on_step_end",
         "theseus_on_eval",
@@ -84,14 +82,6 @@ def test_hookspecs_are_documented_in_the_order_plugins_calls_them():
 def test_every_service_hook_is_answered_by_an_installed_plugin():
     """theseus-models and theseus-data implement core's service hooks like any plugin."""
     regs = plugins.registries()
-    for name in (
-        "theseus_prepare_dataset",
-        "theseus_load_tokenizer",
-        "theseus_load_hf_model",
-        "theseus_save_hf_model",
-        "theseus_generate",
-        "theseus_sample",
-        "theseus_adapt_model",
-    ):
+    for name in SERVICE_HOOKS:
         owners = {impl.plugin_name for impl in getattr(regs.hook, name).get_hookimpls()}
         assert owners & {"models", "data"}, f"no installed plugin implements {name}"

@@ -24,10 +24,11 @@ SOURCES = [
 ]
 
 
-def modules() -> dict[str, Path]:
-    """Dotted name -> file of every module the four packages ship."""
+def modules(sources: list[Path] = SOURCES) -> dict[str, Path]:
+    """Dotted name -> file of every module the packages under ``sources`` (default: all
+    four) ship."""
     found = {}
-    for source in SOURCES:
+    for source in sources:
         for path in sorted(source.rglob("*.py")):
             parts = list(path.relative_to(source).with_suffix("").parts)
             if parts[-1] == "__init__":

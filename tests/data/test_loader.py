@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,19 +124,23 @@ def test_missing_dataset_names_the_job_to_run(tmp_path, stdlib_data):
         open_data(tmp_path, stdlib_data)
 
 
-def test_incomplete_dataset_is_refused(tmp_path, stdlib_root, stdlib_data):
-    source = find_dataset(stdlib_root, "python-stdlib")
-    copy = tmp_path / source.relative_to(stdlib_root)
+def copied_dataset(root: Path, into: Path) -> Path:
+    """The tokenized python-stdlib dataset of ``root`` copied to the same place under ``into``."""
+    source = find_dataset(root, "python-stdlib")
+    copy = into / source.relative_to(root)
     shutil.copytree(source, copy)
+    return copy
+
+
+def test_incomplete_dataset_is_refused(tmp_path, stdlib_root, stdlib_data):
+    copy = copied_dataset(stdlib_root, tmp_path)
     (copy / "metadata.json").unlink()
     with pytest.raises(DataIncompleteError, match="incomplete"):
         open_data(tmp_path, stdlib_data)
 
 
 def test_corrupted_and_truncated_shards_are_named(tmp_path, stdlib_root, stdlib_data):
-    source = find_dataset(stdlib_root, "python-stdlib")
-    copy = tmp_path / source.relative_to(stdlib_root)
-    shutil.copytree(source, copy)
+    copy = copied_dataset(stdlib_root, tmp_path)
     open_data(tmp_path, stdlib_data)  # verifies (no run: nothing is remembered)
     assert not (copy / ".verified.json").exists()  # no size + mtime stamps to trust
     shard = copy / "train-00000.bin"

@@ -15,6 +15,31 @@ VENV_PYTHON = str(REPO / ".venv" / "bin" / "python")
 THESEUS = [VENV_PYTHON, "-m", "theseus.cli.main"]
 
 
+def login(server, tmp: Path, prefix: str) -> dict:
+    """The target fields that reach the loopback sshd ``server`` as root, with the remote root
+    and workdir at ``tmp/<prefix>-root`` and ``tmp/<prefix>-work``."""
+    return {
+        "user": "root",
+        "key_file": str(server.client_key),
+        "known_hosts": str(server.known_hosts),
+        "root": str(tmp / f"{prefix}-root"),
+        "workdir": str(tmp / f"{prefix}-work"),
+        "python": VENV_PYTHON,
+    }
+
+
+def ssh_target(server, tmp: Path, **extra) -> dict:
+    """An ssh target on ``server`` (remote folders ``tmp/remote-*``), ``extra`` fields last."""
+    hosts = [f"{server.host}:{server.port}"]
+    return {
+        "type": "ssh",
+        "hosts": hosts,
+        **login(server, tmp, "remote"),
+        "connect_timeout": 5,
+        **extra,
+    }
+
+
 class CLI:
     """Runs the real ``theseus`` CLI in a subprocess with this test's config and state."""
 

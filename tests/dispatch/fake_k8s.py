@@ -7,36 +7,28 @@ lists by label and pod logs, and records every request with its bearer token.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+
+from fake_http import FakeHTTP
 
 TOKEN = "fake-k8s-token"
 NS = r"/namespaces/(?P<ns>[^/]+)"
 
 
-class FakeKubernetes:
+class FakeKubernetes(FakeHTTP):
+    token = TOKEN
+
     def __init__(self) -> None:
+        super().__init__()
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, ns, name)
         self.queues: dict[str, str] = {"default": "Open"}
         self.pod_logs: dict[str, str] = {}
-        self.requests: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def start(self) -> FakeKubernetes:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def unauthorized(self) -> tuple[int, Any]:
+        return 401, _status(401, "Unauthorized", "Unauthorized")
 
     def kubeconfig(self, path) -> str:
         path.write_text(
@@ -136,39 +128,3 @@ class FakeKubernetes:
 def _status(code: int, message: str, reason: str = "NotFound") -> dict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure" if code >= 400 else "Success",
             "message": message, "reason": reason, "code": code}  # fmt: skip
-
-
-class _Handler(BaseHTTPRequestHandler):
-    fake: FakeKubernetes
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _serve(self, method: str) -> None:
-        url = urlparse(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
-        auth = self.headers.get("Authorization")
-        self.fake.requests.append((method, url.path, auth))
-        if auth != f"Bearer {TOKEN}":
-            code, payload = 401, _status(401, "Unauthorized", "Unauthorized")
-        else:
-            code, payload = self.fake.handle(method, url.path, parse_qs(url.query), body)
-        data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header(
-            "Content-Type", "text/plain" if isinstance(payload, str) else "application/json"
-        )
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._serve("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._serve("POST")
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._serve("DELETE")

@@ -6,34 +6,30 @@ loopback sshd, so the backend's SSH launch on the "workers" is real.
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+
+from fake_http import FakeHTTP
 
 TOKEN = "fake-gcp-token"
 LOCATION = r"/v2/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
 ACCELERATORS = {"v5litepod-8": 1, "v4-16": 2}  # type -> workers
 
 
-class FakeTPU:
+class FakeTPU(FakeHTTP):
+    token = TOKEN
+
     def __init__(self, worker_hosts: list[str]) -> None:
+        super().__init__()
         self.worker_hosts = worker_hosts
         self.nodes: dict[str, dict[str, Any]] = {}
         self.operations: dict[str, dict[str, Any]] = {}
-        self.requests: list[tuple[str, str]] = []
         self.fail_create: str | None = None
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def unauthorized(self) -> tuple[int, Any]:
+        return 401, _error(
+            401, "Request had invalid authentication credentials.", "UNAUTHENTICATED"
+        )
 
     def _operation(self, parent: str, response: dict | None) -> dict:
         name = f"{parent}/operations/op-{len(self.operations) + 1}"
@@ -102,40 +98,3 @@ class FakeTPU:
 
 def _error(code: int, message: str, status: str = "NOT_FOUND") -> dict:
     return {"error": {"code": code, "message": message, "status": status}}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    fake: FakeTPU
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _serve(self, method: str) -> None:
-        url = urlparse(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        self.fake.requests.append((method, url.path))
-        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-            code, payload = (
-                401,
-                _error(401, "Request had invalid authentication credentials.", "UNAUTHENTICATED"),
-            )
-        else:
-            code, payload = self.fake.handle(
-                method, url.path, parse_qs(url.query), json.loads(raw) if raw else None
-            )
-        data = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._serve("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._serve("POST")
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._serve("DELETE")

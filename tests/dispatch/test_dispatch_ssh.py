@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dispatch_helpers import REPO, VENV_PYTHON, run_status, wait_for
+from dispatch_helpers import REPO, VENV_PYTHON, run_status, ssh_target, wait_for
 
 from tests.core.plugin_factory import write_plugin
 from tests.train.conftest import TINY, final_params, train_losses
@@ -30,23 +30,6 @@ TRAIN_JOB = "gpt/train/pretrain"  # the resume test trains a tiny GPT
 SECRET = "sk-" + uuid.uuid4().hex  # made at run time: the bundle must not contain it
 
 
-def ssh_target(sshds, tmp: Path, **extra) -> dict:
-    server = sshds[0]
-    target = {
-        "type": "ssh",
-        "hosts": [f"{server.host}:{server.port}"],
-        "user": "root",
-        "key_file": str(server.client_key),
-        "known_hosts": str(server.known_hosts),
-        "root": str(tmp / "remote-root"),
-        "workdir": str(tmp / "remote-work"),
-        "python": VENV_PYTHON,
-        "connect_timeout": 5,
-    }
-    target.update(extra)
-    return target
-
-
 def slow_python(tmp: Path, seconds: int) -> str:
     """A Python that first sleeps: a stand-in for a long job, to watch, cancel, resubmit."""
     path = tmp / "slow-python"
@@ -56,7 +39,9 @@ def slow_python(tmp: Path, seconds: int) -> str:
 
 
 def test_submit_runs_to_completion(sshds, cli, tmp_path, monkeypatch):
-    cli.write({"box": ssh_target(sshds, tmp_path, secrets=["WANDB_API_KEY"], env={"MY_FLAG": "1"})})
+    cli.write(
+        {"box": ssh_target(sshds[0], tmp_path, secrets=["WANDB_API_KEY"], env={"MY_FLAG": "1"})}
+    )
     cli.env["WANDB_API_KEY"] = SECRET
     root = tmp_path / "remote-root"
     started = time.monotonic()
@@ -95,7 +80,7 @@ def test_submit_runs_to_completion(sshds, cli, tmp_path, monkeypatch):
 
 
 def test_resubmit_is_idempotent_and_cancel_stops(sshds, cli, tmp_path):
-    slow = ssh_target(sshds, tmp_path, python=slow_python(tmp_path, 60))
+    slow = ssh_target(sshds[0], tmp_path, python=slow_python(tmp_path, 60))
     cli.write({"box": slow})
     cli("submit", JOB, *OVERRIDES, "--name", "long")
     pid = cli.record("long")["handle"]["pids"][0]
@@ -109,7 +94,7 @@ def test_resubmit_is_idempotent_and_cancel_stops(sshds, cli, tmp_path):
     again = cli("submit", JOB, *OVERRIDES, "--name", "long")
     assert "already running" in again.stdout and cli.record("long")["handle"]["pids"] == [pid]
     # one name, one place: the same run cannot start on a second target meanwhile
-    cli.write({"box": slow, "other": ssh_target(sshds, tmp_path, workdir=str(tmp_path / "w2"))})
+    cli.write({"box": slow, "other": ssh_target(sshds[0], tmp_path, workdir=str(tmp_path / "w2"))})
     refused = cli("submit", JOB, *OVERRIDES, "--to", "other", "--name", "long", check=False)
     assert refused.stderr.strip() == (
         "error: run long is starting on target box; cancel it or choose another --name"
@@ -122,7 +107,7 @@ def test_resubmit_is_idempotent_and_cancel_stops(sshds, cli, tmp_path):
         os.kill(pid, 0)
     assert "cancelled" in cli("status", "long").stdout
     # resubmitting a cancelled run launches it again (resumes under the same name)
-    cli.write({"box": ssh_target(sshds, tmp_path)})
+    cli.write({"box": ssh_target(sshds[0], tmp_path)})
     cli("submit", JOB, *OVERRIDES, "--name", "long")
     root = tmp_path / "remote-root"
     wait_for(lambda: run_status(root, "long") == "finished", 120, what="finished")
@@ -133,7 +118,7 @@ def test_resubmit_is_idempotent_and_cancel_stops(sshds, cli, tmp_path):
 def test_quoting_no_shell_injection(sshds, cli, tmp_path):
     nasty = "a; touch pwned $(touch pwned) `touch pwned`'\""
     root = tmp_path / f"root {nasty}"
-    cli.write({"box": ssh_target(sshds, tmp_path, root=str(root), env={"NOTE": nasty})})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, root=str(root), env={"NOTE": nasty})})
     refused = cli("submit", JOB, "--name", "x; touch pwned", check=False)
     assert refused.returncode == 2
     assert refused.stderr.strip().startswith("error: run name 'x; touch pwned' is invalid")
@@ -153,7 +138,7 @@ def test_quoting_no_shell_injection(sshds, cli, tmp_path):
 
 
 def test_dry_run_touches_nothing(sshds, cli, tmp_path):
-    cli.write({"box": ssh_target(sshds, tmp_path, secrets=["WANDB_API_KEY"])})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, secrets=["WANDB_API_KEY"])})
     cli.env["WANDB_API_KEY"] = SECRET
     done = cli("submit", JOB, *OVERRIDES, "--name", "planned", "--dry-run")
     assert SECRET not in done.stdout + done.stderr
@@ -166,7 +151,7 @@ def test_dry_run_touches_nothing(sshds, cli, tmp_path):
 def test_unknown_host_key_is_refused_unless_opted_out(sshds, cli, tmp_path):
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
-    cli.write({"box": ssh_target(sshds, tmp_path, known_hosts=str(empty))})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, known_hosts=str(empty))})
     done = cli("submit", JOB, "--name", "hk", check=False)
     assert done.returncode == 2
     assert f"host key not in {empty}" in done.stderr
@@ -175,7 +160,7 @@ def test_unknown_host_key_is_refused_unless_opted_out(sshds, cli, tmp_path):
     cli.write(
         {
             "box": ssh_target(
-                sshds, tmp_path, known_hosts=str(empty), insecure_skip_host_key_check=True
+                sshds[0], tmp_path, known_hosts=str(empty), insecure_skip_host_key_check=True
             )
         }
     )
@@ -194,7 +179,7 @@ def test_wrong_host_key_is_refused(sshds, cli, tmp_path):
         + " ".join((tmp_path / "other_key.pub").read_text().split()[:2])
         + "\n"
     )
-    cli.write({"box": ssh_target(sshds, tmp_path, known_hosts=str(forged))})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, known_hosts=str(forged))})
     done = cli("submit", JOB, "--name", "forged", check=False)
     assert done.returncode == 2 and "host key does not match" in done.stderr
 
@@ -202,7 +187,7 @@ def test_wrong_host_key_is_refused(sshds, cli, tmp_path):
 def test_refused_key_and_unreachable_host_fail_fast_and_clean(sshds, cli, tmp_path):
     stranger = tmp_path / "stranger"
     os.system(f"ssh-keygen -q -t ed25519 -N '' -f {stranger}")
-    cli.write({"box": ssh_target(sshds, tmp_path, key_file=str(stranger))})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, key_file=str(stranger))})
     done = cli("submit", JOB, "--to", "box", "--name", "refused", check=False)
     assert done.returncode == 2
     assert "authentication refused" in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -216,7 +201,10 @@ def test_refused_key_and_unreachable_host_fail_fast_and_clean(sshds, cli, tmp_pa
     cli.write(
         {
             "box": ssh_target(
-                sshds, tmp_path, hosts=[f"127.0.0.1:{silent.getsockname()[1]}"], connect_timeout=2
+                sshds[0],
+                tmp_path,
+                hosts=[f"127.0.0.1:{silent.getsockname()[1]}"],
+                connect_timeout=2,
             )
         }
     )
@@ -232,7 +220,7 @@ def test_refused_key_and_unreachable_host_fail_fast_and_clean(sshds, cli, tmp_pa
 def test_two_hosts_run_one_distributed_job(sshds, cli, tmp_path):
     a, b = sshds
     target = ssh_target(
-        sshds,
+        sshds[0],
         tmp_path,
         hosts=[f"{a.host}:{a.port}", f"{b.host}:{b.port}"],
         nodes=2,
@@ -268,7 +256,7 @@ def test_real_bootstrap_with_uv_sync(sshds, cli, tmp_path):
         if k in os.environ
     }
     uv = {"uv": shutil.which("uv")} if shutil.which("uv") else {}  # else found or installed there
-    cli.write({"box": ssh_target(sshds, tmp_path, python=None, env=tls, **uv)})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, python=None, env=tls, **uv)})
     root = tmp_path / "remote-root"
     launch = tmp_path / "remote-work" / "launches" / "synced"
     started = time.monotonic()
@@ -304,7 +292,7 @@ def test_resubmit_after_preemption_resumes_the_run(sshds, cli, tmp_path):
         f'exec {VENV_PYTHON} "$@"\n'
     )
     wrapper.chmod(0o755)
-    cli.write({"box": ssh_target(sshds, tmp_path, python=str(wrapper))})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, python=str(wrapper))})
     root = tmp_path / "remote-root"
     launch = tmp_path / "remote-work" / "launches" / "again"
     cli("submit", JOB, *OVERRIDES, "--name", "again")
@@ -370,7 +358,7 @@ def test_killed_training_job_resumes_bit_exactly_when_resubmitted(sshds, cli, tm
         "THESEUS_TEST_HOLD_FILE": str(marker),
         "THESEUS_TEST_HOLD_STEP": str(HOLD_STEP),
     }
-    cli.write({"box": ssh_target(sshds, tmp_path, env=env)})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, env=env)})
     launch = tmp_path / "remote-work" / "launches" / "killed"
     run_dir = root / "runs" / "killed"
     cli("submit", TRAIN_JOB, *args, "--name", "killed")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from dispatch_helpers import VENV_PYTHON, run_status, wait_for
+from dispatch_helpers import VENV_PYTHON, login, run_status, wait_for
 from fake_tpu import TOKEN, FakeTPU
 
 JOB = "core/info"
@@ -15,7 +15,7 @@ OVERRIDES: list[str] = []
 
 @pytest.fixture
 def tpu(sshds):
-    server = FakeTPU(["127.0.0.1"])
+    server = FakeTPU(["127.0.0.1"]).start()
     yield server
     server.stop()
 
@@ -32,13 +32,8 @@ def tpu_target(sshds, tpu, tmp, **extra) -> dict:
         "api_endpoint": tpu.url,
         "chip": "v5e",
         "chips_per_node": 8,
-        "user": "root",
         "port": server.port,
-        "key_file": str(server.client_key),
-        "known_hosts": str(server.known_hosts),
-        "root": str(tmp / "tpu-root"),
-        "workdir": str(tmp / "tpu-work"),
-        "python": VENV_PYTHON,
+        **login(server, tmp, "tpu"),
         "delete_when_done": True,
     }
     target.update(extra)
@@ -74,7 +69,7 @@ def test_tpu_vm_lifecycle(sshds, tpu, cli, tmp_path, use_gcloud):
     status = cli("status", "tpu-run").stdout
     assert "tpu-run  tpu  core/info  finished" in status and "VM deleted" in status
     assert "theseus-tpu-run" not in tpu.nodes  # delete_when_done
-    paths = [p for _, p in tpu.requests]
+    paths = [p for _, p, _ in tpu.requests]
     assert "/v2/projects/theseus-test/locations/us-central2-b/acceleratorTypes/v5litepod-8" in paths
 
 

@@ -17,10 +17,19 @@ os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="theseus-hf-c
 
 from theseus.core.data.api import find_dataset
 
-from tests.train.conftest import TINY, run_cli  # noqa: E402
+from tests.train.conftest import TINY, TINY_MODEL, run_cli  # noqa: E402
 
 RUN = "pre"
 STEPS = 400
+#: Fine-tuning the tiny GPT on one-digit addition (byte tokens); each test adds its steps
+#: and evaluation cadence.
+ADDITION_SFT = [
+    *TINY_MODEL, "training.global_batch_size=16", "optimizer.learning_rate=0.003",
+    "data.dataset=addition", "data.tokenizer=byte",
+    "data.dataset_options={max_digits: 1, num_examples: 1000}", "data.num_workers=1",
+    "data.validation_fraction=0.05", "eval.batches=2",
+    "checkpoint.every=150", "logging.every=50", "logging.progress=false",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -94,40 +103,33 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def hellaswag_rows(questions: list[dict], seed: int = 1) -> list[dict]:
+def placed(questions: list[dict], seed: int) -> list[tuple[dict, int, list[str]]]:
+    """``(question, label, options)`` per question: its true ending inserted among its
+    distractors at a ``label`` drawn from ``random.Random(seed)``."""
     rng = random.Random(seed)
-    rows = []
+    out = []
     for q in questions:
         label = rng.randrange(4)
-        endings = q["distractors"][:]
-        endings.insert(label, q["ending"])
-        rows.append({"activity_label": "Python", "ctx_a": q["context"], "ctx_b": "",
-                     "endings": endings, "label": str(label)})  # fmt: skip
-    return rows
+        options = q["distractors"][:]
+        options.insert(label, q["ending"])
+        out.append((q, label, options))
+    return out
+
+
+def hellaswag_rows(questions: list[dict], seed: int = 1) -> list[dict]:
+    return [{"activity_label": "Python", "ctx_a": q["context"], "ctx_b": "",
+             "endings": endings, "label": str(label)} for q, label, endings in placed(questions, seed)]  # fmt: skip
 
 
 def arc_rows(questions: list[dict], seed: int = 2) -> list[dict]:
-    rng = random.Random(seed)
-    rows = []
-    for i, q in enumerate(questions):
-        label = rng.randrange(4)
-        texts = q["distractors"][:]
-        texts.insert(label, q["ending"])
-        rows.append({"id": f"q{i}", "question": q["context"],
-                     "choices": {"text": texts, "label": list("ABCD")}, "answerKey": "ABCD"[label]})  # fmt: skip
-    return rows
+    return [{"id": f"q{i}", "question": q["context"],
+             "choices": {"text": texts, "label": list("ABCD")}, "answerKey": "ABCD"[label]}
+            for i, (q, label, texts) in enumerate(placed(questions, seed))]  # fmt: skip
 
 
 def mmlu_rows(questions: list[dict], seed: int = 3) -> list[dict]:
-    rng = random.Random(seed)
-    rows = []
-    for q in questions:
-        answer = rng.randrange(4)
-        choices = q["distractors"][:]
-        choices.insert(answer, q["ending"])
-        rows.append({"question": f"How does this line end? {q['context']}", "subject": "python_code",
-                     "choices": choices, "answer": answer})  # fmt: skip
-    return rows
+    return [{"question": f"How does this line end? {q['context']}", "subject": "python_code",
+             "choices": choices, "answer": answer} for q, answer, choices in placed(questions, seed)]  # fmt: skip
 
 
 @pytest.fixture(scope="session")

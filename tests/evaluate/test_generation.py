@@ -10,7 +10,7 @@ import pytest
 from theseus.core.evaluate import generation
 from theseus.core.evaluate.configs import AdditionEvalConfig
 
-from tests.evaluate.conftest import untrained, write_jsonl
+from tests.evaluate.conftest import ADDITION_SFT, untrained, write_jsonl
 from tests.train.conftest import metrics, run_cli
 
 pytestmark = pytest.mark.slow
@@ -20,13 +20,8 @@ RUN = "add"
 ADDITION = AdditionEvalConfig(max_digits=1, split="training")
 OPTIONS = "{max_digits: 1, split: training}"
 SFT = [
-    "model.n_layers=2", "model.d_model=64", "model.n_heads=2", "model.max_seq_len=64",
-    "training.seq_len=32", "training.global_batch_size=16", "training.total_steps=300",
-    "optimizer.learning_rate=0.003", "data.dataset=addition", "data.tokenizer=byte",
-    "data.dataset_options={max_digits: 1, num_examples: 1000}", "data.num_workers=1",
-    "data.validation_fraction=0.05", "eval.batches=2", "eval.every=150",
+    *ADDITION_SFT, "training.total_steps=300", "eval.every=150",
     "eval.tasks=[addition, val-ppl]", f"eval.options={{addition: {OPTIONS}}}",
-    "checkpoint.every=150", "logging.every=50", "logging.progress=false",
 ]  # fmt: skip
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from theseus.core.data.api import find_dataset
 
-from tests.evaluate.conftest import RUN, STEPS, corpus_lines, write_jsonl
+from tests.evaluate.conftest import ADDITION_SFT, RUN, STEPS, corpus_lines, write_jsonl
 from tests.train.conftest import metrics, theseus_cmd
 
 # local data only: fail instead of reaching for the hub (read when `datasets` is imported)
@@ -44,14 +44,7 @@ needs_lm_eval = pytest.mark.skipif(
 TASKS = Path(__file__).parent / "lm_eval_tasks"
 TOLERANCE = 1e-4  # see the module docstring
 CHOICE = {"hellaswag": "theseus_hellaswag", "arc": "theseus_arc", "mmlu": "theseus_mmlu"}
-SFT = [
-    "model.n_layers=2", "model.d_model=64", "model.n_heads=2", "model.max_seq_len=64",
-    "training.seq_len=32", "training.global_batch_size=16", "training.total_steps=150",
-    "optimizer.learning_rate=0.003", "data.dataset=addition", "data.tokenizer=byte",
-    "data.dataset_options={max_digits: 1, num_examples: 1000}", "data.num_workers=1",
-    "data.validation_fraction=0.05", "eval.batches=2", "eval.every=75",
-    "checkpoint.every=150", "logging.every=50", "logging.progress=false",
-]  # fmt: skip
+SFT = [*ADDITION_SFT, "training.total_steps=150", "eval.every=75"]
 
 
 # ----------------------------------------------------------------------------- fixtures

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from tests.dispatch.dispatch_helpers import CLI, VENV_PYTHON
+from tests.dispatch.dispatch_helpers import CLI, ssh_target
 from tests.dispatch.dispatch_servers import SSHD_BIN, start_sshds
 
 
@@ -19,21 +19,7 @@ def test_a_host_without_sftp_is_refused_in_one_line(tmp_path):
         pytest.fail(f"{SSHD_BIN} is missing: run `bash tests/dispatch/services.sh` (as root)")
     (server,) = start_sshds(tmp_path / "sshd", hosts=("127.0.0.1",), sftp=False)
     cli = CLI(tmp_path)
-    cli.write(
-        {
-            "nosftp": {
-                "type": "ssh",
-                "hosts": [f"{server.host}:{server.port}"],
-                "user": "root",
-                "key_file": str(server.client_key),
-                "known_hosts": str(server.known_hosts),
-                "root": str(tmp_path / "remote-root"),
-                "workdir": str(tmp_path / "remote-work"),
-                "python": VENV_PYTHON,
-                "connect_timeout": 5,
-            }
-        }
-    )
+    cli.write({"nosftp": ssh_target(server, tmp_path)})
     try:
         done = cli("submit", "core/info", "--name", "upload", check=False)
     finally:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.conftest import TINY, run_cli
+from tests.train.conftest import pretrain_tiny, run_cli
 
 BASE = "inspect-faults"
 
@@ -31,17 +31,7 @@ def finished(shared_root) -> Path:
     """A tiny finished run (checkpoint at step 2) in the shared root, made once."""
     path = shared_root / "runs" / BASE
     if not (path / "checkpoints" / "2").is_dir():
-        done = run_cli(
-            shared_root,
-            "run",
-            "gpt/train/pretrain",
-            *TINY,
-            "training.total_steps=2",
-            "eval.every=0",
-            "--name",
-            BASE,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        pretrain_tiny(shared_root, BASE, "training.total_steps=2")
     return path
 
 

@@ -7,7 +7,7 @@ import pytest
 from theseus.core.inspect import open_step
 from theseus.core.inspect.timetravel import InspectError
 
-from tests.train.conftest import TINY, run_cli, train_losses
+from tests.train.conftest import pretrain_tiny, run_cli, train_losses
 
 RUN = "travel"
 
@@ -15,19 +15,9 @@ RUN = "travel"
 @pytest.fixture(scope="module")
 def travelled(tmp_path_factory):
     root = tmp_path_factory.mktemp("travel")
-    result = run_cli(
-        root,
-        "run",
-        "gpt/train/pretrain",
-        *TINY,
-        "training.total_steps=6",
-        "checkpoint.every=2",
-        "checkpoint.keep_last=5",
-        "eval.every=0",
-        "--name",
-        RUN,
+    pretrain_tiny(
+        root, RUN, "training.total_steps=6", "checkpoint.every=2", "checkpoint.keep_last=5"
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     return root
 
 

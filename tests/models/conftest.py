@@ -20,6 +20,34 @@ needs_parity = pytest.mark.skipif(
 
 VOCAB = 97
 
+# The shape most tiny models share: 2 layers, 32 wide, 4 query heads, 64 positions.
+TINY_HF: dict[str, Any] = dict(
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+)
+# The DeepSeek-V3 layout both of its tiny variants keep: one dense layer, then MoE layers of
+# 8 routed experts 16 wide, 4 key/value heads, latent keys of rank 16.
+TINY_DEEPSEEK: dict[str, Any] = dict(
+    TINY_HF,
+    moe_intermediate_size=16,
+    num_key_value_heads=4,
+    first_k_dense_replace=1,
+    n_routed_experts=8,
+    kv_lora_rank=16,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=8,
+)
+LLAMA3_ROPE: dict[str, Any] = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+}
+
 # name -> (transformers config class, kwargs): the tiny models the parity tests cover.
 HF_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2": ("GPT2Config", dict(n_embd=32, n_layer=2, n_head=4, n_positions=64)),
@@ -27,101 +55,43 @@ HF_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
         "GPT2Config",
         dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, tie_word_embeddings=False),
     ),
-    "llama-gqa2": (
-        "LlamaConfig",
-        dict(
-            hidden_size=32,
-            intermediate_size=48,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-        ),
-    ),
+    "llama-gqa2": ("LlamaConfig", dict(TINY_HF, num_key_value_heads=2)),
     "llama3-mqa-tied": (
         "LlamaConfig",
         dict(
-            hidden_size=32,
-            intermediate_size=48,
-            num_hidden_layers=2,
-            num_attention_heads=4,
+            TINY_HF,
             num_key_value_heads=1,
-            max_position_embeddings=64,
             tie_word_embeddings=True,
-            rope_parameters={
-                "rope_type": "llama3",
-                "rope_theta": 500000.0,
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 16,
-            },
+            rope_parameters={**LLAMA3_ROPE, "original_max_position_embeddings": 16},
         ),
     ),
-    "qwen2": (
-        "Qwen2Config",
-        dict(
-            hidden_size=32,
-            intermediate_size=48,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-        ),
-    ),
+    "qwen2": ("Qwen2Config", dict(TINY_HF, num_key_value_heads=2)),
     "qwen3": (
         "Qwen3Config",
-        dict(
-            hidden_size=32,
-            intermediate_size=48,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=64,
-            tie_word_embeddings=True,
-        ),
+        dict(TINY_HF, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True),
     ),
     "qwen3_moe": (
         "Qwen3MoeConfig",
         dict(
-            hidden_size=32,
-            intermediate_size=48,
+            TINY_HF,
             moe_intermediate_size=16,
-            num_hidden_layers=2,
-            num_attention_heads=4,
             num_key_value_heads=2,
             head_dim=8,
             num_experts=4,
             num_experts_per_tok=2,
             norm_topk_prob=True,
-            max_position_embeddings=64,
         ),
     ),
     # windows (4, 5) shorter than the 12-token batch; Mixtral's experts are intermediate_size wide
-    "mistral": (
-        "MistralConfig",
-        dict(
-            hidden_size=32,
-            intermediate_size=48,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            sliding_window=4,
-        ),
-    ),
+    "mistral": ("MistralConfig", dict(TINY_HF, num_key_value_heads=2, sliding_window=4)),
     "mixtral": (
         "MixtralConfig",
         dict(
-            hidden_size=32,
+            TINY_HF,
             intermediate_size=16,
-            num_hidden_layers=2,
-            num_attention_heads=4,
             num_key_value_heads=2,
             num_local_experts=4,
             num_experts_per_tok=2,
-            max_position_embeddings=64,
             sliding_window=5,
         ),
     ),
@@ -130,13 +100,10 @@ HF_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma3": (
         "Gemma3TextConfig",
         dict(
-            hidden_size=32,
-            intermediate_size=48,
+            TINY_HF,
             num_hidden_layers=3,
-            num_attention_heads=4,
             num_key_value_heads=2,
             head_dim=8,
-            max_position_embeddings=64,
             sliding_window=4,
             layer_types=["sliding_attention", "full_attention", "sliding_attention"],
             query_pre_attn_scalar=12,
@@ -152,25 +119,15 @@ HF_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek_v3": (
         "DeepseekV3Config",
         dict(
-            hidden_size=32,
-            intermediate_size=48,
-            moe_intermediate_size=16,
+            TINY_DEEPSEEK,
             num_hidden_layers=3,
-            num_attention_heads=4,
-            num_key_value_heads=4,
-            first_k_dense_replace=1,
-            n_routed_experts=8,
             num_experts_per_tok=2,
             n_shared_experts=1,
             n_group=4,
             topk_group=2,
             routed_scaling_factor=2.5,
             q_lora_rank=24,
-            kv_lora_rank=16,
-            qk_nope_head_dim=8,
-            qk_rope_head_dim=8,
             v_head_dim=12,
-            max_position_embeddings=64,
             rope_parameters={
                 "rope_type": "yarn",
                 "rope_theta": 10000.0,
@@ -187,25 +144,14 @@ HF_MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "deepseek_v3-moonlight": (
         "DeepseekV3Config",
         dict(
-            hidden_size=32,
-            intermediate_size=48,
-            moe_intermediate_size=16,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=4,
-            first_k_dense_replace=1,
-            n_routed_experts=8,
+            TINY_DEEPSEEK,
             num_experts_per_tok=3,
             n_shared_experts=2,
             n_group=1,
             topk_group=1,
             routed_scaling_factor=2.446,
             q_lora_rank=None,
-            kv_lora_rank=16,
-            qk_nope_head_dim=8,
-            qk_rope_head_dim=8,
             v_head_dim=8,
-            max_position_embeddings=64,
             rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
         ),
     ),

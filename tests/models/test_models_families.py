@@ -21,7 +21,7 @@ import pytest
 from flax import nnx
 
 from tests.models.conftest import VOCAB, needs_parity, tiny
-from tests.models.test_models_parity import batch, hf_forward
+from tests.models.test_models_parity import assert_greedy_matches_hf, batch, hf_forward
 
 FAMILIES = ["mistral", "mixtral", "gemma3", "deepseek_v3"]
 CHECKPOINTS = [*FAMILIES, "deepseek_v3-moonlight"]  # conftest.HF_MODELS names
@@ -102,30 +102,7 @@ def test_each_feature_of_the_parity_checkpoints_matters(name, off, hf_logits):
 def test_greedy_generation_matches_hf_for_20_tokens(name, hf_checkpoint):
     """Left-padded prompts of different lengths; 20 new tokens cross every window. (The
     Moonlight-like checkpoint differs only in its query path, which its logits test covers.)"""
-    import torch
-    import transformers
-    from theseus.models.generate import generate
-    from theseus.models.hf import load_hf
-
-    directory = hf_checkpoint(name)
-    prompts = [[5, 9, 14, 20, 33, 40], [7, 8, 9], [60, 61, 62, 63]]
-    ours = generate(load_hf(directory), prompts, max_new_tokens=20)
-
-    ref = transformers.AutoModelForCausalLM.from_pretrained(directory)
-    width = max(map(len, prompts))
-    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    with torch.no_grad():
-        out = ref.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=20,
-            min_new_tokens=20,
-            do_sample=False,
-            pad_token_id=0,
-            eos_token_id=None,
-        )
-    assert ours == out[:, width:].tolist()
+    assert_greedy_matches_hf(hf_checkpoint(name), 20)
 
 
 @pytest.mark.parity

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.models.conftest import HF_MODELS, VOCAB, needs_parity
+from tests.models.conftest import HF_MODELS, LLAMA3_ROPE, VOCAB, needs_parity
 
 pytestmark = [pytest.mark.parity, needs_parity]
 
@@ -107,16 +107,16 @@ def test_export_is_bit_exact_and_loads_in_transformers(name, hf_checkpoint, tmp_
     assert np.abs(again - ref)[mask == 1].max() <= 1e-5
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-gqa2", "qwen3", "qwen3_moe"])
-def test_greedy_generation_matches_hf_generate(name, hf_checkpoint):
+def assert_greedy_matches_hf(directory, new_tokens: int) -> None:
+    """Greedy decoding of the checkpoint in ``directory`` gives transformers' tokens for
+    left-padded prompts of different lengths, ``new_tokens`` each (no stop)."""
     import torch
     import transformers
     from theseus.models.generate import generate
     from theseus.models.hf import load_hf
 
-    directory = hf_checkpoint(name)
     prompts = [[5, 9, 14, 20, 33, 40], [7, 8, 9], [60, 61, 62, 63]]
-    ours = generate(load_hf(directory), prompts, max_new_tokens=10)
+    ours = generate(load_hf(directory), prompts, max_new_tokens=new_tokens)
 
     ref = transformers.AutoModelForCausalLM.from_pretrained(directory)
     width = max(map(len, prompts))
@@ -126,13 +126,18 @@ def test_greedy_generation_matches_hf_generate(name, hf_checkpoint):
         out = ref.generate(
             ids,
             attention_mask=mask,
-            max_new_tokens=10,
-            min_new_tokens=10,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
             do_sample=False,
             pad_token_id=0,
             eos_token_id=None,
         )
     assert ours == out[:, width:].tolist()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa2", "qwen3", "qwen3_moe"])
+def test_greedy_generation_matches_hf_generate(name, hf_checkpoint):
+    assert_greedy_matches_hf(hf_checkpoint(name), 10)
 
 
 def test_moe_load_balancing_loss_matches_hf(hf_checkpoint):
@@ -156,14 +161,7 @@ def test_llama3_rope_frequencies_match_transformers():
     config = transformers.LlamaConfig(
         hidden_size=512,
         num_attention_heads=4,
-        rope_parameters={
-            "rope_type": "llama3",
-            "rope_theta": 500000.0,
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
+        rope_parameters={**LLAMA3_ROPE, "original_max_position_embeddings": 8192},
     )
     ref, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
     ours = inverse_frequencies(128, 500000.0, Llama3Scaling(8.0, 1.0, 4.0, 8192))

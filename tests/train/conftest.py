@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -33,6 +34,25 @@ TINY = [
 ]
 
 
+HAVE_TRL = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "trl"))
+
+
+def trl_parity(test):
+    """Marks a test of the parity group that needs trl; skipped, with the reason, without it.
+    trl's deprecation chatter (gradient checkpointing, its experimental imports) is ignored."""
+    marks = [
+        pytest.mark.parity,
+        pytest.mark.skipif(
+            not HAVE_TRL, reason="trl (with torch and transformers) is not installed"
+        ),
+        pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning"),
+        pytest.mark.filterwarnings("ignore:You are importing from 'trl.experimental'"),
+    ]
+    for mark in marks:
+        test = mark(test)
+    return test
+
+
 def theseus_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "theseus.cli.main", *args]
 
@@ -51,6 +71,13 @@ def metrics(root: Path, name: str) -> list[dict]:
 def train_losses(root: Path, name: str) -> dict[int, float]:
     """Step -> loss; a resumed run's later record of a step replaces an earlier one."""
     return {m["step"]: m["train/loss"] for m in metrics(root, name) if "train/loss" in m}
+
+
+def pretrain_tiny(root: Path, name: str, *args: str) -> None:
+    """Run ``name``: the tiny GPT pretrained in ``root`` with ``args`` (no evaluations unless
+    they say so); it must finish."""
+    done = run_cli(root, "run", "gpt/train/pretrain", *TINY, "eval.every=0", *args, "--name", name)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def kill_after(
@@ -74,6 +101,15 @@ def kill_after(
     process.send_signal(sig)
     process.wait(timeout=300)
     return process.returncode
+
+
+def resumed_after_kill(root: Path, name: str, args: list[str], steps: int) -> str:
+    """Run ``name``, SIGKILL it once ``steps`` steps are in its metrics, run it again to its
+    end; the stderr of that second (resuming) run."""
+    kill_after(root, name, args, steps=steps, sig=signal.SIGKILL)
+    done = run_cli(root, *args, "--name", name)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stderr
 
 
 def final_params(root: Path, name: str) -> dict[str, np.ndarray]:

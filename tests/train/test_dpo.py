@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 
 import numpy as np
 import pytest
 from theseus.core.inspect import open_step
 
-from tests.train.conftest import TINY_MODEL, kill_after, metrics, run_cli, train_losses
+from tests.train.conftest import TINY_MODEL, metrics, resumed_after_kill, run_cli, train_losses
 
 SMALL = [
     *TINY_MODEL,
@@ -75,10 +74,8 @@ def test_time_travel_replays_the_logged_dpo_loss_bitwise(shared_root, full):
 def test_a_killed_dpo_run_resumes_bit_exactly_reading_its_reference_again(shared_root, full):
     args = [*DPO, "training.total_steps=40", "eval.every=10", "checkpoint.every=20"]
     args.append("checkpoint.asynchronous=false")  # checkpoint 20 is whole before row 20
-    kill_after(shared_root, "dpo-killed", args, steps=26, sig=signal.SIGKILL)
-    done = run_cli(shared_root, *args, "--name", "dpo-killed")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "resumed dpo-killed from step 20" in done.stderr
+    resumed = resumed_after_kill(shared_root, "dpo-killed", args, steps=26)
+    assert "resumed dpo-killed from step 20" in resumed
     assert train_losses(shared_root, "dpo-killed") == train_losses(shared_root, full)
 
 

@@ -14,14 +14,13 @@ it is not trained on (measured: it falls).
 from __future__ import annotations
 
 import json
-import signal
 
 import numpy as np
 import pytest
 from theseus.core.inspect import open_step
 from theseus.core.inspect.timetravel import InspectError
 
-from tests.train.conftest import kill_after, metrics, run_cli, train_losses
+from tests.train.conftest import metrics, resumed_after_kill, run_cli, train_losses
 
 COMMON = [
     "model.n_layers=2",
@@ -132,11 +131,9 @@ def test_a_killed_grpo_run_resumes_with_the_same_rollouts_and_losses(shared_root
     args += ["grpo.iterations=2"]
     done = run_cli(shared_root, *args, "--name", "grpo-whole")
     assert done.returncode == 0, done.stderr[-3000:]
-    kill_after(shared_root, "grpo-killed", args, steps=8, sig=signal.SIGKILL)
-    done = run_cli(shared_root, *args, "--name", "grpo-killed")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "resumed grpo-killed from step 5" in done.stderr
-    assert "reusing the rollouts of step 4" in done.stderr
+    resumed = resumed_after_kill(shared_root, "grpo-killed", args, steps=8)
+    assert "resumed grpo-killed from step 5" in resumed
+    assert "reusing the rollouts of step 4" in resumed
     assert train_losses(shared_root, "grpo-killed") == train_losses(shared_root, "grpo-whole")
 
     def rollouts(name: str) -> dict[int, tuple]:

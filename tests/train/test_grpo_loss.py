@@ -9,7 +9,6 @@ in torch, so they agree to a few float32 ulps of the loss (atol 1e-6 on numbers 
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections import defaultdict
 from types import SimpleNamespace
@@ -29,6 +28,8 @@ from theseus.core.recipes.grpo_loss import (
     token_entropy,
 )
 from theseus.core.recipes.logprobs import token_logps
+
+from tests.train.conftest import trl_parity
 
 G = 4
 # three groups of four: varied, all equal (zero advantage), one winner
@@ -164,21 +165,6 @@ def test_config_refuses_bad_values():
 
 
 # --- parity with TRL ----------------------------------------------------------------------
-
-HAVE_TRL = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "trl"))
-
-
-def trl_parity(test):
-    """Marks a test of the parity group that needs trl; skipped, with the reason, without it."""
-    marks = [
-        pytest.mark.parity,
-        pytest.mark.skipif(
-            not HAVE_TRL, reason="trl (with torch and transformers) is not installed"
-        ),
-    ]
-    for mark in marks:
-        test = mark(test)
-    return test
 
 
 class GRPOTrainerStandIn:

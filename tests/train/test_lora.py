@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +12,7 @@ import pytest
 from flax import nnx
 from theseus.core.inspect import open_step
 
-from tests.train.conftest import TINY, kill_after, run_cli, train_losses
+from tests.train.conftest import TINY, resumed_after_kill, run_cli, train_losses
 
 ARGS = ["run", "llama/train/pretrain", *TINY, "eval.every=0", "checkpoint.every=2"]
 LORA = ["lora.rank=4", "lora.alpha=8", "lora.dropout=0.1"]
@@ -112,10 +111,8 @@ def test_a_killed_lora_run_with_dropout_resumes_bit_exactly(shared_root, base_ru
     args.append("checkpoint.asynchronous=false")  # step 2's checkpoint is whole before row 2
     whole = run_cli(shared_root, *args, "--name", "lora-whole")
     assert whole.returncode == 0, whole.stderr[-3000:]
-    kill_after(shared_root, "lora-killed", args, steps=3, sig=signal.SIGKILL)
-    resumed = run_cli(shared_root, *args, "--name", "lora-killed")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed lora-killed from step" in resumed.stderr
+    resumed = resumed_after_kill(shared_root, "lora-killed", args, steps=3)
+    assert "resumed lora-killed from step" in resumed
     assert train_losses(shared_root, "lora-killed") == train_losses(shared_root, "lora-whole")
     # time travel replays a step of the adapters over the frozen base, its dropout included
     replayed = open_step(shared_root, "lora-whole", 4).replay()

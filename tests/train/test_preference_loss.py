@@ -8,7 +8,6 @@ CPOTrainer.cpo_loss and CPOTrainer.get_batch_logps) where trl is installed.
 from __future__ import annotations
 
 import functools
-import importlib.util
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -19,6 +18,8 @@ import pytest
 from theseus.core.errors import ConfigError
 from theseus.core.recipes.preference import preference_loss, sequence_logps
 from theseus.core.recipes.preference_config import PreferenceConfig
+
+from tests.train.conftest import trl_parity
 
 # Six pairs. Pair 3 and 4 have DPO logits of about -200 and +200 at beta=0.1, where a naive
 # log(sigmoid(z)) gives -inf (or log 1 = 0 with the gradient lost) in float32.
@@ -244,23 +245,6 @@ def test_sequence_logps_gradient_is_onehot_minus_softmax():
 
 
 # --- parity with TRL -------------------------------------------------------------------------
-
-HAVE_TRL = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "trl"))
-
-
-def trl_parity(test):
-    """Marks a test of the parity group that needs trl; skipped, with the reason, without it."""
-    marks = [
-        pytest.mark.parity,
-        pytest.mark.skipif(
-            not HAVE_TRL, reason="trl (with torch and transformers) is not installed"
-        ),
-        pytest.mark.filterwarnings("ignore:.*is_gradient_checkpointing:FutureWarning"),
-        pytest.mark.filterwarnings("ignore:You are importing from 'trl.experimental'"),
-    ]
-    for mark in marks:
-        test = mark(test)
-    return test
 
 
 class DPOTrainerStandIn:

@@ -26,6 +26,16 @@ SMALL = [
 ]
 
 
+def sft_one_still_step(root, init: str, name: str) -> None:
+    """Run ``name``: one SFT step from ``init`` (byte tokens) with a zero learning rate, which
+    leaves the weights where init put them."""
+    sft = run_cli(
+        root, "run", "gpt/train/sft", *SMALL, "data.tokenizer=byte", "data.suffix=byte",
+        "training.total_steps=1", "optimizer.learning_rate=0", init, "--name", name,
+    )  # fmt: skip
+    assert sft.returncode == 0, sft.stderr[-3000:]
+
+
 def test_sft_on_addition_learns_the_format(sft_root):
     result = run_cli(
         sft_root,
@@ -62,20 +72,7 @@ def test_sft_starts_from_the_weights_of_a_pretraining_run(sft_root):
     )
     assert pre.returncode == 0, pre.stderr[-3000:]
     # one SFT step with a zero learning rate leaves the weights where init put them
-    sft = run_cli(
-        sft_root,
-        "run",
-        "gpt/train/sft",
-        *SMALL,
-        "data.tokenizer=byte",
-        "data.suffix=byte",
-        "training.total_steps=1",
-        "optimizer.learning_rate=0",
-        "init.checkpoint=pre-byte",
-        "--name",
-        "sft-from-pre",
-    )
-    assert sft.returncode == 0, sft.stderr[-3000:]
+    sft_one_still_step(sft_root, "init.checkpoint=pre-byte", "sft-from-pre")
     before, after = final_params(sft_root, "pre-byte"), final_params(sft_root, "sft-from-pre")
     assert before.keys() == after.keys()
     for key in before:
@@ -120,20 +117,7 @@ def test_sft_starts_from_hugging_face_weights(sft_root, tmp_path):
     )
     hf_dir = tmp_path / "hf-gpt2"
     transformers.GPT2LMHeadModel(config).save_pretrained(hf_dir)
-    sft = run_cli(
-        sft_root,
-        "run",
-        "gpt/train/sft",
-        *SMALL,
-        "data.tokenizer=byte",
-        "data.suffix=byte",
-        "training.total_steps=1",
-        "optimizer.learning_rate=0",
-        f"init.hf={hf_dir}",
-        "--name",
-        "sft-from-hf",
-    )
-    assert sft.returncode == 0, sft.stderr[-3000:]
+    sft_one_still_step(sft_root, f"init.hf={hf_dir}", "sft-from-hf")
     _, hf_params, _ = nnx.split(load_hf(hf_dir), nnx.Param, ...)
     expected = {key: np.asarray(v) for key, v in _flat(hf_params).items()}
     got = final_params(sft_root, "sft-from-hf")

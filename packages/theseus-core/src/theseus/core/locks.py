@@ -19,6 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 from theseus.core.errors import TheseusError
+from theseus.core.folders import make_folder
 
 
 class LockedError(TheseusError):
@@ -35,12 +36,7 @@ def exclusive(directory: Path, what: str, hint: str) -> Iterator[None]:
     """Hold ``directory``'s lock for the block; if another process holds it, one line
     naming ``what``, the holder's PID and host, and ``hint``."""
     path = lock_path(Path(directory))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise TheseusError(
-            f"cannot create {path.parent} ({error.strerror}): check the root"
-        ) from error
+    make_folder(path.parent, f"the lock of {what} (check the root)")
     lock = FileLock(str(path), timeout=0, thread_local=False)
     owner = path.with_suffix(".owner")
     try:

@@ -36,6 +36,7 @@ import yaml
 from theseus.core import safe_yaml
 from theseus.core.errors import ConfigError
 from theseus.core.ranges import Range, range_of
+from theseus.dispatch.user_paths import user_path
 
 CONFIG_ENV = "THESEUS_DISPATCH_CONFIG"
 GROUPS = ("cpu", "cuda12", "cuda13", "tpu")
@@ -156,11 +157,7 @@ class DispatchConfig:
 
 
 def default_path() -> Path:
-    env = os.environ.get(CONFIG_ENV)
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
-    return Path(base) / "theseus" / "dispatch.yaml"
+    return user_path(CONFIG_ENV, "XDG_CONFIG_HOME", "~/.config", "dispatch.yaml")
 
 
 def _check_type(where: str, value: Any, tp: Any) -> Any:

@@ -14,16 +14,13 @@ from typing import Any
 
 from theseus.core.errors import TheseusError
 from theseus.core.jobs import check_run_name
+from theseus.dispatch.user_paths import user_path
 
 STATE_ENV = "THESEUS_DISPATCH_STATE"
 
 
 def state_dir() -> Path:
-    env = os.environ.get(STATE_ENV)
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(base) / "theseus" / "dispatch"
+    return user_path(STATE_ENV, "XDG_STATE_HOME", "~/.local/state", "dispatch")
 
 
 def path_of(name: str) -> Path:

@@ -55,7 +55,7 @@ from theseus.models.hf.checkpoint import (
     save_hf,
     unsupported,
 )
-from theseus.models.hf.export_folder import check_target, staged
+from theseus.models.hf.export_folder import SOURCE_FILES, TOKENIZER_FILES, check_target, staged
 from theseus.models.hf.files import check_tensor_files, read_config, resolve
 from theseus.models.lora_jobs import merged_model, saved_lora_rank
 from theseus.models.peft_export import save_peft
@@ -65,20 +65,6 @@ if TYPE_CHECKING:
     from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
-
-# Tokenizer files of a Hugging Face folder (copied on import, and on export when present).
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-)
-SOURCE_FILES = ("config.json", "generation_config.json")
 
 
 # ---------------------------------------------------------------------------- import

@@ -47,36 +47,21 @@ def theseus_register_jobs(register: Any, registries: Registries) -> None:
                     resumes=False,
                 )
             )
-    register(
-        JobSpec(
-            key="hf/import",
-            target="theseus.models.hf_jobs:ImportJob",
-            description="import a Hugging Face folder as a <family>/train/pretrain run at "
-            "step 0 (weights, model config, tokenizer)",
-            groups={"hf": ImportConfig},
-            resumes=False,
-        )
-    )
-    register(
-        JobSpec(
-            key="hf/export",
-            target="theseus.models.hf_jobs:ExportJob",
-            description="export a run's checkpoint as a Hugging Face folder (config.json, "
-            "safetensors, tokenizer); a LoRA run merged (hf.merge) or as PEFT adapters (hf.peft)",
-            groups={"hf": ExportConfig},
-            resumes=False,
-        )
-    )
-    register(
-        JobSpec(
-            key="lora/merge",
-            target="theseus.models.lora_jobs:MergeJob",
-            description="fold a LoRA run's adapters into its base: a plain run of the same job "
-            "at step 0",
-            groups={"merge": MergeConfig},
-            resumes=False,
-        )
-    )
+    # one-shot tools over a folder or a run's checkpoint: nothing to resume
+    tools: list[tuple[str, str, str, dict[str, Any]]] = [
+        ("hf/import", "theseus.models.hf_jobs:ImportJob",
+         "import a Hugging Face folder as a <family>/train/pretrain run at step 0 (weights, "
+         "model config, tokenizer)", {"hf": ImportConfig}),
+        ("hf/export", "theseus.models.hf_jobs:ExportJob",
+         "export a run's checkpoint as a Hugging Face folder (config.json, safetensors, "
+         "tokenizer); a LoRA run merged (hf.merge) or as PEFT adapters (hf.peft)",
+         {"hf": ExportConfig}),
+        ("lora/merge", "theseus.models.lora_jobs:MergeJob",
+         "fold a LoRA run's adapters into its base: a plain run of the same job at step 0",
+         {"merge": MergeConfig}),
+    ]  # fmt: skip
+    for key, target, description, groups in tools:
+        register(JobSpec(key, target, description, groups, resumes=False))
 
 
 # ---------------------------------------------------------------------------- services

@@ -53,6 +53,8 @@ class TrainingData:
 
     Several datasets mix with ``weights``, or by ``stages`` (:class:`Stage`: weights that
     change at given steps); ``shuffle_rows`` is the block of the first pass's shuffle.
+    ``padding_side`` and ``loss_on`` are the run's ``data`` options, checked (one of their
+    choices) when its ``DataConfig`` is built.
     """
 
     def __init__(
@@ -74,10 +76,6 @@ class TrainingData:
     ) -> None:
         if layout not in LAYOUTS:
             raise DataError(f"data layout {layout!r} is unknown; expected one of {LAYOUTS}")
-        if padding_side not in ("left", "right"):
-            raise DataError(f"data.padding_side is {padding_side!r}; expected 'left' or 'right'")
-        if loss_on not in ("assistant", "all"):
-            raise DataError(f"data.loss_on is {loss_on!r}; expected 'assistant' or 'all'")
         if isinstance(batch, int):  # one process, one micro-step: standalone use
             batch = BatchPlan.of(batch, pairs=layout == "pairs")
         if batch.pairs != (layout == "pairs"):

@@ -98,6 +98,23 @@ class PairSource:
         )
 
 
+def batch_arrays(
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    positions: np.ndarray,
+    segment_ids: np.ndarray,
+    loss_mask: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """A batch: its [B, T] arrays by name (as ``TrainingData`` describes them)."""
+    return dict(
+        inputs=inputs,
+        targets=targets,
+        positions=positions,
+        segment_ids=segment_ids,
+        loss_mask=loss_mask,
+    )
+
+
 def packed_batch(
     tokens: np.ndarray,
     boundary_rows: np.ndarray,
@@ -131,13 +148,7 @@ def packed_batch(
         starts = np.repeat(run_starts.astype(np.int32), lengths)
         positions = (np.arange(batch * t, dtype=np.int32) - starts).reshape(batch, t)
         loss_mask.reshape(-1)[flat - 1] = 0.0  # the target there starts another document
-    return {
-        "inputs": inputs,
-        "targets": targets,
-        "positions": positions,
-        "segment_ids": segment_ids,
-        "loss_mask": loss_mask,
-    }
+    return batch_arrays(inputs, targets, positions, segment_ids, loss_mask)
 
 
 def padded_batch(
@@ -160,10 +171,4 @@ def padded_batch(
         positions[row, span] = np.arange(n)
         segment_ids[row, span] = 1
         loss_mask[row, span] = mask[1:]
-    return {
-        "inputs": inputs,
-        "targets": targets,
-        "positions": positions,
-        "segment_ids": segment_ids,
-        "loss_mask": loss_mask,
-    }
+    return batch_arrays(inputs, targets, positions, segment_ids, loss_mask)

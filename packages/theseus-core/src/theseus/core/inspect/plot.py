@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from theseus.core.errors import TheseusError
+from theseus.core.folders import make_folder
 from theseus.core.inspect.runs import is_number, read_metrics
 from theseus.core.requirements import require
 
@@ -12,12 +13,7 @@ from theseus.core.requirements import require
 def writable(out: str | Path) -> Path:
     """``out`` with its folder created (a researcher expects ``--out plots/a/x.png`` to work)."""
     out = Path(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise TheseusError(
-            f"cannot create the folder {out.parent} for {out.name}: {error.strerror or error}"
-        ) from error
+    make_folder(out.parent, out.name)
     return out
 
 

@@ -150,13 +150,13 @@ def sorted_for_listing(summaries: list[dict[str, Any]], kind: str = "") -> list[
     return sorted(chosen, key=lambda s: (s.get("kind") != "train", s.get("kind") or "~", s["name"]))
 
 
-def unreadable_row(name: str, problem: str) -> dict[str, Any]:
-    log.warning("run %r is unreadable: %s", name, problem)
+def placeholder_row(name: str, status: str, problem: str) -> dict[str, Any]:
+    """A run's row with ``status`` and ``problem`` and none of its figures (nothing was read)."""
     return {
         "name": name,
         "key": None,
         "kind": None,
-        "status": "unreadable",
+        "status": status,
         "step": None,
         "loss": None,
         "parent": None,
@@ -165,6 +165,11 @@ def unreadable_row(name: str, problem: str) -> dict[str, Any]:
         "host": None,
         "problem": problem,
     }
+
+
+def unreadable_row(name: str, problem: str) -> dict[str, Any]:
+    log.warning("run %r is unreadable: %s", name, problem)
+    return placeholder_row(name, "unreadable", problem)
 
 
 def run_summaries(

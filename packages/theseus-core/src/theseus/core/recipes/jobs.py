@@ -35,35 +35,18 @@ def training_groups(model: str, data: type = DataConfig) -> dict[str, Any]:
 def register_training_jobs(register: Any, registries: Registries) -> None:
     """Register ``<model>/train/{pretrain,sft,dpo,grpo}`` for each model."""
     for name, component in registries.models.items():
-        register(
-            JobSpec(
-                key=f"{name}/train/pretrain",
-                target="theseus.core.recipes.pretrain:PretrainJob",
-                description=f"pretrain {name} on packed tokens ({component.description})".strip(),
-                groups=training_groups(name),
-            )
-        )
-        register(
-            JobSpec(
-                key=f"{name}/train/sft",
-                target="theseus.core.recipes.pretrain:SFTJob",
-                description=f"fine-tune {name} on padded chat data with a loss mask",
-                groups=training_groups(name, SFTDataConfig),
-            )
-        )
-        register(
-            JobSpec(
-                key=f"{name}/train/dpo",
-                target="theseus.core.recipes.dpo:DPOJob",
-                description=f"preference-tune {name} (DPO, IPO, SimPO) on chosen/rejected pairs",
-                groups={**training_groups(name, PreferenceDataConfig), "dpo": PreferenceConfig},
-            )
-        )
-        register(
-            JobSpec(
-                key=f"{name}/train/grpo",
-                target="theseus.core.recipes.grpo:GRPOJob",
-                description=f"reinforce {name} with verifiable rewards (GRPO, RLOO, Dr. GRPO)",
-                groups={**training_groups(name, SFTDataConfig), "grpo": GRPOConfig},
-            )
-        )
+        pretrain = f"pretrain {name} on packed tokens ({component.description})".strip()
+        recipes: list[tuple[str, str, str, dict[str, Any]]] = [
+            ("pretrain", "pretrain:PretrainJob", pretrain, training_groups(name)),
+            ("sft", "pretrain:SFTJob", f"fine-tune {name} on padded chat data with a loss mask",
+             training_groups(name, SFTDataConfig)),
+            ("dpo", "dpo:DPOJob",
+             f"preference-tune {name} (DPO, IPO, SimPO) on chosen/rejected pairs",
+             {**training_groups(name, PreferenceDataConfig), "dpo": PreferenceConfig}),
+            ("grpo", "grpo:GRPOJob",
+             f"reinforce {name} with verifiable rewards (GRPO, RLOO, Dr. GRPO)",
+             {**training_groups(name, SFTDataConfig), "grpo": GRPOConfig}),
+        ]  # fmt: skip
+        for recipe, target, description, groups in recipes:
+            key = f"{name}/train/{recipe}"
+            register(JobSpec(key, f"theseus.core.recipes.{target}", description, groups))

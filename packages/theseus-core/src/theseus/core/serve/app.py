@@ -1,6 +1,7 @@
 """The Starlette app: four pages, the JSON API under ``/api/`` and a fixed set of static files.
 
-Pages are static HTML; their scripts read the run names from the URL and ask the API, so no
+Pages are static HTML: ``static/frame.html`` (head and navigation) around a page's own
+``static/<page>.html``; their scripts read the run names from the URL and ask the API, so no
 run name or file content is ever pasted into HTML by the server. The API is documented in
 ``docs/serve.md``.
 """
@@ -15,13 +16,14 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from theseus.core.serve.guard import Guard
 from theseus.core.serve.root_view import Forbidden, NotFound, RootView
 
 STATIC = resources.files("theseus.core.serve") / "static"
-PAGES = {"/": "runs.html", "/compare": "compare.html", "/lineage": "lineage.html"}
+PAGES = {"/": "runs", "/compare": "compare", "/lineage": "lineage", "/runs/{name}": "run"}
+PLOTTING = {"compare", "run"}  # the pages that load plotly
 STATIC_FILES = {  # name -> media type; nothing else is served from disk
     "style.css": "text/css",
     "common.js": "text/javascript",
@@ -62,12 +64,25 @@ def _int(request: Request, name: str, default: int | None, low: int, high: int) 
     return min(max(value, low), high)
 
 
+def page_html(name: str) -> str:
+    """Page ``name``: its ``<main>`` (``static/<name>.html``) in the frame every page shares,
+    titled ``name``, with the shared script, plotly where it plots, and ``<name>.js``."""
+    scripts = ["plotly.min.js"] if name in PLOTTING else []
+    scripts += ["common.js", f"{name}.js"]
+    tags = "\n".join(f'<script src="/static/{script}" defer></script>' for script in scripts)
+    frame = (STATIC / "frame.html").read_text(encoding="utf-8")
+    main = (STATIC / f"{name}.html").read_text(encoding="utf-8").rstrip("\n")
+    return frame.replace("{{title}}", name).replace("{{scripts}}", tags).replace("{{main}}", main)
+
+
 def create_app(root: str | Path, token: str | None = None) -> Guard:
     view = RootView(root)
 
     def page(name: str):
+        html = page_html(name)
+
         async def endpoint(request: Request) -> Response:
-            return FileResponse(str(STATIC / name), media_type="text/html")
+            return HTMLResponse(html)
 
         return endpoint
 
@@ -130,7 +145,6 @@ def create_app(root: str | Path, token: str | None = None) -> Guard:
 
     routes = [Route(path, page(name)) for path, name in PAGES.items()]
     routes += [
-        Route("/runs/{name}", page("run.html")),
         Route("/static/{name}", static),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/runs", api(runs)),

@@ -30,6 +30,7 @@ from typing import Any
 from theseus.core.errors import JobError, TheseusError
 from theseus.core.inspect.runs import (
     lineage,
+    placeholder_row,
     run_folders,
     run_summary,
     tail_rows,
@@ -477,15 +478,4 @@ def _table_rows(run_path: Path) -> list[dict[str, Any]]:
 
 def _still_reading(name: str) -> dict[str, Any]:
     """The row of a run whose files were not read by the deadline (the read goes on)."""
-    return {
-        "name": name,
-        "key": None,
-        "status": "reading",
-        "step": None,
-        "loss": None,
-        "parent": None,
-        "started": None,
-        "dispatched": None,
-        "host": None,
-        "problem": "its files are slow to read; shown when they are read",
-    }
+    return placeholder_row(name, "reading", "its files are slow to read; shown when they are read")

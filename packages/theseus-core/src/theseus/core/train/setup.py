@@ -23,7 +23,6 @@ from theseus.core.data.loader import TrainingData
 from theseus.core.errors import ConfigError
 from theseus.core.execution import ExecutionPlan, RematChoice
 from theseus.core.optim.build import build_optimizer, build_schedule
-from theseus.core.sharding.config import check_remat
 from theseus.core.sharding.placement import Layout
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
@@ -110,8 +109,8 @@ def model_builder(config: TrainJobConfig, registries: Registries, configured: An
 def first_plan(
     probe: Any, config: TrainJobConfig, layout: Layout, configured: Any
 ) -> ExecutionPlan:
-    """The execution plan but its remat level (decided from the state's size, after)."""
-    check_remat(config.sharding)
+    """The execution plan but its remat level (decided from the state's size, after, by
+    ``decide_remat``; ``sharding.remat`` itself is checked when its config is built)."""
     return plan_execution(
         probe,
         config.sharding,

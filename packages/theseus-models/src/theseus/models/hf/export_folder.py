@@ -24,23 +24,22 @@ from pathlib import Path
 from theseus.models.errors import ModelError
 from theseus.models.hf.file_modes import share_as_umask
 
-#: Names of a Hugging Face model folder's own files (besides the patterns below).
-MODEL_FILES = frozenset(
-    {
-        "config.json",
-        "generation_config.json",
-        "adapter_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "added_tokens.json",
-        "chat_template.jinja",
-        "chat_template.json",
-        "vocab.json",
-        "merges.txt",
-        "tokenizer.model",
-    }
+#: Tokenizer files of a Hugging Face folder (copied on import, and on export when present).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
 )
+#: The model's own config files (kept with an imported run as its source).
+SOURCE_FILES = ("config.json", "generation_config.json")
+#: Names of a Hugging Face model folder's own files (besides the patterns below).
+MODEL_FILES = frozenset({*SOURCE_FILES, "adapter_config.json", *TOKENIZER_FILES})
 MODEL_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5", ".index.json")
 MODEL_FOLDERS = frozenset({"base"})  # a PEFT export's written-out base model
 

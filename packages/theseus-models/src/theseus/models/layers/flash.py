@@ -27,8 +27,9 @@ position ``shift + r`` when key column c sits at ``c`` (0 for self-attention).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -140,6 +141,33 @@ def _scores(q_BxGxRxQxK: jax.Array, k_BxGxCxK: jax.Array) -> jax.Array:
     )
 
 
+class _Keys(NamedTuple):
+    """The keys BxGxSxK, values BxGxSxK and key segment ids BxS one query block walks, with
+    the block sizes and the queries' ``shift`` (their offset past the keys' first position)."""
+
+    blocks: Blocks
+    k_BxGxSxK: jax.Array
+    v_BxGxSxK: jax.Array
+    k_seg_BxS: jax.Array
+    shift: jax.Array
+
+    def walk(self, i: jax.Array, q_seg_BxQ: jax.Array, step: Callable, carry: Any) -> Any:
+        """``carry`` through ``step(j, k_BxGxCxK, v_BxGxCxK, allowed, carry)`` over the key
+        blocks j that query block ``i`` (segment ids ``q_seg_BxQ``) can see, in order;
+        ``allowed`` says which of its rows may see which of block j's keys."""
+        blocks, shift = self.blocks, self.shift
+
+        def key_block(j: jax.Array, carry: Any) -> Any:
+            k_BxGxCxK = _key_block(self.k_BxGxSxK, j, blocks.k, 2)
+            v_BxGxCxK = _key_block(self.v_BxGxSxK, j, blocks.k, 2)
+            k_seg_BxC = _key_block(self.k_seg_BxS, j, blocks.k, 1)
+            allowed = _allowed(blocks, i, j, q_seg_BxQ, k_seg_BxC, shift)
+            return step(j, k_BxGxCxK, v_BxGxCxK, allowed, carry)
+
+        first, end = _key_range(blocks, i, shift)
+        return jax.lax.fori_loop(first, end, key_block, carry)
+
+
 class Partial(NamedTuple):
     """The online softmax of every query row so far: running maximum ``row_max`` and sum of
     exponentials ``row_sum`` (BxGxRxT), and the unnormalised output ``acc`` (BxGxRxTxK),
@@ -171,17 +199,13 @@ def accumulate(
 ) -> Partial:
     """``running`` continued over these keys. T and S are whole blocks (``pad_axis`` with the
     ``PAD_Q``/``PAD_K`` segment ids), q is already scaled by 1 / sqrt(K)."""
-    shift = jnp.asarray(shift, jnp.int32)
+    keys = _Keys(blocks, k_BxGxSxK, v_BxGxSxK, k_seg_BxS, jnp.asarray(shift, jnp.int32))
 
     def query_block(_, xs):
         i, q_BxGxRxQxK, q_seg_BxQ, m_BxGxRxQ, l_BxGxRxQ, acc_BxGxRxQxK = xs
 
-        def key_block(j, carry):
+        def key_block(j, k_BxGxCxK, v_BxGxCxK, allowed, carry):
             m_BxGxRxQ, l_BxGxRxQ, acc_BxGxRxQxK = carry
-            k_BxGxCxK = _key_block(k_BxGxSxK, j, blocks.k, 2)
-            v_BxGxCxK = _key_block(v_BxGxSxK, j, blocks.k, 2)
-            k_seg_BxC = _key_block(k_seg_BxS, j, blocks.k, 1)
-            allowed = _allowed(blocks, i, j, q_seg_BxQ, k_seg_BxC, shift)
             s_BxGxRxQxC = jnp.where(allowed, _scores(q_BxGxRxQxK, k_BxGxCxK), NEG_INF)
             m_new = jnp.maximum(m_BxGxRxQ, s_BxGxRxQxC.max(-1))
             p_BxGxRxQxC = jnp.where(allowed, jnp.exp(s_BxGxRxQxC - m_new[..., None]), 0.0)
@@ -195,9 +219,7 @@ def accumulate(
             )
             return m_new, l_new, acc_BxGxRxQxK * rescale[..., None] + pv
 
-        first, end = _key_range(blocks, i, shift)
-        init = (m_BxGxRxQ, l_BxGxRxQ, acc_BxGxRxQxK)
-        return None, jax.lax.fori_loop(first, end, key_block, init)
+        return None, keys.walk(i, q_seg_BxQ, key_block, (m_BxGxRxQ, l_BxGxRxQ, acc_BxGxRxQxK))
 
     xs = (
         jnp.arange(blocks.nq, dtype=jnp.int32),
@@ -219,43 +241,21 @@ def finish(running: Partial, dtype: jnp.dtype) -> tuple[jax.Array, jax.Array]:
     return out.astype(dtype), lse
 
 
-def _forward(
-    blocks: Blocks,
-    q_BxGxRxTxK: jax.Array,
-    k_BxGxSxK: jax.Array,
-    v_BxGxSxK: jax.Array,
-    q_seg_BxT: jax.Array,
-    k_seg_BxS: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-    """Output BxGxRxTxK and the per-row logsumexp BxGxRxT (+inf for rows that see nothing)."""
-    B, G, R, T, K = q_BxGxRxTxK.shape
-    running = Partial.empty(B, G, R, T, K)
-    running = accumulate(blocks, running, q_BxGxRxTxK, k_BxGxSxK, v_BxGxSxK, q_seg_BxT, k_seg_BxS)
-    return finish(running, q_BxGxRxTxK.dtype)
-
-
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _flash(
-    blocks: Blocks,
-    q_BxGxRxTxK: jax.Array,
-    k_BxGxSxK: jax.Array,
-    v_BxGxSxK: jax.Array,
-    q_seg_BxT: jax.Array,
-    k_seg_BxS: jax.Array,
+    blocks: Blocks, q: jax.Array, k: jax.Array, v: jax.Array, q_seg: jax.Array, k_seg: jax.Array
 ) -> jax.Array:
-    return _forward(blocks, q_BxGxRxTxK, k_BxGxSxK, v_BxGxSxK, q_seg_BxT, k_seg_BxS)[0]
+    """Attention output BxGxRxTxK (shapes as ``_flash_fwd``'s, which computes it)."""
+    return _flash_fwd(blocks, q, k, v, q_seg, k_seg)[0]
 
 
 def _flash_fwd(
-    blocks: Blocks,
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    q_seg: jax.Array,
-    k_seg: jax.Array,
+    blocks: Blocks, q: jax.Array, k: jax.Array, v: jax.Array, q_seg: jax.Array, k_seg: jax.Array
 ) -> tuple[jax.Array, tuple]:
-    """The output, and what the backward keeps: inputs, output and logsumexp (all linear in T)."""
-    out, lse = _forward(blocks, q, k, v, q_seg, k_seg)
+    """The output BxGxRxTxK, and what the backward keeps: inputs, output and the per-row
+    logsumexp BxGxRxT (+inf for rows that see nothing), all linear in T."""
+    running = accumulate(blocks, Partial.empty(*q.shape), q, k, v, q_seg, k_seg)
+    out, lse = finish(running, q.dtype)
     return out, (q, k, v, q_seg, k_seg, out, lse)
 
 
@@ -287,17 +287,13 @@ def pair_gradients(
     are the gradients of the whole attention (the softmax normaliser is ``lse``'s).
     """
     f32 = jnp.float32
-    shift = jnp.asarray(shift, jnp.int32)
+    keys = _Keys(blocks, k_BxGxSxK, v_BxGxSxK, k_seg_BxS, jnp.asarray(shift, jnp.int32))
 
     def query_block(carry, xs):
         i, q_BxGxRxQxK, q_seg_BxQ, dout_BxGxRxQxK, lse_BxGxRxQ, delta_BxGxRxQ = xs
 
-        def key_block(j, inner):
+        def key_block(j, k_BxGxCxK, v_BxGxCxK, allowed, inner):
             dq_BxGxRxQxK, dk_BxGxSxK, dv_BxGxSxK = inner
-            k_BxGxCxK = _key_block(k_BxGxSxK, j, blocks.k, 2)
-            v_BxGxCxK = _key_block(v_BxGxSxK, j, blocks.k, 2)
-            k_seg_BxC = _key_block(k_seg_BxS, j, blocks.k, 1)
-            allowed = _allowed(blocks, i, j, q_seg_BxQ, k_seg_BxC, shift)
             s_BxGxRxQxC = _scores(q_BxGxRxQxK, k_BxGxCxK)
             p_BxGxRxQxC = jnp.where(allowed, jnp.exp(s_BxGxRxQxC - lse_BxGxRxQ[..., None]), 0.0)
             dp_BxGxRxQxC = jnp.einsum(
@@ -326,9 +322,8 @@ def pair_gradients(
             dv_BxGxSxK = _add_block(dv_BxGxSxK, dv_BxGxCxK, j, blocks.k)
             return dq_BxGxRxQxK, dk_BxGxSxK, dv_BxGxSxK
 
-        first, end = _key_range(blocks, i, shift)
         dq = jnp.zeros(q_BxGxRxQxK.shape, f32)
-        dq, dk, dv = jax.lax.fori_loop(first, end, key_block, (dq, *carry))
+        dq, dk, dv = keys.walk(i, q_seg_BxQ, key_block, (dq, *carry))
         return (dk, dv), dq
 
     zeros = jnp.zeros(k_BxGxSxK.shape, f32)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from theseus.core.components import option
 from theseus.models.family import Family
 from theseus.models.llama.config import TINY
+from theseus.models.mistral.config import MISTRAL_7B
 from theseus.models.moe_fields import TINY_EXPERTS
 from theseus.models.qwen3_moe.config import Qwen3MoeConfig
 
@@ -26,23 +27,16 @@ class MixtralConfig(Qwen3MoeConfig):
 
 PRESETS: dict[str, dict] = {
     "tiny": {**TINY, **TINY_EXPERTS, "sliding_window": 8},
-    # mistralai/Mixtral-8x7B-v0.1 config.json (no sliding window)
+    # mistralai/Mixtral-8x7B-v0.1 config.json: Mistral 7B with each MLP made 8 experts of its
+    # width (top 2), a larger RoPE base and no sliding window
     "8x7b": {
-        "vocab_size": 32000,
-        "n_layers": 32,
-        "d_model": 4096,
-        "n_heads": 32,
-        "n_kv_heads": 8,
-        "head_dim": 128,
+        **{key: value for key, value in MISTRAL_7B.items() if key != "d_ff"},
         "n_experts": 8,
         "n_experts_per_token": 2,
-        "moe_d_ff": 14336,
+        "moe_d_ff": MISTRAL_7B["d_ff"],
         "rope_theta": 1000000.0,
-        "max_seq_len": 32768,
-        "norm_eps": 1e-5,
         "sliding_window": 0,
         "router_aux_loss_coef": 0.02,
-        "tie_embeddings": False,
     },
 }
 
