@@ -140,10 +140,10 @@ def test_the_plans_name_the_8b_preset_on_64_v5p_chips_and_8_h100s():
         assert config.training.global_batch_size == 2 * target.devices
 
 
-def quoted(label: str, after: str) -> str:
-    """The page's quoted plan line ``label ...`` in the first output block after ``after``."""
-    text = page().split(after, 1)[1]
-    block = re.findall(r"```\n(.+?)\n```", text, re.S)[0]
+def quoted(label: str, target: str) -> str:
+    """The page's quoted plan line ``label ...`` of the plan for ``target``."""
+    blocks = re.findall(r"\n```\n(target      .+?)\n```", page(), re.S)
+    (block,) = [b for b in blocks if b.startswith(f"target      {target}:")]
     (line,) = [x for x in block.splitlines() if x.strip().startswith(label)]
     return line
 
@@ -157,7 +157,7 @@ def test_the_h100_plan_runs_as_written_and_prints_the_quoted_memory(tmp_path):
     plan = json.loads(done.stdout)
     assert (plan["target"], plan["devices"], plan["fits"]) == ("h100x8", 8, True)
     # the page quotes 23.654 GiB: the same compiler and program give the same buffers
-    line = quoted("total", "--dry-run --target h100x8\n")
+    line = quoted("total", "h100x8")
     page_gib = float(line.split()[1])
     assert abs(plan["peak_bytes"] / GIB - page_gib) <= 0.01 * page_gib, (plan, line)
     assert plan["attention"] == "cudnn" and plan["dtype"] == "bfloat16"
@@ -173,6 +173,7 @@ def test_the_v5p_128_plan_compiles_for_64_chips_on_16_hosts(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     plan = json.loads(done.stdout)
     assert (plan["target"], plan["devices"], plan["hosts"]) == ("v5p-128", 64, 16)
+    assert "64 x TPU v5 on 16 host(s)" in quoted("target", "v5p-128")  # as the page says
     assert plan["fits"] is True and plan["attention"] == "splash"
     assert plan["flops_per_step_model"] > 0 and 0 < plan["predicted_mfu"] < 1
     assert not (tmp_path / "runs").exists()  # nothing ran
