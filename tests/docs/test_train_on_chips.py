@@ -292,3 +292,25 @@ def quoted_dispatch_lines() -> list[str]:
         lines += [x for x in block.splitlines() if "..." not in x and "files from" not in x]
     assert len(lines) > 8, lines
     return lines
+
+
+def test_the_8b_preset_refuses_other_data_and_its_hint_is_an_override_that_parses():
+    """The page's path depends on it: data tokenized with the default 8192-token BPE is
+    refused in one line, and the line's fix is a command-line override that works (it used
+    to suggest ``data.tokenizer_options.path=...``, which the command line refuses as an
+    unknown key)."""
+    from theseus.core.errors import ConfigError
+    from theseus.core.plugins import registries
+    from theseus.core.train.vocab import check_vocab
+
+    (plan,) = [c for c in theseus_commands() if kind(c) == "plan" and "v5p-128" in c]
+    config = resolved(plan)
+    with pytest.raises(ConfigError) as refused:
+        check_vocab(config, 8192, registries())
+    message = str(refused.value)
+    assert "\n" not in message and "128256" in message and "8192" in message
+    hint = re.search(r"\((data\.tokenizer=hf '[^']+')\)", message)
+    assert hint, message
+    fixed = resolved([*plan, *shlex.split(hint.group(1).replace(".../", "/x/"))])
+    assert fixed.data.tokenizer == "hf"
+    assert fixed.data.tokenizer_options == {"path": "/x/tokenizer.json"}
