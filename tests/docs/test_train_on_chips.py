@@ -1,11 +1,9 @@
 """docs/train-on-chips.md, its commands as written: each fenced command is one of the kinds
 below, and each kind that can run here runs.
 
-* plans (``theseus run ... --dry-run --target T``): the H100 plan runs as written (the real
-  8B, about 35 s on 2 cores) and prints the memory quoted on the page; the v5p-128 plan
-  (the real 8B: 149 s on 2 cores) is too slow for the suite, so the test checks that the
-  page's command resolves to the job, config and target it names, then compiles that same
-  command with ``model.n_layers=2`` for the same 64 chips on 16 hosts;
+* plans (``theseus run ... --dry-run --target T``): both run as written, the real 8B (the
+  H100 plan in about 35 s on 2 cores, the v5p-128 plan in about 150 s: marked slow), and
+  print the per-chip memory and step estimate the page quotes;
 * tokenizations: run on fineweb-shaped parquet rows with a small ``tokenizer.json``, their
   ``/mnt/shared``, ``/data`` and ``/shared`` paths moved under a temporary folder; the folder
   written is the one the matching ``submit`` command's data settings name;
@@ -89,7 +87,10 @@ def test_every_command_on_the_page_is_a_kind_this_file_runs():
     others = [
         c for c in everything if c[:2] != ["uv", "sync"] and c[:3] != ["uv", "run", "theseus"]
     ]
-    assert [c[:4] for c in others] == [["gcloud", "compute", "tpus", "tpu-vm"]], others
+    assert [c[:5] for c in others] == [
+        ["gcloud", "compute", "tpus", "tpu-vm", "create"],
+        ["gcloud", "compute", "tpus", "tpu-vm", "ssh"],
+    ], others
     kinds = [kind(c) for c in theseus_commands()]
     runnable = {"plan", "tokenize", "submit-dry-run", "status"}
     assert set(kinds) <= runnable | NEEDS_ELSEWHERE, set(kinds) - runnable - NEEDS_ELSEWHERE
@@ -149,33 +150,34 @@ def quoted(label: str, target: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_h100_plan_runs_as_written_and_prints_the_quoted_memory(tmp_path):
+@pytest.mark.parametrize(
+    "target, devices, hosts, attention",
+    [("h100x8", 8, 1, "cudnn"), ("v5p-128", 64, 16, "splash")],
+)
+def test_the_plan_runs_as_written_and_prints_the_quoted_memory(
+    tmp_path, target, devices, hosts, attention
+):
+    """The real 8B step, compiled for the page's target as the page says. The v5p-128
+    compile takes 150 s on 2 idle cores (95 CPU-seconds); a smaller model does not make it
+    cheaper: with ``model.n_layers=2 training.seq_len=1024`` it took 99 CPU-seconds (the
+    layers are scanned: the compile's cost is the 64-chip program, not the depth), so the
+    test compiles the page's own command and checks the page's own numbers."""
     require_aot()
-    args = plans()["h100x8"]
+    args = plans()[target]
     done = run([*args, "--json"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     plan = json.loads(done.stdout)
-    assert (plan["target"], plan["devices"], plan["fits"]) == ("h100x8", 8, True)
-    # the page quotes 23.654 GiB: the same compiler and program give the same buffers
-    line = quoted("total", "h100x8")
-    page_gib = float(line.split()[1])
-    assert abs(plan["peak_bytes"] / GIB - page_gib) <= 0.01 * page_gib, (plan, line)
-    assert plan["attention"] == "cudnn" and plan["dtype"] == "bfloat16"
-
-
-@pytest.mark.slow
-def test_the_v5p_128_plan_compiles_for_64_chips_on_16_hosts(tmp_path):
-    """The page's command with ``model.n_layers=2`` appended: the 32-layer compile takes
-    about 150 s on 2 cores (measured for the page), too long for the suite."""
-    require_aot()
-    args = plans()["v5p-128"]
-    done = run([*args, "model.n_layers=2", "--json"], tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    plan = json.loads(done.stdout)
-    assert (plan["target"], plan["devices"], plan["hosts"]) == ("v5p-128", 64, 16)
-    assert "64 x TPU v5 on 16 host(s)" in quoted("target", "v5p-128")  # as the page says
-    assert plan["fits"] is True and plan["attention"] == "splash"
-    assert plan["flops_per_step_model"] > 0 and 0 < plan["predicted_mfu"] < 1
+    assert (plan["target"], plan["devices"], plan["hosts"]) == (target, devices, hosts)
+    assert plan["fits"] is True and plan["attention"] == attention
+    assert plan["dtype"] == "bfloat16"
+    assert f"{devices} x " in quoted("target", target) and f"on {hosts} host(s)" in quoted(
+        "target", target
+    )
+    # the page quotes the per-chip total: the same compiler and program give the same buffers
+    page_gib = float(quoted("total", target).split()[1])
+    assert abs(plan["peak_bytes"] / GIB - page_gib) <= 0.01 * page_gib, (plan, page_gib)
+    page_ms = float(quoted("estimate", target).split()[1])
+    assert abs(plan["step_seconds_estimate"] * 1000 - page_ms) <= 0.02 * page_ms, plan
     assert not (tmp_path / "runs").exists()  # nothing ran
 
 
