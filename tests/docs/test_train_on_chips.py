@@ -266,7 +266,8 @@ def test_the_dispatch_dry_runs_print_their_plans_with_no_credentials(tmp_path):
     assert [s[s.index("--to") + 1] for s in submits] == ["v5p", "h100", "h100-slurm"]
     headers = {
         "v5p": ["TPU VM   theseus-llama8b: v5p-128, v2-alpha-tpuv5, us-east5-a",
-                "workers  16, a process each with 4 v5p chip(s)", "--root /mnt/shared/theseus"],
+                "workers  16, a process each with 4 v5p chip(s)", "--root /mnt/shared/theseus",
+                "MOUNT=/mnt/shared"],
         "h100": ["target  h100 (ssh)", "hosts   h100-box.example.org", "root    /data/theseus"],
         "h100-slurm": ["target  h100-slurm (slurm, sbatch over SSH on login.cluster.example.org)",
                        "#SBATCH --gres=gpu:8", "#SBATCH --partition=h100"],
