@@ -122,24 +122,28 @@ def test_solver_explains_per_target(slurm1, cli, tmp_path):
         },
         priority=["gpus", "cluster", "nowhere"],
     )
-    done = cli("submit", JOB, "--nodes", "2", "--dry-run", check=False)
+    # the live check (sinfo) is a real submit's: a dry run contacts nothing (below)
+    done = cli("submit", JOB, "--nodes", "2", check=False)
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "error: no target can take this run: gpus (slurm): partition (default): 0 usable node(s) "
         "with 8 GRES chip(s), needs 2; cluster (slurm): offers at most 1 node(s), needs 2; "
         "nowhere (slurm): offers at most 1 node(s), needs 2"
     )
-    done = cli(
-        "submit", JOB, "--chip", "h100", "--chips", "16", "--to", "gpus", "--dry-run", check=False
-    )
+    done = cli("submit", JOB, "--chip", "h100", "--chips", "16", "--to", "gpus", check=False)
     assert (
         "target gpus (slurm): partition (default): 0 usable node(s) with 8 GRES chip(s), needs 2"
         in done.stderr
     )
-    done = cli("submit", JOB, "--to", "nowhere", "--dry-run", check=False)
+    done = cli("submit", JOB, "--to", "nowhere", check=False)
     assert "target nowhere (slurm): partition nosuch: 0 usable node(s), needs 1" in done.stderr
-    plan = cli("submit", JOB, "--dry-run").stdout  # auto: gpus has no h100 -> skipped; cluster fits
-    assert "cluster (slurm, sbatch locally)" in plan and "#SBATCH --nodes=1" in plan
+    assert not cli.state.exists()  # refused before anything was launched or recorded
+    # a dry run makes the static fit only (no sinfo): the first target that fits on paper
+    done = cli("submit", JOB, "--nodes", "8", "--dry-run", check=False)
+    assert done.returncode == 2 and "gpus (slurm): offers at most 4 node(s), needs 8" in done.stderr
+    plan = cli("submit", JOB, "--dry-run").stdout
+    assert "gpus (slurm, sbatch locally)" in plan and "#SBATCH --nodes=1" in plan
+    assert "live check: not made" in plan
 
 
 def losses(path) -> dict[int, float]:

@@ -137,6 +137,27 @@ def test_quoting_no_shell_injection(sshds, cli, tmp_path):
     assert not any((b / "pwned").exists() for b in bundles)
 
 
+def test_a_host_without_the_shared_mount_does_not_start(sshds, cli, tmp_path):
+    """``root_mount``: a folder that is not a mount point stops the host before the job
+    (exit 93, the log names it, nothing written under the root); a mounted one (``/proc``,
+    a mount point on every Linux host) lets it run."""
+    unmounted = tmp_path / "not-a-mount"
+    unmounted.mkdir()
+    cli.write({"box": ssh_target(sshds, tmp_path, root_mount=str(unmounted))})
+    cli("submit", JOB, "--name", "nomount")
+    wait_for(lambda: "failed" in cli("status", "nomount").stdout, 60, what="failed")
+    exit_file = tmp_path / "remote-work" / "launches" / "nomount" / "exit.0"
+    assert exit_file.read_text().strip() == "93"
+    log = cli("logs", "nomount").stdout
+    assert f"theseus: {unmounted} is not mounted on" in log and "not starting" in log
+    assert not (tmp_path / "remote-root" / "runs" / "nomount").exists()
+
+    cli.write({"box": ssh_target(sshds, tmp_path, root_mount="/proc")})
+    cli("submit", JOB, "--name", "mounted")
+    wait_for(lambda: run_status(tmp_path / "remote-root", "mounted") == "finished", 120,
+             what="finished")  # fmt: skip
+
+
 def test_dry_run_touches_nothing(sshds, cli, tmp_path):
     cli.write({"box": ssh_target(sshds[0], tmp_path, secrets=["WANDB_API_KEY"])})
     cli.env["WANDB_API_KEY"] = SECRET

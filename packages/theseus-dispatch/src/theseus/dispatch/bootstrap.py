@@ -4,7 +4,8 @@ It installs uv if missing, runs ``uv sync --frozen`` with the target's dependenc
 (or reuses a given Python), sources the 0600 secrets file, exports
 ``THESEUS_COORDINATOR_ADDRESS`` / ``THESEUS_NUM_PROCESSES`` / ``THESEUS_PROCESS_ID``
 (from the launcher, else from SLURM's variables), and runs
-``theseus run <job> <overrides> --root <root> --name <name>``. It writes its exit code
+``theseus run <job> <overrides> --root <root> --name <name>``; with ``root_mount`` set, a
+host where that mount point is not mounted exits 93 first. It writes its exit code
 to ``exit.<process id>`` next to itself. Every value is quoted with :func:`shlex.quote`, and
 none may hold a control character (:mod:`theseus.dispatch.script_values`).
 """
@@ -88,6 +89,7 @@ def script(
         check_plain(where, value)
     env_lines = "\n".join(f"export {check_env_name(k)}={q(v)}" for k, v in target.env.items())
     python = target.python or ""
+    mount = getattr(target, "root_mount", None) or ""  # a plugin's config may not have it
     run_words = " ".join(q(w) for w in theseus_command(sub, root))
     coordinator_default = q(coordinator or f"127.0.0.1:{target.coordinator_port}")
     sync = f"{q('--group')} {q(target.group)}"
@@ -104,6 +106,11 @@ export THESEUS_DISPATCH_TARGET={q(sub.target)} THESEUS_DISPATCH_TYPE={q(target.t
 ID="$THESEUS_PROCESS_ID"
 finish() {{ echo "$1" > "$LAUNCH/exit.$ID.tmp" && mv "$LAUNCH/exit.$ID.tmp" "$LAUNCH/exit.$ID"; exit "$1"; }}
 {env_lines}
+MOUNT={q(mount)}
+if [ -n "$MOUNT" ] && ! mountpoint -q "$MOUNT"; then
+  echo "theseus: $MOUNT is not mounted on $(hostname) and the root {q(root)} is on it: not starting (without it this host would write the run to its own disk)"
+  finish 93
+fi
 if [ -f "$LAUNCH/secrets.env" ]; then set -a; . "$LAUNCH/secrets.env"; set +a; fi
 PYTHON={q(python)}
 if [ -z "$PYTHON" ]; then

@@ -79,6 +79,11 @@ class TargetConfig:
         47123, "port of the jax.distributed coordinator (multi-host)", ge=1, le=65535
     )
     timeout: float = _opt(20.0, "seconds allowed for one remote operation", gt=0)
+    root_mount: str | None = _opt(
+        None,
+        "the mount point of the shared file system the root is on: each host checks it is "
+        "mounted before starting, and exits 93 naming it when it is not",
+    )
 
 
 @dataclass(kw_only=True)

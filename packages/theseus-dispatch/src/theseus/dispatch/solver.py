@@ -1,7 +1,9 @@
 """Pick a target for a request: static fit from the config, then a live check.
 
 ``--to auto`` tries targets in priority order and takes the first that fits; when none
-does, the error lists every target with the reason it was passed over.
+does, the error lists every target with the reason it was passed over. A dry run
+(``live=False``) makes the static fit only: it contacts no host or API and reads no
+credentials, so it plans for a cluster or cloud this machine cannot reach.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ def solve(
     to: str,
     request: Request,
     backend_for: Callable[[str], Backend],
+    live: bool = True,
 ) -> tuple[str, int]:
-    """(target name, nodes). ``to`` is a target name or ``auto``."""
+    """(target name, nodes). ``to`` is a target name or ``auto``; ``live=False`` skips each
+    target's live check (``Backend.available``)."""
     if to != "auto" and to not in targets:
         raise NoTargetError(f"unknown target {to!r} (configured: {', '.join(priority)})")
     candidates = priority if to == "auto" else [to]
@@ -55,7 +59,7 @@ def solve(
         target = targets[name]
         reason = static_reason(target, request)
         nodes = nodes_for(target, request)
-        if reason is None:
+        if reason is None and live:
             reason = backend_for(name).available(request, nodes)
         if reason is None:
             return name, nodes

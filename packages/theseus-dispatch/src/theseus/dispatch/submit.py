@@ -71,8 +71,9 @@ def submit_run(
     script_values.check_submission(unsent, object(), "")
     request = Request(chips=chips, chip=chip, nodes=nodes)
     target_name, node_count = solve(
-        session.config.targets, session.config.priority, to, request, session.backend
-    )
+        session.config.targets, session.config.priority, to, request, session.backend,
+        live=not dry_run,
+    )  # fmt: skip
     target = session.config.targets[target_name]
     sub = Submission(
         job=job,
@@ -88,16 +89,10 @@ def submit_run(
     leaks.check_submission(sub, target)  # the target's keys too, before anything is written
     script_values.check_submission(sub, target, target_name)
     backend = session.backend(target_name)
-    _refuse_if_active_elsewhere(session, run_name, target_name)
-    if dry_run:
-        from theseus.dispatch.bundle import find_workspace, workspace_files
-
-        workspace = find_workspace()
-        files = workspace_files(workspace)
-        typer.echo(backend.plan(sub))
-        typer.echo(f"--- bundle: {len(files)} files from {workspace} (not uploaded: dry run)")
-        typer.echo(f"--- config.yaml\n{config_yaml}", nl=False)
+    if dry_run:  # contacts nothing: no live check, no status of an earlier submission
+        _print_plan(backend, sub, target, config_yaml)
         return None
+    _refuse_if_active_elsewhere(session, run_name, target_name)
 
     existing = backend.find(sub)
     if existing is not None:
@@ -123,6 +118,22 @@ def submit_run(
         f"({len(bundle.files)} files, {len(bundle.data) // 1024} KiB)"
     )
     return handle
+
+
+def _print_plan(backend: Any, sub: Submission, target: Any, config_yaml: str) -> None:
+    """``--dry-run``: the plan, made from the config file and this workspace alone."""
+    from theseus.dispatch.bundle import find_workspace, workspace_files
+
+    workspace = find_workspace()
+    files = workspace_files(workspace)
+    typer.echo(backend.plan(sub))
+    typer.echo(
+        f"--- live check: not made (a dry run contacts no host or API and reads no "
+        f"credentials); `theseus submit` without --dry-run asks {sub.target} [{target.type}] "
+        "first whether it can take the run"
+    )
+    typer.echo(f"--- bundle: {len(files)} files from {workspace} (not uploaded: dry run)")
+    typer.echo(f"--- config.yaml\n{config_yaml}", nl=False)
 
 
 def _all_secrets(session: Any) -> list[str]:

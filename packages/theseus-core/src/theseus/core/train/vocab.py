@@ -42,7 +42,7 @@ def check_vocab(
             f"model.preset={model.preset} is the published model, whose vocabulary is "
             f"{model.vocab_size} tokens (model.vocab_size), but {tokenizer} has "
             f"{tokenizer_vocab} tokens: tokenize with that model's tokenizer (data.tokenizer=hf "
-            f"data.tokenizer_options.path=.../tokenizer.json), or pass "
+            f"'data.tokenizer_options={{path: .../tokenizer.json}}'), or pass "
             f"model.vocab_size={tokenizer_vocab} to train the data's vocabulary instead"
         )
     raise ConfigError(

@@ -222,6 +222,8 @@ class TpuBackend(Backend):
                 ("target", f"{self.name} (gcp-tpu via {api})"),
                 ("TPU VM", f"{node_name(sub.name)}: {c.accelerator_type}, {c.runtime_version}, {c.zone}"
                  + (", spot" if c.spot else "")),
+                ("workers", f"{sub.nodes}, a process each with {c.chips_per_node} {c.chip} chip(s)"
+                 + " (an existing VM of that name is used as it is)"),
             ]
         )  # fmt: skip
         return f"{header}\n--- bootstrap.sh (each worker)\n{text}"
