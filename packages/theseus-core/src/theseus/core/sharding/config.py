@@ -54,6 +54,16 @@ class ShardingConfig:
         resume_safe=True,
         ge=-1,
     )
+    expert_capacity: float = option(
+        1.25,
+        "capacity factor of the all-to-all dispatch when experts are split over expert and "
+        "the model is dropless (model.capacity_factor=0): each expert takes at most "
+        "ceil(f x tokens x k / experts) of each device's assignments, the rest dropped (the "
+        "fraction logged); 0: dropless dispatch (slabs of every assignment, expert times the "
+        "traffic)",
+        resume_safe=True,
+        ge=0,
+    )
     context: int = option(
         1,
         "context mesh axis size: every sequence split over this many devices (long "
@@ -89,10 +99,6 @@ class ShardingConfig:
         problem = first_problem(self, "sharding")
         if problem:
             raise ShardingError(problem)
-        # the model's routed expert count (0: dense), which sharding.expert=0 reads; not a
-        # config key: TrainJobConfig sets it from model.n_experts (a copy made with
-        # dataclasses.replace starts at 0 again, until a TrainJobConfig holds it)
-        self.model_experts = 0
 
 
 def parse_strategy(strategy: str) -> tuple[str, bool]:
@@ -109,12 +115,14 @@ def parse_strategy(strategy: str) -> tuple[str, bool]:
     return (bases[0] if bases else "dp"), tensor
 
 
-def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
+def mesh_shape(config: ShardingConfig, device_count: int, experts: int = 0) -> dict[str, int]:
     """Axis sizes (data, fsdp, expert, context, tensor) whose product is ``device_count``.
 
     Positive sizes are taken as given, ``-1`` takes the devices left (at most one axis),
     ``0`` (auto) takes them when no axis says ``-1`` -- ``fsdp`` under the fsdp strategy,
-    ``data`` otherwise -- and is 1 everywhere else.
+    ``data`` otherwise -- and is 1 everywhere else, but for ``expert``: auto there splits a
+    mixture of ``experts`` routed experts (the model's ``n_experts``; 0 for a dense model)
+    as :func:`auto_experts` says.
     """
     base, _ = parse_strategy(config.strategy)
     sizes = {axis: getattr(config, axis) for axis in MESH_AXES}
@@ -129,7 +137,7 @@ def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
         if sizes[auto] == 0:
             rest = [auto]
     if sizes["expert"] == 0 and "expert" not in rest:
-        sizes["expert"] = auto_experts(config.model_experts, device_count, sizes, rest)
+        sizes["expert"] = auto_experts(experts, device_count, sizes, rest)
     sizes = {axis: (1 if size == 0 else size) for axis, size in sizes.items()}
     fixed = math.prod(size for axis, size in sizes.items() if axis not in rest)
     if rest:

@@ -90,8 +90,9 @@ def rules_for(strategy: str) -> StrategyRules:
     return StrategyRules(strategy, params, optimizer)
 
 
-def batch_ways(config: ShardingConfig, device_count: int) -> int:
-    """Ways the mesh of ``config`` on ``device_count`` devices splits the batch (what
+def batch_ways(config: ShardingConfig, device_count: int, experts: int = 0) -> int:
+    """Ways the mesh of ``config`` on ``device_count`` devices splits the batch of a model of
+    ``experts`` routed experts (what
     :attr:`~theseus.core.sharding.placement.Layout.batch_shards` is once the mesh exists)."""
-    sizes = mesh_shape(config, device_count)
+    sizes = mesh_shape(config, device_count, experts)
     return math.prod(sizes[axis] for axis in rules_for(config.strategy).batch)

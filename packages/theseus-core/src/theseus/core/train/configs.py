@@ -226,5 +226,3 @@ class TrainJobConfig:
         Python rather than by the config tree, which checks each value as it is set)."""
         for group in dataclasses.fields(self):
             check_config(getattr(self, group.name), group.name)
-        # sharding.expert=0 (auto) splits a mixture's experts: the mesh needs their count
-        self.sharding.model_experts = int(getattr(self.model, "n_experts", 0) or 0)
