@@ -95,7 +95,7 @@ class ExecutionPlan:
             return self.experts
         dispatch = (
             f"capacity factor {self.expert_capacity:g} ({self.capacity_rule}; assignments past "
-            "an expert's capacity are dropped, the fraction logged as moe_drop_fraction)"
+            "an expert's capacity are dropped, the fraction logged as model/stat/moe_drop_fraction)"
             if self.expert_capacity > 0
             else f"dropless ({self.capacity_rule})"
         )
