@@ -12,7 +12,7 @@ import pytest
 # a machine without TPUs: no metadata server, one local host (libtpu's defaults otherwise
 # print warnings); set before libtpu loads
 from theseus.core.chips.environment import installed, quiet_libtpu
-from theseus.core.sharding.placement import Layout
+from theseus.core.train.job_layout import job_layout
 
 quiet_libtpu()
 
@@ -63,7 +63,7 @@ def target_setup(family: str, target: str, overrides: list[str]) -> Any:
     tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, overrides)
     config = tree.to_object(TrainJobConfig)
     vocab = config.model.vocab_size or VOCAB
-    layout = Layout(config.sharding, compile_only_devices(target))
+    layout = job_layout(config, compile_only_devices(target))
     return TrainSetup.build(config, regs, vocab, layout=layout)
 
 

@@ -30,7 +30,9 @@ def test_strategies_parse_and_combine():
         "kv_heads": ("tensor",),
         "mlp": ("tensor",),
     }
-    assert rules.optimizer["embed"] == ("data", "fsdp") and rules.optimizer["mlp"] == ("tensor",)
+    # the expert axis is one more data axis outside the expert layers: ZeRO splits over it too
+    assert rules.optimizer["embed"] == ("data", "fsdp", "expert")
+    assert rules.optimizer["mlp"] == ("tensor",)
 
 
 @pytest.mark.parametrize(

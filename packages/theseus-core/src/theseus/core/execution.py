@@ -10,7 +10,8 @@ the ambient mesh or the backend what to run, and no model is changed after it is
 * ``context``: how a sequence split over the ``context`` axis attends (ring in an order,
   all-gather, or not split);
 * ``experts``: how a mixture routes its tokens (all-to-all over ``expert``, on each device,
-  or over the whole batch);
+  or over the whole batch), and for the all-to-all the capacity factor its dispatch is sized
+  by (``expert_capacity``; 0: dropless);
 * ``remat``: what the backward pass recomputes, and why (each block runs through
   ``theseus.core.sharding.remat.checkpointed`` at its level);
 * ``compute_dtype``: the dtype the model computes in, and the rule that chose it.
@@ -80,9 +81,25 @@ class ExecutionPlan:
     attention: AttentionKernel = field(default_factory=AttentionKernel)
     context: ContextSplit = field(default_factory=ContextSplit)
     experts: str = "none"  # one of EXPERT_ROUTES
+    expert_ways: int = 1  # devices of the expert axis the experts are split over
+    # the capacity factor of the all-to-all dispatch (0: dropless) and where it came from
+    expert_capacity: float = 0.0
+    capacity_rule: str = ""
     remat: RematChoice = field(default_factory=RematChoice)
     compute_dtype: str = "float32"
     dtype_rule: str = "as configured"
+
+    def expert_line(self) -> str:
+        """``all_to_all over expert=32, capacity factor 1.25 (...)`` or the routing alone."""
+        if self.experts != "all_to_all":
+            return self.experts
+        dispatch = (
+            f"capacity factor {self.expert_capacity:g} ({self.capacity_rule}; assignments past "
+            "an expert's capacity are dropped, the fraction logged as model/stat/moe_drop_fraction)"
+            if self.expert_capacity > 0
+            else f"dropless ({self.capacity_rule})"
+        )
+        return f"all_to_all over expert={self.expert_ways}, {dispatch}"
 
     def lines(self) -> list[str]:
         """The plan as ``name: value`` lines for the start-up log and the dry run."""
@@ -96,7 +113,7 @@ class ExecutionPlan:
         return [
             f"attention: {kernel.label()}{blocks}" + (f" ({kernel.why})" if kernel.why else ""),
             f"context: {context}",
-            f"experts: {self.experts} ({EXPERT_ROUTES[self.experts]})",
+            f"experts: {self.expert_line()} ({EXPERT_ROUTES[self.experts]})",
             f"remat: {self.remat.level} ({self.remat.reason})",
             f"compute dtype: {self.compute_dtype} ({self.dtype_rule})",
         ]

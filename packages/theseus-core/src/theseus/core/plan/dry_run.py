@@ -85,7 +85,7 @@ def plan(
     """The plan of ``recipe``'s step (the job's) as a dict; advice added when the step does
     not fit its chip."""
     from theseus.core.plan.plan_report import report
-    from theseus.core.sharding.placement import Layout
+    from theseus.core.train.job_layout import job_layout
     from theseus.core.train.setup import TrainSetup
 
     clock = Clock()
@@ -98,7 +98,7 @@ def plan(
         regs = registries()
 
         def make(changed: TrainJobConfig) -> Any:
-            layout = Layout(changed.sharding, devices) if devices is not None else None
+            layout = job_layout(changed, devices) if devices is not None else None
             return TrainSetup.build(changed, regs, vocab, recipe, layout=layout)
 
         setup = make(config)

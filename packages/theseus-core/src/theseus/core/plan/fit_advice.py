@@ -76,7 +76,8 @@ def advise(
     """What each lever compiles to (``build`` makes a setup from a config): its peak bytes
     per chip, whether it fits and the seconds it took; the first that fits ends the search."""
     sizes = setup.layout.sizes
-    shards = sizes["data"] * sizes["fsdp"]
+    # fsdp splits the state over the expert axis too (a data axis outside the expert layers)
+    shards = sizes["data"] * sizes["fsdp"] * sizes.get("expert", 1)
     tried = levers(config, setup.per_device, setup.remat.level, shards)
     advice: list[dict[str, Any]] = []
     for number, (label, change) in enumerate(tried, 1):

@@ -16,7 +16,7 @@ from theseus.core.evaluate.training import training_tasks
 from theseus.core.jobs import JobContext
 from theseus.core.rundir import RunDir
 from theseus.core.sharding.distributed import initialize_from_env
-from theseus.core.sharding.placement import Layout
+from theseus.core.train.job_layout import job_layout
 from theseus.core.train.recipe import Recipe
 from theseus.core.train.setup import TrainSetup, open_data, plan_batch
 from theseus.core.train.trainer import Trainer
@@ -42,7 +42,7 @@ def run_training(job: TrainingJob) -> dict[str, Any]:
     initialize_from_env()  # multi-host: before anything touches a device
     config, context = job.config, job.context
     recipe = job.recipe(config)
-    layout = Layout(config.sharding)  # the mesh first, then the batch plan on it
+    layout = job_layout(config)  # the mesh first, then the batch plan on it
     batch = plan_batch(config, recipe.layout, layout)  # the loader and the step both take it
     data = open_data(config, context.root, recipe.layout, run=job.run, batch=batch)
     setup = TrainSetup.build(config, context.registries, data.vocab_size, recipe, layout, batch)

@@ -47,11 +47,22 @@ class ShardingConfig:
         1, "tensor mesh axis size (heads and MLP width); -1: the rest", resume_safe=True, ge=-1
     )
     expert: int = option(
-        1,
+        0,
         "expert mesh axis size: MoE experts split over it, tokens sent to them by all-to-all "
-        "(it splits the batch too); -1: the rest",
+        "(it splits the batch too); -1: the rest; 0: auto (a mixture: the largest divisor of "
+        "its expert count that the devices allow; a dense model: 1)",
         resume_safe=True,
         ge=-1,
+    )
+    expert_capacity: float = option(
+        1.25,
+        "capacity factor of the all-to-all dispatch when experts are split over expert and "
+        "the model is dropless (model.capacity_factor=0): each expert takes at most "
+        "ceil(f x tokens x k / experts) of each device's assignments, the rest dropped (the "
+        "fraction logged); 0: dropless dispatch (slabs of every assignment, expert times the "
+        "traffic)",
+        resume_safe=True,
+        ge=0,
     )
     context: int = option(
         1,
@@ -104,12 +115,14 @@ def parse_strategy(strategy: str) -> tuple[str, bool]:
     return (bases[0] if bases else "dp"), tensor
 
 
-def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
+def mesh_shape(config: ShardingConfig, device_count: int, experts: int = 0) -> dict[str, int]:
     """Axis sizes (data, fsdp, expert, context, tensor) whose product is ``device_count``.
 
     Positive sizes are taken as given, ``-1`` takes the devices left (at most one axis),
     ``0`` (auto) takes them when no axis says ``-1`` -- ``fsdp`` under the fsdp strategy,
-    ``data`` otherwise -- and is 1 everywhere else.
+    ``data`` otherwise -- and is 1 everywhere else, but for ``expert``: auto there splits a
+    mixture of ``experts`` routed experts (the model's ``n_experts``; 0 for a dense model)
+    as :func:`auto_experts` says.
     """
     base, _ = parse_strategy(config.strategy)
     sizes = {axis: getattr(config, axis) for axis in MESH_AXES}
@@ -123,6 +136,8 @@ def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
         auto = "fsdp" if base == "fsdp" else "data"
         if sizes[auto] == 0:
             rest = [auto]
+    if sizes["expert"] == 0 and "expert" not in rest:
+        sizes["expert"] = auto_experts(experts, device_count, sizes, rest)
     sizes = {axis: (1 if size == 0 else size) for axis, size in sizes.items()}
     fixed = math.prod(size for axis, size in sizes.items() if axis not in rest)
     if rest:
@@ -138,6 +153,20 @@ def mesh_shape(config: ShardingConfig, device_count: int) -> dict[str, int]:
             f"{device_count}; make the product of the axes {device_count} or set one to -1"
         )
     return sizes
+
+
+def auto_experts(n_experts: int, device_count: int, sizes: dict[str, int], rest: list[str]) -> int:
+    """``sharding.expert=0``: the largest divisor of ``n_experts`` (a dense model: 0, giving
+    1) that divides the devices the other fixed axes leave, so that the axis taking the rest
+    (``fsdp`` under fsdp, else ``data``) keeps what is left over; without such an axis, those
+    devices exactly when they divide the experts, else 1 (the mesh check then says why)."""
+    fixed = math.prod(max(s, 1) for a, s in sizes.items() if a != "expert" and a not in rest)
+    if n_experts <= 1 or device_count % fixed:
+        return 1
+    room = device_count // fixed
+    if not rest:
+        return room if n_experts % room == 0 else 1
+    return max(d for d in range(1, n_experts + 1) if n_experts % d == 0 and room % d == 0)
 
 
 def planned_devices(config: ShardingConfig) -> int | None:

@@ -89,10 +89,17 @@ def spec_for(
 class Layout:
     """A mesh and the shardings of everything the train step touches."""
 
-    def __init__(self, config: ShardingConfig, devices: Sequence[Any] | None = None) -> None:
+    def __init__(
+        self, config: ShardingConfig, devices: Sequence[Any] | None = None, experts: int = 0
+    ) -> None:
+        """The mesh of ``config`` over ``devices`` (all by default) for a model of ``experts``
+        routed experts (0: a dense model): ``sharding.expert=0`` splits a mixture's experts
+        over the ``expert`` axis (``config.auto_experts``). A training job's layout comes from
+        its whole config: ``theseus.core.train.setup.job_layout``."""
         self.config = config
+        self.experts = experts
         self.rules = rules_for(config.strategy)
-        self.mesh: Mesh = make_mesh(config, devices)
+        self.mesh: Mesh = make_mesh(config, devices, experts)
         self.sizes: dict[str, int] = dict(self.mesh.shape)
         self.batch_axes = tuple(a for a in self.rules.batch if self.sizes[a] > 1)
         self.context = self.sizes[CONTEXT_AXIS]  # devices each sequence is split over

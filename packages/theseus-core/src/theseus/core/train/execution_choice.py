@@ -45,6 +45,20 @@ def expert_routing(sizes: dict[str, int], has_experts: bool) -> str:
     return "global"
 
 
+def dispatch_capacity(
+    routing: str, sharding: ShardingConfig, model_capacity: float
+) -> tuple[float, str]:
+    """The capacity factor the all-to-all dispatch is sized by, and the rule that chose it:
+    the model's own ``capacity_factor`` where it has one, else ``sharding.expert_capacity``
+    (0: dropless, slabs of every assignment). Only the all-to-all has one."""
+    if routing != "all_to_all":
+        return 0.0, ""
+    if model_capacity > 0:
+        return model_capacity, f"model.capacity_factor={model_capacity:g}"
+    chosen = float(sharding.expert_capacity)
+    return chosen, f"sharding.expert_capacity={chosen:g}, the model being dropless"
+
+
 def dtype_rule(config: TrainJobConfig, platform: str) -> str:
     if config.precision.compute_dtype:
         return "precision.compute_dtype"
@@ -75,9 +89,11 @@ def plan_execution(
     name: str,
     compute_dtype: str = "float32",
     dtype_rule: str = "",
+    model_capacity: float = 0.0,
 ) -> ExecutionPlan:
     """The plan for ``model`` (abstract, built without one) on ``mesh``; refuses, in one line,
-    a split the model cannot run. The remat level is left for ``decide_remat``."""
+    a split the model cannot run. ``model_capacity`` is the model's ``capacity_factor`` (0:
+    dropless). The remat level is left for ``decide_remat``."""
     sizes = mesh.sizes
     experts = expert_dimensions(model)
     if sizes.get("expert", 1) > 1:
@@ -100,10 +116,15 @@ def plan_execution(
             "split a sequence (choose_attention answered a kernel for whole sequences, as a "
             "model without attention does); use sharding.context=1"
         )
+    routing = expert_routing(sizes, bool(experts))
+    capacity, capacity_rule = dispatch_capacity(routing, sharding, model_capacity)
     return ExecutionPlan(
         attention=kernel,
         context=context,
-        experts=expert_routing(sizes, bool(experts)),
+        experts=routing,
+        expert_ways=sizes.get("expert", 1),
+        expert_capacity=capacity,
+        capacity_rule=capacity_rule,
         compute_dtype=compute_dtype,
         dtype_rule=dtype_rule,
     )

@@ -27,6 +27,7 @@ from theseus.core.sharding.placement import Layout
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.execution_choice import MeshFacts, dtype_rule, plan_execution
+from theseus.core.train.job_layout import job_layout
 from theseus.core.train.model_builder import ModelBuilder
 from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
 from theseus.core.train.remat_choice import decide_remat
@@ -54,7 +55,7 @@ def plan_batch(
     its global batch over the mesh's processes, its batch shards and micro-steps; ``layout``
     ``pairs`` keeps preference pairs whole. Computed once, after the mesh and before the data
     and the setup, which both take it."""
-    mesh = mesh or Layout(config.sharding)
+    mesh = mesh or job_layout(config)
     devices = list(mesh.mesh.devices.flat)
     return BatchPlan.of(
         config.training.global_batch_size,
@@ -119,6 +120,7 @@ def first_plan(
         config.model.name,
         str(getattr(configured, "dtype", "float32")),
         dtype_rule(config, layout.platform),
+        float(getattr(configured, "capacity_factor", 0.0) or 0.0),
     )
 
 
@@ -210,7 +212,7 @@ class TrainSetup:
         every device; a target's compile-only devices for a plan), then ``batch`` (the run's
         :func:`plan_batch` on it), then the model's execution plan, the model and the steps."""
         training = config.training
-        layout = layout or Layout(config.sharding)
+        layout = layout or job_layout(config)
         batch = batch or plan_batch(config, recipe.layout, layout)
         if batch.batch_shards != layout.batch_shards:
             raise ValueError(f"{batch} was planned for another mesh than {layout.sizes}")

@@ -18,6 +18,7 @@ from flax import nnx
 from theseus.core.adapters import dropout_key
 from theseus.core.model import STAT_PREFIX
 from theseus.core.train.chunked_loss import chunked_cross_entropy
+from theseus.core.train.head_gather import gather_head
 from theseus.core.train.recipe import Objective
 from theseus.core.train.state import TrainState
 
@@ -81,6 +82,7 @@ def summed_loss(
             hidden, aux = model.hidden_with_aux(
                 batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
             )
+        gather_head(model)  # once, not once per piece of the scan
         ce_sum = chunked_cross_entropy(model.head, hidden, batch["targets"], mask, chunks)
     else:
         logits, aux = forward(graphdef, params, rest, batch, frozen, key)

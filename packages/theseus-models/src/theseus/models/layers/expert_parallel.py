@@ -15,13 +15,14 @@ router runs on every device's tokens as usual; then, per device:
 
 Buffers have static shapes, so what one device may send to another is bounded:
 
-* dropless (``capacity_factor=0``): a slab holds every assignment of the sender (all of them
+* dropless (``capacity_factor=0`` and ``sharding.expert_capacity=0``): a slab holds every assignment of the sender (all of them
   may choose experts of one device), so nothing is ever dropped and the result equals the
   single-device layer; the price is buffers of P x (n k) rows on the receiving side, and on
   backends where padding rows are computed (the ``tiles`` grouping everywhere, ``ragged_dot``
   off TPU) up to P times the routed expert FLOPs. ``ragged_dot`` on TPU computes the rows
   that arrived only.
-* with a capacity (``capacity_factor`` > 0): each device applies the layer's capacity rule to
+* with a capacity (``capacity_factor`` > 0, or for a dropless layer the execution plan's
+  ``expert_capacity``: ``sharding.expert_capacity``, 1.25 by default): each device applies the layer's capacity rule to
   its own tokens (each expert takes at most ``ceil(f n k / E)`` of them, first choices first,
   then in token order) and sends exactly those rows: buffers and FLOPs are the capacity's,
   as in GShard. Drops are decided per device, so they equal the single-device layer run on
@@ -102,7 +103,9 @@ def expert_parallel(
     rows = tuple(a for a in BATCH_AXES if a in names)
     sequence = CONTEXT_AXIS if CONTEXT_AXIS in names else None
     tokens = (*rows, sequence) if sequence else rows
-    plan = Plan(devices, E, moe.k, float(moe.capacity_factor), moe.grouping, tensor, tokens)
+    # the layer's own capacity, else the one the execution plan sized the dispatch by
+    capacity = float(moe.capacity_factor) or float(moe.dispatch_capacity)
+    plan = Plan(devices, E, moe.k, capacity, moe.grouping, tensor, tokens)
     tokens3, tokens2 = spec(rows, sequence, None), spec(rows, sequence)
     w_in, w_out = spec(EXPERT_AXIS, None, tensor), spec(EXPERT_AXIS, tensor, None)
     return jax.shard_map(

@@ -91,6 +91,9 @@ def load_balancing_loss(
 
 class MoE(nnx.Module):
     routing = "global"  # the execution plan's expert routing (``route_by``)
+    # the capacity factor the all-to-all dispatch of a dropless layer is sized by (0:
+    # dropless slabs), the execution plan's (``route_by``)
+    dispatch_capacity = 0.0
 
     def __init__(
         self,
@@ -183,16 +186,19 @@ class MoE(nnx.Module):
         dropped = 1.0 - jnp.sum(kept_M) / jnp.maximum(jnp.sum(keep_M), 1)
         return y_NxD, dropped.astype(jnp.float32)
 
-    def route_by(self, routing: str) -> None:
+    def route_by(self, routing: str, capacity: float = 0.0) -> None:
         """Route as the model's execution plan says (``theseus.core.execution``:
         ``all_to_all``, ``per_device``, ``global`` or ``none``); called while the model is
-        built. A layer that overrides ``experts`` cannot be split over ``expert``."""
+        built. ``capacity``: the plan's capacity factor for the all-to-all dispatch (the
+        layer's own ``capacity_factor`` where it has one; 0: dropless). A layer that
+        overrides ``experts`` cannot be split over ``expert``."""
         if routing == "all_to_all" and type(self).experts is not MoE.experts:
             raise ModelError(
                 f"sharding.expert > 1: {type(self).__name__} overrides MoE.experts, and "
                 "expert parallelism runs MoE's own routed computation"
             )
         self.routing = routing
+        self.dispatch_capacity = float(capacity)
 
     def routes_per_device(self) -> bool:
         """Whether each device routes its own tokens (``layers/expert_parallel.py``), as the

@@ -1,0 +1,98 @@
+"""``sharding.expert=0`` (the default): a mixture's experts go over the ``expert`` axis, as many
+ways as its expert count and the devices allow; a dense model keeps that axis at 1."""
+
+from __future__ import annotations
+
+import pytest
+from theseus.core.sharding.config import ShardingConfig, mesh_shape
+from theseus.core.sharding.rules import rules_for
+
+
+@pytest.mark.parametrize(
+    "n_experts, fields, devices, expected",
+    [
+        (128, {"strategy": "fsdp"}, 32, {"fsdp": 1, "expert": 32}),  # Qwen3-30B-A3B, v5p-64
+        (4, {"strategy": "fsdp"}, 32, {"fsdp": 8, "expert": 4}),  # fsdp keeps the rest
+        (6, {"strategy": "fsdp"}, 8, {"fsdp": 4, "expert": 2}),  # the largest divisor of both
+        (8, {"strategy": "dp"}, 8, {"data": 1, "expert": 8}),
+        (8, {"strategy": "fsdp+tp", "tensor": 2}, 8, {"fsdp": 1, "expert": 4, "tensor": 2}),
+        (8, {"strategy": "fsdp", "fsdp": 8}, 8, {"fsdp": 8, "expert": 1}),  # no devices left
+        (8, {"strategy": "fsdp", "expert": 2}, 8, {"fsdp": 4, "expert": 2}),  # given: kept
+        (0, {"strategy": "fsdp"}, 8, {"fsdp": 8, "expert": 1}),  # a dense model
+    ],
+)
+def test_auto_experts_take_the_largest_divisor_the_devices_allow(
+    n_experts, fields, devices, expected
+):
+    sizes = mesh_shape(ShardingConfig(**fields), devices, n_experts)
+    assert {axis: sizes[axis] for axis in expected} == expected
+
+
+def test_a_jobs_layout_reads_its_models_expert_count():
+    """The mesh is decided from the whole config: ``job_layout`` hands the sharding group
+    the model's ``n_experts``; the sharding config itself carries no copy of it."""
+    import jax
+    from theseus.core.plugins import registries
+    from theseus.core.runner import config_for, job_spec
+    from theseus.core.train.configs import TrainJobConfig
+    from theseus.core.train.job_layout import job_layout
+
+    regs = registries()
+    devices = jax.devices()[:1]
+    for family, experts in (("qwen3_moe", 4), ("llama", 0)):
+        tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, ["model.preset=tiny"])
+        config = tree.to_object(TrainJobConfig)
+        assert config.model.n_experts if experts else not hasattr(config.model, "n_experts")
+        assert not hasattr(config.sharding, "model_experts")
+        assert mesh_shape(config.sharding, 8, experts)["expert"] == (experts or 1)
+        assert job_layout(config, devices).experts == experts
+
+
+def test_fsdp_splits_dense_parameters_over_the_expert_axis_and_experts_once():
+    from theseus.core.sharding.placement import spec_for
+
+    sizes = {"data": 1, "fsdp": 2, "expert": 4, "context": 1, "tensor": 1}
+    rules = rules_for("fsdp").params
+    dense = spec_for("wq", (64, 4, 16), ("embed", "heads", "head_dim"), rules, sizes)
+    assert tuple(dense) == (("fsdp", "expert"), None, None)
+    expert = spec_for("w_gate", (4, 64, 32), ("experts", "embed", "mlp"), rules, sizes)
+    assert tuple(expert) == ("expert", "fsdp", None)
+
+
+@pytest.mark.parametrize(
+    "model_capacity, sharding, sizes, line",
+    [
+        # split experts, a dropless model: the dispatch is sized by sharding.expert_capacity
+        (0.0, {}, {"fsdp": 2, "expert": 4}, "all_to_all over expert=4, capacity factor 1.25"),
+        # the model's own capacity wins
+        (2.0, {}, {"expert": 4}, "all_to_all over expert=4, capacity factor 2 (model."),
+        # dropless dispatch, chosen
+        (0.0, {"expert_capacity": 0.0}, {"expert": 4}, "all_to_all over expert=4, dropless"),
+        # experts not split: no dispatch, no capacity (the dropless layer stays dropless)
+        (0.0, {}, {"fsdp": 8}, "experts: per_device ("),
+    ],
+)
+def test_the_plan_states_the_expert_axis_and_the_dispatch_capacity(
+    model_capacity, sharding, sizes, line
+):
+    from flax import nnx
+    from theseus.core.train.execution_choice import MeshFacts, plan_execution
+    from theseus.models.qwen3_moe.config import PRESETS, Qwen3MoeConfig
+    from theseus.models.qwen3_moe.model import Qwen3Moe
+
+    config = Qwen3MoeConfig(vocab_size=64, **PRESETS["tiny"])
+    model = nnx.eval_shape(lambda: Qwen3Moe(config, rngs=nnx.Rngs(0)))
+    mesh = MeshFacts({"data": 1, "fsdp": 1, "expert": 1, "context": 1, "tensor": 1, **sizes})
+    execution = plan_execution(
+        model,
+        ShardingConfig(strategy="fsdp", **sharding),
+        mesh,
+        32,
+        "qwen3_moe",
+        model_capacity=model_capacity,
+    )
+    text = "\n".join(execution.lines())
+    assert line in text, text
+    split = sizes.get("expert", 1) > 1
+    expected = (model_capacity or sharding.get("expert_capacity", 1.25)) if split else 0.0
+    assert execution.expert_capacity == expected
