@@ -179,12 +179,6 @@ def planned_devices(config: ShardingConfig) -> int | None:
     return math.prod(max(size, 1) for size in sizes.values())
 
 
-def check_remat(config: ShardingConfig) -> str:
-    if config.remat not in REMAT:
-        raise ShardingError(f"sharding.remat={config.remat!r} is not one of {', '.join(REMAT)}")
-    return config.remat
-
-
 def _describe(sizes: dict[str, int], rest: list[str]) -> str:
     shown = [a for a, s in sizes.items() if a in SHOWN_WHEN_ONE or a in rest or s != 1]
     return "(" + ", ".join(f"{a}={'-1' if a in rest else sizes[a]}" for a in shown) + ")"
