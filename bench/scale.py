@@ -217,12 +217,34 @@ def main() -> None:
             if args.only and args.only not in f"{case[0]} {target}":
                 continue
             cells[(case[0], target)] = search(case, target, log, args.tries)
-            ordered = [cells[(c[0], t)] for c in CASES for t in c[5] if (c[0], t) in cells]
-            OUT.write_text(
-                json.dumps({"jax": jax.__version__, "maxtext": MAXTEXT, "cells": ordered}, indent=2)
-                + "\n"
-            )
-            write_doc(ordered)
+            save(cells, jax.__version__)
+
+
+def save(cells: dict[tuple[str, str], dict[str, Any]], jax_version: str) -> None:
+    """bench/results/scale.json (cells in CASES' order) and the table in docs/scale.md."""
+    ordered = [cells[(c[0], t)] for c in CASES for t in c[5] if (c[0], t) in cells]
+    document = {"jax": jax_version, "maxtext": MAXTEXT, "cells": ordered}
+    OUT.write_text(json.dumps(document, indent=2) + "\n")
+    write_doc(ordered)
+
+
+def record(model: str, target: str, seq_len: int, remat: str, per_chip: int, plan: dict) -> bool:
+    """Keep another bench's plan of a cell (``plan_cell``'s, one compile at the cell's start
+    batch, as ``--tries 1`` would make it) when it is this table's work; False otherwise."""
+    case = next((c for c in CASES if c[0] == model and target in c[5]), None)
+    if case is None or (case[4], case[7], case[6]) != (seq_len, remat, per_chip):
+        return False
+    import jax
+
+    existing = json.loads(OUT.read_text())["cells"] if OUT.exists() else []
+    cells = {(c["model"], c["target"]): c for c in existing}
+    result = {**plan, "per_chip_batch": per_chip}
+    cells[(model, target)] = {
+        "model": model, "target": target, "seq_len": seq_len, "remat": remat,
+        **summary(result), "tried": [summary(result)],
+    }  # fmt: skip
+    save(cells, jax.__version__)
+    return True
 
 
 if __name__ == "__main__":

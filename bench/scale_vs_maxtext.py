@@ -244,6 +244,11 @@ def theseus_side(row: Row) -> dict[str, Any]:
         tail = (out / "run.out").read_text(errors="replace")[-600:]
         return {"error": f"exit {rc}: {tail}", "wall_seconds": wall}
     plan = json.loads(result_file.read_text())
+    sys.path.insert(0, str(ROOT / "bench"))
+    from scale import record
+
+    if record(row.model, row.target, row.seq, row.remat, row.per_chip, plan):
+        log(f"theseus {row.key}: the plan is also bench/results/scale.json's cell")
     keys = (
         "peak_bytes", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
         "code_bytes", "params_bytes", "opt_bytes", "collective_bytes", "collective_bytes_total",
@@ -253,7 +258,7 @@ def theseus_side(row: Row) -> dict[str, Any]:
     )  # fmt: skip
     result = {k: plan[k] for k in keys if k in plan}
     try:
-        result["hlo"] = str(optimized_module(dump))
+        result["hlo"] = str(optimized_module(dump, "jit_"))  # theseus's step: jit_traced
     except FileNotFoundError:
         pass
     result["wall_seconds"] = wall
