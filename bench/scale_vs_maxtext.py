@@ -25,8 +25,9 @@ keeps what finished; other rows are kept, this run's replace theirs) and the tab
 ``--fresh``; ``--side theseus`` recompiles only theseus's step (to rerun a row after a
 change to the plan). One compile at a time: a real-size step takes minutes on 2 cores.
 
-Usage: python bench/scale_vs_maxtext.py [--only SUBSTRING] [--side both|maxtext|theseus]
+Usage: python bench/scale_vs_maxtext.py [--only REGEX] [--side both|maxtext|theseus]
        [--fresh] [--table-only]
+(``--only`` searches "model target" in any case: ``qwen3``, ``"8B v5p-8$"``.)
 """
 
 from __future__ import annotations
@@ -374,7 +375,9 @@ def write_doc(rows: list[dict[str, Any]]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="", help="rows whose 'model target' contains this")
+    parser.add_argument(
+        "--only", default="", help="rows whose 'model target' this finds (a regex, any case)"
+    )
     parser.add_argument("--side", choices=("both", "maxtext", "theseus"), default="both")
     parser.add_argument("--fresh", action="store_true", help="recompile MaxText's step too")
     parser.add_argument("--table-only", action="store_true", help="rewrite docs/scale.md")
@@ -390,7 +393,7 @@ def main() -> int:
     if args.table_only:
         save(rows)
         return 0
-    chosen = [r for r in ROWS if args.only.lower() in r.key.lower()]
+    chosen = [r for r in ROWS if re.search(args.only, r.key, re.IGNORECASE)]
     if not chosen:
         print(f"no row matches {args.only!r}; rows: {[r.key for r in ROWS]}", file=sys.stderr)
         return 2
