@@ -24,6 +24,8 @@ keeps what finished; other rows are kept, this run's replace theirs) and the tab
 ``docs/scale.md``. A finished MaxText compile (its log says so) is reused unless
 ``--fresh``; ``--side theseus`` recompiles only theseus's step (to rerun a row after a
 change to the plan). One compile at a time: a real-size step takes minutes on 2 cores.
+Each side's log, HLO dump and memory reports go to ``$SCALE_VS_MAXTEXT_WORK/<row>/<side>``
+(default /tmp/scale_vs_maxtext); the JSON names the optimized module relative to it.
 
 Usage: python bench/scale_vs_maxtext.py [--only REGEX] [--side both|maxtext|theseus]
        [--fresh] [--table-only]
@@ -216,7 +218,7 @@ def maxtext_side(row: Row, fresh: bool) -> dict[str, Any]:
     params = re.findall(r"number parameters: ([\d.]+) billion", text)
     if params:
         result["parameters_billion"] = float(params[-1])
-    result["hlo"] = str(module)
+    result["hlo"] = str(module.relative_to(WORK))  # the dump, under WORK
     if wall is not None:
         result["wall_seconds"] = wall
     return result
@@ -259,7 +261,8 @@ def theseus_side(row: Row) -> dict[str, Any]:
     )  # fmt: skip
     result = {k: plan[k] for k in keys if k in plan}
     try:
-        result["hlo"] = str(optimized_module(dump, "jit_"))  # theseus's step: jit_traced
+        module = optimized_module(dump, "jit_")  # theseus's step: jit_traced
+        result["hlo"] = str(module.relative_to(WORK))
     except FileNotFoundError:
         pass
     result["wall_seconds"] = wall
