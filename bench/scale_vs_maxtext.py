@@ -81,6 +81,7 @@ class Row:
     maxtext: dict[str, int] = field(default_factory=dict)  # run.sh's shape knobs
     extra: str = ""  # more MaxText settings (run.sh's EXTRA)
     note: str = ""
+    theseus_values: tuple[str, ...] = ()  # more theseus overrides, after bench/scale.py's
 
     @property
     def key(self) -> str:
@@ -94,6 +95,10 @@ class Row:
 ROWS = [
     Row("Qwen3-30B-A3B", "v5p-64", "qwen3_moe", "30b-a3b", 151936, 4096, 2, "full",
         QWEN3_30B, QWEN3_MOE),
+    Row("Qwen3-30B-A3B (expert 8)", "v5p-64", "qwen3_moe", "30b-a3b", 151936, 4096, 2, "full",
+        QWEN3_30B, f"{QWEN3_MOE} ici_expert_parallelism=8",
+        "experts over an expert axis of 8 (fsdp 4 x expert 8) on both sides",
+        ("sharding.expert=8",)),
     Row("Llama 3.1 8B", "v5p-64", "llama", "8b", 128256, 8192, 2, "full",
         LLAMA3_8B, "rope_max_timescale=500000"),
     Row("Llama 3.1 8B", "v5p-8", "llama", "8b", 128256, 8192, 2, "full",
@@ -280,7 +285,7 @@ def plan_row(key: str, result_file: Path) -> None:
     row = next(r for r in ROWS if r.key == key)
     chips = parse_target(row.target).devices
     values = overrides(row.family, row.preset, row.vocab, row.seq, row.per_chip, chips, row.remat)
-    plan = plan_cell(row.family, values, row.target)
+    plan = plan_cell(row.family, [*values, *row.theseus_values], row.target)
     result_file.write_text(json.dumps(plan, default=str, indent=1))
 
 
@@ -293,6 +298,7 @@ def entry(row: Row, old: dict[str, Any] | None) -> dict[str, Any]:
         model=row.model, target=row.target, seq=row.seq, per_chip_batch=row.per_chip,
         remat=row.remat, theseus_preset=f"{row.family} {row.preset}",
         maxtext_knobs={**row.maxtext, "EXTRA": row.extra},
+        theseus_values=list(row.theseus_values),
     )  # fmt: skip
     if row.note:
         base["note"] = row.note

@@ -51,7 +51,7 @@ def test_only_picks_rows_by_regex() -> None:
     def chosen(pattern: str) -> list[str]:
         return [r.key for r in bench.ROWS if re.search(pattern, r.key, re.IGNORECASE)]
 
-    assert chosen("qwen3") == ["Qwen3-30B-A3B v5p-64"]
+    assert chosen("qwen3") == ["Qwen3-30B-A3B v5p-64", "Qwen3-30B-A3B (expert 8) v5p-64"]
     assert chosen("8B v5p-8$") == ["Llama 3.1 8B v5p-8"]
     assert len(chosen("8b")) == 2
 
