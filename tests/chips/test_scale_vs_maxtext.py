@@ -63,3 +63,24 @@ def test_a_cell_that_is_not_scale_py_work_is_not_recorded(tmp_path: Path) -> Non
     assert not scale.record("GPT-2 350M", "v5p-8", 1024, "full", 8, {"peak_bytes": 1})
     assert not scale.record("Llama 3.1 8B", "v5p-256", 8192, "full", 2, {"peak_bytes": 1})
     assert not scale.OUT.exists()
+
+
+RAGGED = """HloModule m
+
+ENTRY %main (p0: bf16[64,2,1024], p1: bf16[512,2,1024], p2: s64[8], p3: s64[8], p4: s64[8], p5: s64[8]) -> bf16[512,2,1024] {
+  %p0 = bf16[64,2,1024]{2,1,0} parameter(0)
+  %p1 = bf16[512,2,1024]{2,1,0} parameter(1)
+  %p2 = s64[8]{0} parameter(2)
+  %p3 = s64[8]{0} parameter(3)
+  %p4 = s64[8]{0} parameter(4)
+  %p5 = s64[8]{0} parameter(5)
+  ROOT %ragged_all_to_all.1 = bf16[512,2,1024]{2,1,0} ragged-all-to-all(%p0, %p1, %p2, %p3, %p4, %p5), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}
+}
+"""
+
+
+def test_a_ragged_all_to_all_counts_what_balanced_routing_sends() -> None:
+    bench = load("scale_vs_maxtext")
+    # 64 token rows of 2 x 1024 bf16 sent; the 512-row receive buffer is the worst case
+    assert bench.ragged_all_to_all_bytes(RAGGED) == 64 * 2 * 1024 * 2
+    assert bench.ragged_all_to_all_bytes(RAGGED.replace("ragged-all-to-all(", "all-to-all(")) == 0
