@@ -15,7 +15,7 @@ step time and the chips' dense bf16 peak.
 
 Writes bench/results/scale.json after every cell (a long run keeps what finished) and the
 table in docs/scale.md. One compile at a time: a 1B step takes minutes on 2 cores, 70B more.
-Usage: python bench/scale.py [--only SUBSTRING] [--table-only]
+Usage: python bench/scale.py [--only SUBSTRING] [--tries N] [--table-only]
 """
 
 from __future__ import annotations
@@ -70,23 +70,26 @@ def overrides(
 
 
 def plan_cell(family: str, values: list[str], target: str) -> dict[str, Any]:
-    from theseus.core.chips.devices import compile_only_devices
+    """The plan of ``theseus run <family>/train/pretrain VALUES --dry-run --target TARGET``
+    (``dry_run.plan``'s setup, mesh first, and ``plan_report.report``), without the fit
+    search: the caller searches the batch itself."""
+    from theseus.core.plan.dry_run import target_devices
     from theseus.core.plan.plan_report import report
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
+    from theseus.core.sharding.placement import Layout
     from theseus.core.train.configs import TrainJobConfig
     from theseus.core.train.setup import TrainSetup
 
     regs = registries()
     tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, values)
     config = tree.to_object(TrainJobConfig)
-    setup = TrainSetup.build(
-        config, regs, config.model.vocab_size, devices=compile_only_devices(target)
-    )
+    layout = Layout(config.sharding, target_devices(target))
+    setup = TrainSetup.build(config, regs, config.model.vocab_size, layout=layout)
     return report(setup, "model.vocab_size", target)
 
 
-def search(case: tuple, target: str, log) -> dict[str, Any]:
+def search(case: tuple, target: str, log, tries: int = TRIES) -> dict[str, Any]:
     label, family, preset, vocab, seq_len, _, start, remat = case
     from theseus.core.chips.targets import parse_target
 
@@ -112,13 +115,13 @@ def search(case: tuple, target: str, log) -> dict[str, Any]:
         return result
 
     result = attempt(per_chip)
-    while not result.get("fits") and per_chip > 1 and len(tried) < TRIES:
+    while not result.get("fits") and per_chip > 1 and len(tried) < tries:
         per_chip //= 2  # too big: halve
         result = attempt(per_chip)
     while (
         result.get("fits")
         and result.get("peak_bytes", 0) < GROW_BELOW * result.get("hbm_bytes", 0)
-        and len(tried) < TRIES
+        and len(tried) < tries
     ):
         per_chip *= 2  # lots of room: a bigger batch uses the chip better
         result = attempt(per_chip)
@@ -189,6 +192,9 @@ def main() -> None:
         "--only", default="", help="run the cells whose 'model target' contains this"
     )
     parser.add_argument(
+        "--tries", type=int, default=TRIES, help="compiles per cell (1: the start batch only)"
+    )
+    parser.add_argument(
         "--table-only", action="store_true", help="rewrite docs/scale.md from the JSON"
     )
     args = parser.parse_args()
@@ -210,13 +216,35 @@ def main() -> None:
         for target in case[5]:
             if args.only and args.only not in f"{case[0]} {target}":
                 continue
-            cells[(case[0], target)] = search(case, target, log)
-            ordered = [cells[(c[0], t)] for c in CASES for t in c[5] if (c[0], t) in cells]
-            OUT.write_text(
-                json.dumps({"jax": jax.__version__, "maxtext": MAXTEXT, "cells": ordered}, indent=2)
-                + "\n"
-            )
-            write_doc(ordered)
+            cells[(case[0], target)] = search(case, target, log, args.tries)
+            save(cells, jax.__version__)
+
+
+def save(cells: dict[tuple[str, str], dict[str, Any]], jax_version: str) -> None:
+    """bench/results/scale.json (cells in CASES' order) and the table in docs/scale.md."""
+    ordered = [cells[(c[0], t)] for c in CASES for t in c[5] if (c[0], t) in cells]
+    document = {"jax": jax_version, "maxtext": MAXTEXT, "cells": ordered}
+    OUT.write_text(json.dumps(document, indent=2) + "\n")
+    write_doc(ordered)
+
+
+def record(model: str, target: str, seq_len: int, remat: str, per_chip: int, plan: dict) -> bool:
+    """Keep another bench's plan of a cell (``plan_cell``'s, one compile at the cell's start
+    batch, as ``--tries 1`` would make it) when it is this table's work; False otherwise."""
+    case = next((c for c in CASES if c[0] == model and target in c[5]), None)
+    if case is None or (case[4], case[7], case[6]) != (seq_len, remat, per_chip):
+        return False
+    import jax
+
+    existing = json.loads(OUT.read_text())["cells"] if OUT.exists() else []
+    cells = {(c["model"], c["target"]): c for c in existing}
+    result = {**plan, "per_chip_batch": per_chip}
+    cells[(model, target)] = {
+        "model": model, "target": target, "seq_len": seq_len, "remat": remat,
+        **summary(result), "tried": [summary(result)],
+    }  # fmt: skip
+    save(cells, jax.__version__)
+    return True
 
 
 if __name__ == "__main__":

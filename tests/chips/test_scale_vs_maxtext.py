@@ -1,0 +1,86 @@
+"""bench/scale_vs_maxtext.py reads MaxText's compile as the plan reads theseus's: its memory
+line through ``step_compile.memory``, rows chosen by ``--only``, and only cells that are
+bench/scale.py's own work kept in scale.json."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+# MaxText's line for Llama 3.1 8B on v5p-64 (T=8192, 2 rows per chip), as its log prints it.
+LINE = (
+    "Memory analysis: CompiledMemoryStats(generated_code_size_in_bytes=43595776, "
+    "argument_size_in_bytes=3014801408, output_size_in_bytes=3014479680, "
+    "alias_size_in_bytes=3014473728, temp_size_in_bytes=18763888896, "
+    "host_generated_code_size_in_bytes=0, host_argument_size_in_bytes=0, "
+    "host_output_size_in_bytes=0, host_alias_size_in_bytes=0, host_temp_size_in_bytes=0)"
+)
+
+
+def load(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_memory_line_read_as_the_plan_reads_its_own() -> None:
+    bench = load("scale_vs_maxtext")
+    got = bench.memory_from_log(f"I1205 noise\n{LINE}\nmore noise")
+    args, out, alias = 3014801408, 3014479680, 3014473728
+    temp, code = 18763888896, 43595776
+    assert got["argument_bytes"] == args and got["temp_bytes"] == temp
+    assert got["peak_bytes"] == args + out - alias + temp + code
+    with pytest.raises(ValueError, match="CompiledMemoryStats"):
+        bench.memory_from_log("Jitting and compiling train step...\n")
+
+
+def test_only_picks_rows_by_regex() -> None:
+    bench = load("scale_vs_maxtext")
+
+    def chosen(pattern: str) -> list[str]:
+        return [r.key for r in bench.ROWS if re.search(pattern, r.key, re.IGNORECASE)]
+
+    assert chosen("qwen3") == ["Qwen3-30B-A3B v5p-64", "Qwen3-30B-A3B (expert 8) v5p-64"]
+    assert chosen("8B v5p-8$") == ["Llama 3.1 8B v5p-8"]
+    assert len(chosen("8b")) == 2
+
+
+def test_a_cell_that_is_not_scale_py_work_is_not_recorded(tmp_path: Path) -> None:
+    scale = load("scale")
+    scale.OUT = tmp_path / "scale.json"
+    # GPT-2 350M is remat "none" in bench/scale.py: a remat-full plan is other work
+    assert not scale.record("GPT-2 350M", "v5p-8", 1024, "full", 8, {"peak_bytes": 1})
+    assert not scale.record("Llama 3.1 8B", "v5p-256", 8192, "full", 2, {"peak_bytes": 1})
+    assert not scale.OUT.exists()
+
+
+RAGGED = """HloModule m
+
+ENTRY %main (p0: bf16[64,2,1024], p1: bf16[512,2,1024], p2: s64[8], p3: s64[8], p4: s64[8], p5: s64[8]) -> bf16[512,2,1024] {
+  %p0 = bf16[64,2,1024]{2,1,0} parameter(0)
+  %p1 = bf16[512,2,1024]{2,1,0} parameter(1)
+  %p2 = s64[8]{0} parameter(2)
+  %p3 = s64[8]{0} parameter(3)
+  %p4 = s64[8]{0} parameter(4)
+  %p5 = s64[8]{0} parameter(5)
+  ROOT %ragged_all_to_all.1 = bf16[512,2,1024]{2,1,0} ragged-all-to-all(%p0, %p1, %p2, %p3, %p4, %p5), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}
+}
+"""
+
+
+def test_a_ragged_all_to_all_counts_what_balanced_routing_sends() -> None:
+    bench = load("scale_vs_maxtext")
+    # 64 token rows of 2 x 1024 bf16 sent; the 512-row receive buffer is the worst case
+    assert bench.ragged_all_to_all_bytes(RAGGED) == 64 * 2 * 1024 * 2
+    assert bench.ragged_all_to_all_bytes(RAGGED.replace("ragged-all-to-all(", "all-to-all(")) == 0
