@@ -49,7 +49,14 @@ class Overlap:
 
     @property
     def hidden_seconds(self) -> float:
-        return self.collective_seconds - self.exposed_seconds
+        return hidden(self.collective_seconds, self.exposed_seconds)
+
+
+def hidden(collective_seconds: float, exposed_seconds: float) -> float:
+    """The collective time not waited for; a difference within rounding of the sums (one part
+    in 1e9) is none, not a residue such as 4e-16 s."""
+    difference = collective_seconds - exposed_seconds
+    return difference if difference > 1e-9 * collective_seconds else 0.0
 
 
 def overlap(text: str, stats: HloStats, interconnect: float) -> Overlap:

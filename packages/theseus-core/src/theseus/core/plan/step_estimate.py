@@ -28,7 +28,7 @@ from typing import Any
 
 from theseus.core.chips.specs import Chip
 from theseus.core.plan.hlo_stats import HloStats
-from theseus.core.plan.overlap import overlap
+from theseus.core.plan.overlap import hidden, overlap
 
 
 @dataclass
@@ -40,7 +40,7 @@ class StepEstimate:
 
     @property
     def hidden_seconds(self) -> float:
-        return self.collective_seconds - self.exposed_seconds
+        return hidden(self.collective_seconds, self.exposed_seconds)
 
 
 # What a real GPU did against this roofline (docs/targets.md, "Measured on a GPU").
