@@ -77,14 +77,14 @@ def plan_cell(family: str, values: list[str], target: str) -> dict[str, Any]:
     from theseus.core.plan.plan_report import report
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
-    from theseus.core.sharding.placement import Layout
     from theseus.core.train.configs import TrainJobConfig
+    from theseus.core.train.job_layout import job_layout
     from theseus.core.train.setup import TrainSetup
 
     regs = registries()
     tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, values)
     config = tree.to_object(TrainJobConfig)
-    layout = Layout(config.sharding, target_devices(target))
+    layout = job_layout(config, target_devices(target))  # the expert axis too, as a run's
     setup = TrainSetup.build(config, regs, config.model.vocab_size, layout=layout)
     return report(setup, "model.vocab_size", target)
 

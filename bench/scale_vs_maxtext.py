@@ -139,7 +139,7 @@ def program_fields(text: str, target: str) -> dict[str, Any]:
         chip.float32_matmul_flops,
         splash_pricer(text, chip.device_kind),
     )
-    estimate = estimate_step(stats, chip)
+    estimate = estimate_step(text, stats, chip)
     counted = {k: int(v) for k, v in stats.collective_bytes.items()}
     ragged = ragged_all_to_all_bytes(text)
     if ragged:
@@ -151,6 +151,8 @@ def program_fields(text: str, target: str) -> dict[str, Any]:
         "flops_per_chip_hlo": stats.flops,
         "step_seconds_estimate": estimate.seconds,
         "collective_seconds_estimate": estimate.collective_seconds,
+        "collective_seconds_exposed": estimate.exposed_seconds,
+        "collective_seconds_hidden": estimate.hidden_seconds,
         "opaque_kernels": stats.opaque_kernels,
         "hlo_dynamic_loops": stats.dynamic_loops,
     }
@@ -310,7 +312,8 @@ def theseus_side(row: Row) -> dict[str, Any]:
     keys = (
         "peak_bytes", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
         "code_bytes", "params_bytes", "opt_bytes", "collective_bytes", "collective_bytes_total",
-        "step_seconds_estimate", "collective_seconds_estimate", "predicted_mfu", "parameters",
+        "step_seconds_estimate", "collective_seconds_estimate", "collective_seconds_hidden",
+        "collective_seconds_exposed", "predicted_mfu", "parameters",
         "strategy", "mesh", "attention", "per_device_batch", "compile_seconds", "fits",
         "estimate_method", "hlo_dynamic_loops", "error",
     )  # fmt: skip
@@ -411,9 +414,15 @@ def table(rows: list[dict[str, Any]]) -> str:
         said = ", ".join(
             f"{'memory' if k == 'peak_bytes' else 'collectives'} {v:.2f}x" for k, v in ratio.items()
         )
-        for side in ("maxtext", "theseus"):
+        for side in ("maxtext", "theseus_before", "theseus"):
+            if side == "theseus_before" and side not in r:
+                continue  # a row planned once: no earlier plan kept beside it
             cells = side_cells(r.get(side))
-            label = "MaxText" if side == "maxtext" else "theseus"
+            label = {
+                "maxtext": "MaxText",
+                "theseus_before": f"theseus before ({r.get('theseus_before_commit', '?')})",
+                "theseus": "theseus",
+            }[side]
             lines.append(
                 f"| {what if side == 'maxtext' else ''} | {label} | {cells[0]} | {cells[1]} | "
                 f"{cells[2]} | {said if side == 'theseus' else ''} |"
