@@ -40,7 +40,7 @@ def test_splash_unwrapped_is_refused_by_the_tpu_compiler():
 def test_llama_splash_train_step_compiles_for_v5p_under_fsdp(monkeypatch):
     """The issue's reproduction, written against what the code had before the fix too: the
     setup's train step for llama with model.attention=splash, fsdp over the 4 chips of a
-    v5p-8 (the mesh's devices injected into the setup's Layout, JAX's default backend
+    v5p-8 (the setup given a Layout over the topology's devices, JAX's default backend
     reporting tpu). Before, compiling raised the Mosaic refusal above; now the step
     compiles with the kernel in it, forward and backward."""
     require_aot()
@@ -48,21 +48,16 @@ def test_llama_splash_train_step_compiles_for_v5p_under_fsdp(monkeypatch):
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
     from theseus.core.sharding.placement import Layout
-    from theseus.core.train import setup as setup_module
     from theseus.core.train.configs import TrainJobConfig
+    from theseus.core.train.setup import TrainSetup
 
     devices = topologies.get_topology_desc(topology_name="v5p:2x2x1", platform="tpu").devices
-
-    class OnV5p(Layout):
-        def __init__(self, config, _devices=None):
-            super().__init__(config, devices)
-
-    monkeypatch.setattr(setup_module, "Layout", OnV5p)
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     regs = registries()
     overrides = tiny("llama", "sharding.strategy=fsdp", "model.attention=splash")
     config = config_for(job_spec("llama/train/pretrain", regs), regs, overrides)
-    setup = setup_module.TrainSetup.build(config.to_object(TrainJobConfig), regs, VOCAB)
+    job = config.to_object(TrainJobConfig)
+    setup = TrainSetup.build(job, regs, VOCAB, layout=Layout(job.sharding, devices))
     assert setup.attention == "splash" and dict(setup.layout.mesh.shape)["fsdp"] == 4
     text = compile_train(setup).as_text()
     assert "splash_mha_fwd" in text and "splash_mha_dq" in text  # the kernel, both ways

@@ -143,7 +143,7 @@ def test_a_host_without_the_shared_mount_does_not_start(sshds, cli, tmp_path):
     a mount point on every Linux host) lets it run."""
     unmounted = tmp_path / "not-a-mount"
     unmounted.mkdir()
-    cli.write({"box": ssh_target(sshds, tmp_path, root_mount=str(unmounted))})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, root_mount=str(unmounted))})
     cli("submit", JOB, "--name", "nomount")
     wait_for(lambda: "failed" in cli("status", "nomount").stdout, 60, what="failed")
     exit_file = tmp_path / "remote-work" / "launches" / "nomount" / "exit.0"
@@ -152,7 +152,7 @@ def test_a_host_without_the_shared_mount_does_not_start(sshds, cli, tmp_path):
     assert f"theseus: {unmounted} is not mounted on" in log and "not starting" in log
     assert not (tmp_path / "remote-root" / "runs" / "nomount").exists()
 
-    cli.write({"box": ssh_target(sshds, tmp_path, root_mount="/proc")})
+    cli.write({"box": ssh_target(sshds[0], tmp_path, root_mount="/proc")})
     cli("submit", JOB, "--name", "mounted")
     wait_for(lambda: run_status(tmp_path / "remote-root", "mounted") == "finished", 120,
              what="finished")  # fmt: skip
