@@ -37,8 +37,9 @@ def whole_gathers(text: str, elements: int) -> float:
     return found
 
 
-@pytest.mark.slow
-def test_attention_kernels_are_gathered_twice_per_layer():
+@pytest.fixture(scope="module")
+def step_text() -> str:
+    """The optimized HLO of the tiny Llama's fsdp train step on v5p-8."""
     require_aot()
     values = tiny(
         "llama",
@@ -54,9 +55,30 @@ def test_attention_kernels_are_gathered_twice_per_layer():
     )
     setup = target_setup("llama", "v5p-8", values)
     assert setup.layout.sizes["fsdp"] == 4
-    text = compile_train(setup).as_text()
+    return compile_train(setup).as_text()
+
+
+@pytest.mark.slow
+def test_attention_kernels_are_gathered_twice_per_layer(step_text: str):
     # query and output kernels share a size (D x HEADS x HEAD_DIM), key and value another
-    query_output = whole_gathers(text, D * HEADS * HEAD_DIM)
-    key_value = whole_gathers(text, D * KV_HEADS * HEAD_DIM)
+    query_output = whole_gathers(step_text, D * HEADS * HEAD_DIM)
+    key_value = whole_gathers(step_text, D * KV_HEADS * HEAD_DIM)
     assert 0 < query_output <= 2 * 2 * LAYERS, query_output
     assert 0 < key_value <= 2 * 2 * LAYERS, key_value
+
+
+@pytest.mark.slow
+def test_collective_diff_lists_what_the_plan_counts(step_text: str):
+    """bench/collective_diff.py's listing sums, kind by kind, to hlo_stats' totals, and names
+    the gathered MLP kernel by its shape."""
+    from theseus.core.plan.hlo_stats import analyze
+
+    from tests.chips.test_scale_vs_maxtext import load
+
+    listing = load("collective_diff").collectives(step_text)
+    by_kind: dict[str, float] = {}
+    for (kind, _, _), (_, moved) in listing.items():
+        by_kind[kind] = by_kind.get(kind, 0.0) + moved
+    assert by_kind == pytest.approx(analyze(step_text).collective_bytes, rel=1e-12)
+    shapes = {shape for kind, shape, _ in listing if kind == "all-gather"}
+    assert any(f"{D}, {FF}]" in shape for shape in shapes), shapes
