@@ -112,8 +112,11 @@ def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     margin = [r["val/rewards/margin"] for r in dpo]
     print(f"SFT exact match {exact}; DPO validation reward accuracy {accuracy}, margin {margin}")
     assert exact[-1] >= EXACT_MATCH, exact
-    assert len(accuracy) >= 2 and accuracy[-1] > accuracy[0] and accuracy[-1] > 0.5, accuracy
+    # the reward margin grows; the accuracy, counted over 128 validation pairs (steps of
+    # 1/128), moves by a pair or two between evaluations, so it is held against chance: 3
+    # standard deviations of a coin over 128 pairs above 0.5
     assert margin[-1] > margin[0] > -1e-6, margin
+    assert len(accuracy) >= 2 and accuracy[-1] > 0.5 + 3 * 0.5 / math.sqrt(128), accuracy
     assert (tmp_path / "dpo-hf" / "config.json").is_file()
     check_the_export_comes_back(env, tmp_path, root)
 

@@ -18,7 +18,13 @@ def run_module(
 ) -> subprocess.CompletedProcess:
     """``python -m module args`` with ``devices`` simulated CPU devices."""
     environment = {**os.environ, **(env or {})}
-    environment["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # XLA:CPU ends a process whose devices do not all reach a collective within 40 s; on two
+    # shared cores (CI, beside the README tour) the split-parity run once waited longer
+    # (a "Termination timeout for collective permute" abort), so wait as long as the test
+    environment["XLA_FLAGS"] = (
+        f"--xla_force_host_platform_device_count={devices}"
+        f" --xla_cpu_collective_call_terminate_timeout_seconds={timeout}"
+    )
     environment["JAX_PLATFORMS"] = "cpu"
     environment["PYTHONPATH"] = os.pathsep.join([str(REPO), environment.get("PYTHONPATH", "")])
     return subprocess.run(
