@@ -33,24 +33,17 @@ def optimized_module(side: Path) -> str:
 
 def collectives(text: str) -> dict[tuple[str, str, str], list[float]]:
     """(kind, result shapes, replica groups) -> [runs per step, bytes per chip per step]."""
-    computations = hlo_stats.parse_module(text)
-    by_name = {c.name: c for c in computations}
-    shapes = {i.name: i.result for c in computations for i in c.instructions}
-    times, _, _ = hlo_stats._multipliers(computations, by_name, hlo_stats.HloStats())
+    ran, shapes = hlo_stats.step_instructions(text)
     found: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for computation in computations:
-        runs = times.get(computation.name, 0)
-        for instruction in computation.instructions:
-            kind = hlo_stats.collective_kind(instruction.opcode)
-            if not kind or not runs:
-                continue
-            result = [
-                f"{dtype}{list(dims)}" for dtype, dims in instruction.result if dtype != "u32"
-            ]
-            groups = instruction.attributes.partition("replica_groups=")[2][:40]
-            entry = found[(kind, " ".join(result), groups)]
-            entry[0] += runs
-            entry[1] += runs * hlo_stats.collective_payload(instruction, shapes)
+    for instruction, runs in ran:
+        kind = hlo_stats.collective_kind(instruction.opcode)
+        if not kind:
+            continue
+        result = [f"{dtype}{list(dims)}" for dtype, dims in instruction.result if dtype != "u32"]
+        groups = instruction.attributes.partition("replica_groups=")[2][:40]
+        entry = found[(kind, " ".join(result), groups)]
+        entry[0] += runs
+        entry[1] += runs * hlo_stats.collective_payload(instruction, shapes)
     return found
 
 

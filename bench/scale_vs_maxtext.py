@@ -166,19 +166,15 @@ def ragged_all_to_all_bytes(text: str) -> int:
     gets with balanced, dropless routing. Loops counted with ``hlo_stats``'s trip counts.
     Not in the roofline estimate."""
     from theseus.core.plan import hlo_stats
-    from theseus.core.plan.hlo_text import array_bytes, parse_module
+    from theseus.core.plan.hlo_text import array_bytes
 
-    computations = parse_module(text)
-    by_name = {c.name: c for c in computations}
-    shapes = {i.name: i.result for c in computations for i in c.instructions}
-    times, _, _ = hlo_stats._multipliers(computations, by_name, hlo_stats.HloStats())
+    ran, shapes = hlo_stats.step_instructions(text)
     total = 0.0
-    for computation in computations:
-        for instruction in computation.instructions:
-            if instruction.opcode != "ragged-all-to-all" or not instruction.operands:
-                continue
-            sent = sum(array_bytes(a) for a in shapes.get(instruction.operands[0], []))
-            total += times.get(computation.name, 0) * min(sent, instruction.result_bytes)
+    for instruction, runs in ran:
+        if instruction.opcode != "ragged-all-to-all" or not instruction.operands:
+            continue
+        sent = sum(array_bytes(a) for a in shapes.get(instruction.operands[0], []))
+        total += runs * min(sent, instruction.result_bytes)
     return int(total)
 
 

@@ -24,17 +24,12 @@ def whole_gathers(text: str, elements: int) -> float:
     array of ``elements`` elements."""
     from theseus.core.plan import hlo_stats
 
-    computations = hlo_stats.parse_module(text)
-    by_name = {c.name: c for c in computations}
-    times, _, _ = hlo_stats._multipliers(computations, by_name, hlo_stats.HloStats())
-    found = 0.0
-    for computation in computations:
-        for instruction in computation.instructions:
-            if hlo_stats.collective_kind(instruction.opcode) != "all-gather":
-                continue
-            counts = [math.prod(dims) for _, dims in instruction.result if dims]
-            found += times.get(computation.name, 0) * counts.count(elements)
-    return found
+    ran, _ = hlo_stats.step_instructions(text)
+    return sum(
+        runs * [math.prod(dims) for _, dims in instruction.result if dims].count(elements)
+        for instruction, runs in ran
+        if hlo_stats.collective_kind(instruction.opcode) == "all-gather"
+    )
 
 
 @pytest.fixture(scope="module")

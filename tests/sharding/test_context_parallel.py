@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sharding.conftest import ATTENTION, TRAIN
+from tests.sharding.conftest import ATTENTION, CONTEXT_TRAIN, MUTANTS, split_parity
 
 GRAD = 1e-5
-CONTEXT_TRAIN = [s for s in TRAIN if ":llama:" in s]
+
+
+@pytest.fixture(scope="module")
+def split_results() -> dict[str, dict]:
+    return split_parity(*ATTENTION, *MUTANTS, *CONTEXT_TRAIN)
 
 
 def loss_bounds(reference: list[float]) -> list[float]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sharding.conftest import MOE, TRAIN
+from tests.sharding.conftest import EXPERT_TRAIN, MOE, split_parity
 from tests.sharding.test_context_parallel import worst
 
 U = 2.0**-24
@@ -27,7 +27,11 @@ OUTPUT = 2 * U * (D + F + K)
 GRADIENT = 2 * U * (N * K + D + F)
 PROB_SUMS = 2 * U * N
 EXACT = [s for s in MOE if "capacity" not in s]
-EXPERT_TRAIN = [s for s in TRAIN if ":qwen3_moe:" in s]
+
+
+@pytest.fixture(scope="module")
+def split_results() -> dict[str, dict]:
+    return split_parity(*MOE, *EXPERT_TRAIN)
 
 
 @pytest.mark.slow

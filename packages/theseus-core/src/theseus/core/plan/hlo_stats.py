@@ -193,6 +193,24 @@ def transfers(instruction: Instruction, by_name: dict[str, Computation]) -> list
     ]
 
 
+def step_instructions(text: str) -> tuple[list[tuple[Instruction, float]], dict[str, list]]:
+    """Every instruction of a module that runs, with how often it runs per step (scanned
+    loops counted by their trip counts), and the result shapes of all values by name: for
+    listings that pick instructions out (a kind of collective, a kernel) and count them as
+    ``analyze`` does."""
+    computations = parse_module(text)
+    by_name = {c.name: c for c in computations}
+    shapes = {i.name: i.result for c in computations for i in c.instructions}
+    times, _, _ = _multipliers(computations, by_name, HloStats())
+    ran = [
+        (instruction, times[c.name])
+        for c in computations
+        if times.get(c.name, 0)
+        for instruction in c.instructions
+    ]
+    return ran, shapes
+
+
 def _multipliers(
     computations: list[Computation], by_name: dict[str, Computation], stats: HloStats
 ) -> tuple[dict[str, float], dict[str, float], set[str]]:

@@ -22,12 +22,10 @@ def contract(x: jax.Array, kernel: jax.Array, n_in: int) -> jax.Array:
     split over ``context``: merging the batch and sequence axes would gather the sequence
     onto every device, so the leading axes stay apart.
     """
-    if axis_size(CONTEXT_AXIS) > 1:
-        dims = ((tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in))), ((), ()))
-        return jax.lax.dot_general(x, kernel, dims)
     lead = x.shape[: x.ndim - n_in]
-    rows = x.reshape(math.prod(lead), *x.shape[x.ndim - n_in :])
-    dims = ((tuple(range(1, 1 + n_in)), tuple(range(n_in))), ((), ()))
+    rows = x if axis_size(CONTEXT_AXIS) > 1 else x.reshape(math.prod(lead), *x.shape[len(lead) :])
+    n_lead = rows.ndim - n_in
+    dims = ((tuple(range(n_lead, rows.ndim)), tuple(range(n_in))), ((), ()))
     y = jax.lax.dot_general(rows, kernel, dims)
     return y.reshape(*lead, *kernel.shape[n_in:])
 
