@@ -40,11 +40,13 @@ def families() -> list[str]:
     return sorted(registries().models.names())
 
 
-def tiny(family: str, *extra: str, seq_len: int = 128, batch: int = 8) -> list[str]:
+def tiny(
+    family: str, *extra: str, seq_len: int = 128, batch: int = 8, vocab: int = VOCAB
+) -> list[str]:
     return [
         "model.preset=tiny",
         f"model.max_seq_len={max(seq_len, 128)}",
-        f"model.vocab_size={VOCAB}",
+        f"model.vocab_size={vocab}",
         f"training.seq_len={seq_len}",
         f"training.global_batch_size={batch}",
         *extra,

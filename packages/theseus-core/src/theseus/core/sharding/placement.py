@@ -22,6 +22,7 @@ from theseus.core.sharding.config import ShardingConfig, ShardingError
 from theseus.core.sharding.mesh import make_mesh
 from theseus.core.sharding.rules import CONTEXT_AXIS, Rules, rules_for
 from theseus.core.sharding.sequence import layout_order
+from theseus.core.sharding.traced_rules import tracing_with
 
 
 def _is_variable(x: Any) -> bool:
@@ -171,11 +172,12 @@ class Layout:
         return jax.make_array_from_callback(host.shape, self.replicated, lambda index: host[index])
 
     def on_mesh(self, fn: Any) -> Any:
-        """``fn`` traced under this mesh: layers read it with ``get_abstract_mesh()``."""
+        """``fn`` traced under this mesh and these parameter rules: layers read them with
+        ``get_abstract_mesh()`` and ``traced_rules.param_rules()``."""
         abstract = self.mesh.abstract_mesh
 
         def traced(*args: Any) -> Any:
-            with jax.sharding.use_abstract_mesh(abstract):
+            with jax.sharding.use_abstract_mesh(abstract), tracing_with(self.rules.params):
                 return fn(*args)
 
         return traced

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import jax
 from jax.sharding import PartitionSpec
+from theseus.core.sharding.placement import spec_for
 from theseus.core.sharding.rules import BATCH_AXES, TENSOR_AXIS
+from theseus.core.sharding.traced_rules import param_rules
 
 
 def current_mesh() -> jax.sharding.AbstractMesh | None:
@@ -39,3 +41,12 @@ def tensor_axis_for(*sizes: int) -> str | None:
 
 def spec(*parts: str | tuple[str, ...] | None) -> PartitionSpec:
     return PartitionSpec(*parts)
+
+
+def param_spec(shape: tuple[int, ...], logical: tuple[str | None, ...]) -> PartitionSpec | None:
+    """How the layout a step is traced under splits a parameter of this shape and these
+    logical axes; None outside a traced step (no mesh or no rules in context)."""
+    mesh, rules = current_mesh(), param_rules()
+    if mesh is None or rules is None:
+        return None
+    return spec_for("a parameter", shape, logical, rules, dict(mesh.shape))

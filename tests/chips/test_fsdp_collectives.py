@@ -1,12 +1,16 @@
-"""Under fsdp each attention projection's kernel is gathered whole twice per layer and step
-(the forward, and the backward's recomputing forward, whose copy the gradient matmuls
-reuse), as MaxText's step gathers it: a tiny Llama's train step under fsdp and full remat on
-v5p-8 (4 chips), compiled for the chips without them.
+"""What a tiny Llama's train step under fsdp and full remat on v5p-8 (4 chips) moves, compiled
+for the chips without them, against what MaxText's step moves for the same work:
 
-The projections used to reshape their kernel (embed x heads x head_dim as a matrix) before
-the matmul; XLA then laid the backward's copy out apart from the forward's and gathered the
-output, key and value kernels a third time per layer (this test's count: 3 per layer; Llama
-3.1 8B on v5p-8: 1.5 GiB more all-gather per step than MaxText)."""
+* each attention projection's kernel is gathered whole twice per layer and step (the
+  forward, and the backward's recomputing forward, whose copy the gradient matmuls reuse).
+  The projections used to reshape their kernel (embed x heads x head_dim as a matrix) before
+  the matmul; XLA then laid the backward's copy out apart from the forward's and gathered
+  the output, key and value kernels a third time per layer (this test's count: 3 per layer;
+  Llama 3.1 8B on v5p-8: 1.5 GiB more all-gather per step than MaxText);
+* every all-to-all moves the compute dtype (bfloat16): the embedding's gradient used to
+  travel from the batch's layout to the table's in float32 (Llama 3.1 8B on v5p-8: 0.25 GiB
+  per step against MaxText's 0.125; this test's old count: one float32 all-to-all).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,10 @@ import pytest
 from tests.chips.compiling import compile_train, require_aot, target_setup, tiny
 
 D, HEADS, KV_HEADS, HEAD_DIM, FF, LAYERS = 512, 8, 2, 64, 1536, 4
+# a vocabulary larger than the step's 4096 tokens, as at real sizes: XLA then moves the
+# embedding's gradient to the table's layout as an all-to-all (at 256 rows it sums the
+# whole small table on each chip instead)
+VOCAB = 32768
 
 
 def whole_gathers(text: str, elements: int) -> float:
@@ -47,6 +55,7 @@ def step_text() -> str:
         f"model.d_ff={FF}",
         f"model.n_layers={LAYERS}",
         seq_len=512,
+        vocab=VOCAB,
     )
     setup = target_setup("llama", "v5p-8", values)
     assert setup.layout.sizes["fsdp"] == 4
@@ -60,6 +69,21 @@ def test_attention_kernels_are_gathered_twice_per_layer(step_text: str):
     key_value = whole_gathers(step_text, D * KV_HEADS * HEAD_DIM)
     assert 0 < query_output <= 2 * 2 * LAYERS, query_output
     assert 0 < key_value <= 2 * 2 * LAYERS, key_value
+
+
+@pytest.mark.slow
+def test_every_all_to_all_moves_the_compute_dtype(step_text: str):
+    from theseus.core.plan import hlo_stats
+
+    ran, _ = hlo_stats.step_instructions(step_text)
+    moved = [
+        dtype
+        for instruction, _ in ran
+        if hlo_stats.collective_kind(instruction.opcode) == "all-to-all"
+        for dtype, dims in instruction.result
+        if dims
+    ]
+    assert moved and set(moved) == {"bf16"}, moved
 
 
 @pytest.mark.slow
