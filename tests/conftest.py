@@ -1,4 +1,5 @@
-"""Suite-wide settings: a persistent JAX compilation cache and CPU-only JAX."""
+"""Suite-wide settings: a persistent JAX compilation cache, CPU-only JAX, and the order in
+which ``pytest -n 2 --dist loadfile`` hands out test files (the longest first)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,49 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
+# The files that take longest, longest first: seconds summed over their tests (setup, call,
+# teardown) with --durations=0 on two shared cores, main 9deb803. xdist gives a worker one
+# file at a time in collection order (pyproject's addopts turn off its own reordering, which
+# put files with the most tests first and so the one-test README tour last: the run's last
+# 10 minutes had one worker busy). The rest follow in the usual order.
+LONGEST_FIRST = [
+    "tests/core/test_readme_tour.py",  # 718 s
+    "tests/sharding/test_parity.py",  # 288 s
+    "tests/evaluate/test_lm_eval.py",  # 270 s
+    "tests/faults/test_inspect_faults.py",  # 207 s
+    "tests/models/test_models_families.py",  # 202 s
+    "tests/train/test_lora.py",  # 191 s
+    "tests/train/test_grpo.py",  # 186 s
+    "tests/chips/test_compile_matrix.py",  # 184 s
+    "tests/dispatch/test_dispatch_ssh.py",  # 175 s
+    "tests/docs/test_train_on_chips.py",  # 174 s
+    "tests/faults/test_resume_faults.py",  # 172 s
+    "tests/train/test_training.py",  # 167 s
+    "tests/train/test_determinism.py",  # 149 s
+    "tests/sharding/test_family_parity.py",  # 140 s
+    "tests/train/test_dpo.py",  # 138 s
+    "tests/faults/test_config_faults.py",  # 134 s
+    "tests/sharding/test_expert_parallel.py",  # 125 s
+    "tests/models/test_attention_impls.py",  # 125 s
+    "tests/models/test_lora_export.py",  # 123 s
+    "tests/sharding/test_context_parallel.py",  # 112 s
+    "tests/inspect/test_serve_api.py",  # 112 s
+]
+
+
+def longest_first(items: list[pytest.Item]) -> None:
+    rank = {path: place for place, path in enumerate(LONGEST_FIRST)}
+
+    def place(item: pytest.Item) -> int:
+        return rank.get(Path(item.path).relative_to(REPO).as_posix(), len(rank))
+
+    items.sort(key=place)  # stable: within a file, and for the rest, the collection order
+
+
 def pytest_collection_modifyitems(config, items):
-    """Where the parity group (and lm-eval) must be present (CI), their absence fails instead
-    of skipping."""
+    """The longest files first; where the parity group (and lm-eval) must be present (CI),
+    their absence fails instead of skipping."""
+    longest_first(items)
     if os.environ.get("THESEUS_REQUIRE_PARITY") != "1":
         return
     try:
