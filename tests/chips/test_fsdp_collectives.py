@@ -10,6 +10,11 @@ for the chips without them, against what MaxText's step moves for the same work:
 * every all-to-all moves the compute dtype (bfloat16): the embedding's gradient used to
   travel from the batch's layout to the table's in float32 (Llama 3.1 8B on v5p-8: 0.25 GiB
   per step against MaxText's 0.125; this test's old count: one float32 all-to-all).
+
+And on v5p-128 (64 chips, a torus), the same step gathers its kernels as all-gathers: the
+target's devices used to be made without the slice's wraparound links, and XLA:TPU then
+lowered every gather over the open 4x4x4 mesh as an all-reduce of a zero-padded kernel
+(twice the bytes on the links; Llama 3.1 70B on v5p-256: 398 GiB of all-reduce per step).
 """
 
 from __future__ import annotations
@@ -40,9 +45,9 @@ def whole_gathers(text: str, elements: int) -> float:
     )
 
 
-@pytest.fixture(scope="module")
-def step_text() -> str:
-    """The optimized HLO of the tiny Llama's fsdp train step on v5p-8."""
+def compiled_step(target: str, chips: int) -> str:
+    """The optimized HLO of the tiny Llama's fsdp train step on ``target``, a row per chip
+    on v5p-128."""
     require_aot()
     values = tiny(
         "llama",
@@ -55,11 +60,17 @@ def step_text() -> str:
         f"model.d_ff={FF}",
         f"model.n_layers={LAYERS}",
         seq_len=512,
+        batch=max(8, chips),
         vocab=VOCAB,
     )
-    setup = target_setup("llama", "v5p-8", values)
-    assert setup.layout.sizes["fsdp"] == 4
+    setup = target_setup("llama", target, values)
+    assert setup.layout.sizes["fsdp"] == chips
     return compile_train(setup).as_text()
+
+
+@pytest.fixture(scope="module")
+def step_text() -> str:
+    return compiled_step("v5p-8", 4)
 
 
 @pytest.mark.slow
@@ -101,3 +112,23 @@ def test_collective_diff_lists_what_the_plan_counts(step_text: str):
     assert by_kind == pytest.approx(analyze(step_text).collective_bytes, rel=1e-12)
     shapes = {shape for kind, shape, _ in listing if kind == "all-gather"}
     assert any(f"{D}, {FF}]" in shape for shape in shapes), shapes
+
+
+@pytest.mark.slow
+def test_a_torus_slice_gathers_kernels_as_all_gathers():
+    from theseus.core.plan import hlo_stats
+
+    text = compiled_step("v5p-128", 64)
+    query_output = whole_gathers(text, D * HEADS * HEAD_DIM)
+    mlp = whole_gathers(text, D * FF)
+    assert query_output >= 2 * LAYERS and mlp >= 3 * LAYERS, (query_output, mlp)
+    # what is all-reduced is the gradients, once per step: no whole kernel per layer pass
+    ran, _ = hlo_stats.step_instructions(text)
+    reduced = sum(
+        runs
+        for instruction, runs in ran
+        if hlo_stats.collective_kind(instruction.opcode) == "all-reduce"
+        for _, dims in instruction.result
+        if math.prod(dims) == D * FF
+    )
+    assert reduced <= 3 * LAYERS, reduced

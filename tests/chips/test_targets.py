@@ -31,6 +31,23 @@ def test_names_as_users_say_them(name, chip, devices, topology):
 
 
 @pytest.mark.parametrize(
+    "name, wrap",
+    [
+        ("v5p-8", (False, False, False)),
+        ("v5p-64", (False, False, False)),  # 2x4x4: an open mesh
+        ("v5p-128", (True, True, True)),  # 4x4x4, the first full cube: a torus
+        ("v5p-256", (True, True, True)),
+        ("v5litepod-64", (False, False, False)),
+        ("v5litepod-128", (False, True, False)),  # 8x16: only the pod-long side closes
+        ("v6e-256", (True, True, False)),
+        ("h100x8", (False, False, False)),
+    ],
+)
+def test_a_slice_knows_which_sides_close_into_rings(name, wrap):
+    assert parse_target(name).wrap == wrap
+
+
+@pytest.mark.parametrize(
     "name, message",
     [
         ("v5p-7", "v5p-N counts TensorCores, two per chip: N is even"),

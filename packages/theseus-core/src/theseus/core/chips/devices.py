@@ -55,7 +55,10 @@ def _devices(target: Target) -> tuple[Any, ...]:
         if target.platform == "tpu":
             bounds = tuple(int(n) for n in target.host_bounds.split("x"))
             topology = topologies.get_topology_desc(
-                topology_name=target.topology, platform="tpu", chips_per_host_bounds=bounds
+                topology_name=target.topology,
+                platform="tpu",
+                chips_per_host_bounds=bounds,
+                wrap=target.wrap,
             )
         else:
             topology = topologies.get_topology_desc(

@@ -3,6 +3,11 @@
 * Cloud TPU accelerator types: ``v5p-N`` counts TensorCores (two per chip: ``v5p-8`` is 4
   chips, one host), ``v5litepod-N`` (or ``v5e-N``) and ``v6e-N`` count chips. Each maps to
   the slice shape Cloud TPU provisions for it (cloud.google.com/tpu/docs/v5p, /v5e, /v6e).
+* A slice's links: v5p slices of 64 chips and more (4x4x4, full cubes) are tori, their
+  wraparound links close every dimension; smaller ones are open meshes. v5e and v6e pods
+  close a dimension only where it spans the whole pod (16 chips: 8x16 wraps its second,
+  16x16 both). The compiler must know: without the wraparound XLA:TPU cannot run a gather
+  over a whole v5p-256 as a ring and lowers it as an all-reduce of a zero-padded buffer.
 * NVIDIA machines: ``<chip>x<N>`` with chip ``h100``, ``h200`` or ``b200``: ``h100x8`` is one
   host of 8 GPUs, ``h100x16`` two hosts (8 GPUs per host beyond 8).
 """
@@ -45,6 +50,8 @@ LITE_SHAPES = {
 V5P_HOST = "2x2x1"
 LITE_HOSTS = {1: "1x1x1", 4: "2x2x1", 8: "2x4x1"}
 LITE_MULTI_HOST = "2x2x1"
+V5P_TORUS_SIDE = 4  # a v5p slice wraps when every side is a multiple of 4 (a full cube)
+LITE_POD_SIDE = 16  # a v5e or v6e side wraps when it spans the pod
 GPUS_PER_HOST = 8
 EXAMPLES = "v5p-8, v5p-64, v5litepod-16, v6e-8, h100x8, h200x8, b200x8, h100x16"
 
@@ -60,6 +67,7 @@ class Target:
     devices: int  # JAX devices: chips (TPU) or GPUs
     topology: str  # TPU: libtpu's "v5p:2x2x1"; GPU: "partitions x hosts x devices per host"
     host_bounds: str = ""  # TPU: chips per host, "2x2x1" (libtpu's chips_per_host_bounds)
+    wrap: tuple[bool, bool, bool] = (False, False, False)  # TPU: wraparound per dimension
 
     @property
     def platform(self) -> str:
@@ -109,7 +117,20 @@ def _tpu(name: str, family: str, count: int) -> Target:
     if chips not in shapes:
         sizes = ", ".join(f"{family}-{n * 2 if family == 'v5p' else n}" for n in shapes)
         raise TargetError(f"--target {name}: no such slice; {family} slices are {sizes}")
-    return Target(name, chip, chips, f"{chip.name}:{shapes[chips]}", bounds)
+    shape = shapes[chips]
+    return Target(name, chip, chips, f"{chip.name}:{shape}", bounds, _wraparound(family, shape))
+
+
+def _wraparound(family: str, shape: str) -> tuple[bool, bool, bool]:
+    """Which dimensions of a TPU slice ``shape`` ("4x4x8") close into rings."""
+    sides = [int(side) for side in shape.split("x")]
+    if family == "v5p":
+        torus = all(side % V5P_TORUS_SIDE == 0 for side in sides)
+        wraps = [torus] * len(sides)
+    else:
+        wraps = [side == LITE_POD_SIDE for side in sides]
+    wraps += [False] * (3 - len(wraps))
+    return (wraps[0], wraps[1], wraps[2])
 
 
 def _gpu(name: str, chip_name: str, count: int) -> Target:

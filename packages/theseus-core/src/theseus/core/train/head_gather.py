@@ -9,10 +9,10 @@ of all-gathers per chip per step that way. Gathered once here (a bf16 copy: the 
 per pass), the pieces multiply locally, and the gradient is reduce-scattered once.
 
 The cast to the compute dtype is held on each device's shard (an optimization barrier).
-Without it XLA:TPU may move the cast after the gather; where it then lowers the gather as an
-all-reduce of a zero-padded whole table (its all-gather decomposer does so for every
-gather of Llama 3.1 70B's step on v5p-256), that table is float32: a 3.9 GiB buffer and
-twice the bytes on the links for 70B's head.
+Without it XLA:TPU may move the cast after the gather and gather float32, twice the bytes;
+where it lowers the gather as an all-reduce of a zero-padded whole table (its all-gather
+decomposer did so for every gather of Llama 3.1 70B's step on v5p-256 compiled without the
+slice's wraparound links), that is a 3.9 GiB float32 buffer for 70B's head.
 
 No strategy splits ``vocab`` over ``tensor``, so the whole table is the replicated layout.
 """
