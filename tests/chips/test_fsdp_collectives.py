@@ -15,6 +15,8 @@ And on v5p-128 (64 chips, a torus), the same step gathers its kernels as all-gat
 target's devices used to be made without the slice's wraparound links, and XLA:TPU then
 lowered every gather over the open 4x4x4 mesh as an all-reduce of a zero-padded kernel
 (twice the bytes on the links; Llama 3.1 70B on v5p-256: 398 GiB of all-reduce per step).
+There, too, each attention kernel is gathered twice per layer: a layer gathers its kernel
+once (``models/layers/linear.py``), and the recompute and the gradient share that copy.
 """
 
 from __future__ import annotations
@@ -120,8 +122,16 @@ def test_a_torus_slice_gathers_kernels_as_all_gathers():
 
     text = compiled_step("v5p-128", 64)
     query_output = whole_gathers(text, D * HEADS * HEAD_DIM)
+    key_value = whole_gathers(text, D * KV_HEADS * HEAD_DIM)
     mlp = whole_gathers(text, D * FF)
     assert query_output >= 2 * LAYERS and mlp >= 3 * LAYERS, (query_output, mlp)
+    # twice per kernel and layer, as on v5p-8: with the compiler left to gather a kernel
+    # for each matmul, the backward gathered the query kernel and one of key and value a
+    # second time for the input's gradient (20 and 20 here; 70B on v5p-256: 11 GiB a step)
+    assert query_output <= 2 * 2 * LAYERS and key_value <= 2 * 2 * LAYERS, (
+        query_output,
+        key_value,
+    )
     # what is all-reduced is the gradients, once per step: no whole kernel per layer pass
     ran, _ = hlo_stats.step_instructions(text)
     reduced = sum(

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import PartitionSpec
+from theseus.core.sharding.placement import logical_axes
 from theseus.core.sharding.rules import CONTEXT_AXIS
 from theseus.models.layers.kernel_sharding import batch_axes
 from theseus.models.layers.linear import param
@@ -100,12 +101,13 @@ class Embedding(nnx.Module):
         rngs: nnx.Rngs,
     ) -> None:
         self.embedding = param(std * jax.random.normal(rngs.params(), (num, dim)), axes)
-        self.axes = axes
         self.dtype = dtype
 
     def __call__(self, ids: jax.Array) -> jax.Array:
         table = self.embedding[...]
-        return lookup(table, ids, jnp.dtype(self.dtype).name, width_axes(table, self.axes))
+        axes = logical_axes(self.embedding)
+        spread = width_axes(table, axes) if axes is not None else ()
+        return lookup(table, ids, jnp.dtype(self.dtype).name, spread)
 
     def attend(self, x_BxTxD: jax.Array) -> jax.Array:
         """Logits against every row, accumulated and returned in float32."""

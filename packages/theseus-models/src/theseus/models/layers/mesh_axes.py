@@ -50,3 +50,20 @@ def param_spec(shape: tuple[int, ...], logical: tuple[str | None, ...]) -> Parti
     if mesh is None or rules is None:
         return None
     return spec_for("a parameter", shape, logical, rules, dict(mesh.shape))
+
+
+def gathered_spec(
+    shape: tuple[int, ...], logical: tuple[str | None, ...] | None
+) -> PartitionSpec | None:
+    """The layout of a parameter gathered over the batch axes (fsdp's split undone, a tensor
+    split kept), where the step's layout splits it over any of them; else None."""
+    split = None if logical is None else param_spec(shape, logical)
+    if split is None:
+        return None
+    kept = []
+    for part in split:
+        axes = part if isinstance(part, tuple) else (part,)
+        rest = tuple(a for a in axes if a is not None and a not in BATCH_AXES)
+        kept.append(rest[0] if len(rest) == 1 else (rest or None))
+    whole = PartitionSpec(*kept)
+    return None if whole == split else whole
