@@ -152,7 +152,8 @@ class Attention(nnx.Module):
             raise ModelError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
         H, G, K, D = n_heads, n_kv_heads, head_dim, d_model
         V = v_head_dim or K
-        kw = dict(std=std, dtype=dtype, rngs=rngs)
+        # the projections gather their kernels themselves under fsdp (see Linear)
+        kw = dict(std=std, dtype=dtype, rngs=rngs, gather=True)
         self.q_proj = Linear((D,), (H, K), ("embed",), ("heads", "head_dim"), bias=qkv_bias, **kw)
         self.k_proj = Linear(
             (D,), (G, K), ("embed",), ("kv_heads", "head_dim"), bias=qkv_bias, **kw

@@ -43,11 +43,16 @@ class Linear(nnx.Module):
     ``in_shape``/``out_shape`` are tuples, so attention projections keep heads and head_dim
     as separate kernel axes and need no reshapes. Compute happens in ``dtype``.
 
-    Where the step's layout splits the kernel over the batch axes (fsdp), the layer gathers
-    it whole in ``dtype`` itself, one copy per call that the recompute and the gradient's
-    matmuls share. Left to gather a kernel for each matmul, XLA:TPU on a v5p torus gathered
-    the query kernel and one of key and value a third time per layer for the input's
-    gradient (Llama 3.1 70B on v5p-256: 11 GiB of all-gather a step more than MaxText).
+    ``gather``: where the step's layout splits the kernel over the batch axes (fsdp), gather
+    it whole in ``dtype`` here, one copy per call that the recompute and the gradient's
+    matmuls share, rather than leave the compiler to gather it for each matmul. The
+    attention projections ask for it: their gradient's matmuls run after the attention
+    kernel's backward, and XLA:TPU on a v5p torus gathered the query kernel and one of key
+    and value a third time per layer rather than keep the recompute's copy (Llama 3.1 70B
+    on v5p-256: 11 GiB of all-gather a step more than MaxText). The MLP's recompute and
+    gradient are adjacent and stay with the compiler, which on an open v5p-64 mesh runs
+    their gathers as windowed matmuls; gathered here too they cost 8B on v5p-64 a whole
+    all-reduce of its gradient (59 against 49 GB on the links a step).
     """
 
     def __init__(
@@ -61,16 +66,18 @@ class Linear(nnx.Module):
         std: float = 0.02,
         dtype: jnp.dtype = jnp.float32,
         rngs: nnx.Rngs,
+        gather: bool = False,
     ) -> None:
         shape = (*in_shape, *out_shape)
         self.kernel = param(std * jax.random.normal(rngs.params(), shape), (*in_axes, *out_axes))
         self.bias = param(jnp.zeros(out_shape), out_axes) if bias else None
         self.n_in = len(in_shape)
         self.dtype = dtype
+        self.gather = gather
 
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.kernel[...].astype(self.dtype)
-        whole = gathered_spec(kernel.shape, logical_axes(self.kernel))
+        whole = gathered_spec(kernel.shape, logical_axes(self.kernel)) if self.gather else None
         if whole is not None:
             kernel = jax.lax.with_sharding_constraint(kernel, whole)
         y = contract(x.astype(self.dtype), kernel, self.n_in)

@@ -58,6 +58,7 @@ class LoRALinear(Linear):
         bound = 1.0 / math.sqrt(math.prod(in_shape))
         a = jax.random.uniform(rngs.params(), (*in_shape, rank), minval=-bound, maxval=bound)
         self.kernel, self.bias, self.n_in, self.dtype = base.kernel, base.bias, n, base.dtype
+        self.gather = base.gather
         self.lora_a = Adapter(a, out_sharding=(*in_axes, None), eager_sharding=False)
         self.lora_b = Adapter(
             jnp.zeros((rank, *out_shape)), out_sharding=(None, *out_axes), eager_sharding=False
