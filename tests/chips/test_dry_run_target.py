@@ -64,18 +64,21 @@ def plan_config(*overrides: str):
 def test_a_step_too_big_for_its_chip_says_by_how_much_and_what_would_fit(
     tmp_path, monkeypatch, capsys
 ):
-    """An H100 given (in this test) a quarter less memory than the step's peak: sharding
-    the parameters is tried first and is not enough (activations dominate a tiny model),
-    full remat fits, and the search stops there: halving the batch is not compiled. The
-    plan is printed first, then the error names the change."""
+    """An H100 given (in this test) 0.82 of the step's peak: sharding the parameters is
+    tried first and is not enough (activations dominate a tiny model at T=512), full remat
+    fits, and the search stops there: halving the batch is not compiled. The plan is
+    printed first, then the error names the change. (Measured at d49c6dc, of the dp step's
+    peak: fsdp 0.91, remat full 0.75; at T=128 the two were 0.74 and 0.67, too close to
+    place a budget between them that holds as the step's layout improves.)"""
     require_aot()
     from theseus.core.plan import step_compile
     from theseus.core.plan.dry_run import dry_run, plan
 
     # remat fixed: `auto` would pick a level that fits the smaller chip by itself
-    config = plan_config(*tiny("llama", "sharding.strategy=dp", "sharding.remat=none", batch=64))
+    values = tiny("llama", "sharding.strategy=dp", "sharding.remat=none", batch=64, seq_len=512)
+    config = plan_config(*values)
     peak = plan(config, str(tmp_path), "h100x8")["peak_bytes"]
-    smaller = dataclasses.replace(specs.CHIPS["h100"], hbm_bytes=int(peak * 0.75))
+    smaller = dataclasses.replace(specs.CHIPS["h100"], hbm_bytes=int(peak * 0.82))
     monkeypatch.setitem(specs.CHIPS, "h100", smaller)
     compiled: list[str] = []
     real_compile = step_compile.compile_step
