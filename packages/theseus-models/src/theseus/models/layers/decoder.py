@@ -307,8 +307,8 @@ class DecoderLM(nnx.Module):
             # once per layer in the scan. The scan already keeps XLA from merging the
             # recomputed forward with the forward pass, so remat's own barrier (prevent_cse)
             # is not needed; without it the gradient's matmuls share the recompute's gathered
-            # kernels under fsdp (XLA:GPU gathered each attention and MLP kernel a third time
-            # per layer once the layers gather their kernels: models/layers/linear.py)
+            # kernels under fsdp (with the barrier, XLA:GPU gathered each attention kernel a
+            # third time per layer once the projections gather their own: layers/linear.py)
             layer = nnx.remat(layer, policy=remat_policy(level), prevent_cse=False)
             scan = nnx.scan(
                 layer,
