@@ -106,6 +106,33 @@ def test_the_loss_in_pieces_equals_the_whole():
         assert float(np.abs(np.asarray(g) - np.asarray(w)).max()) <= tol
 
 
+def test_the_loss_backward_starts_after_its_forward():
+    """Under ``jax.grad`` the loss's forward scan only yields the loss value (the backward
+    scan recomputes its pieces), so nothing ordered it: XLA:TPU ran it after the layers'
+    backward loop and kept the gathered head table and the last hidden states alive through
+    it (Llama 3.1 70B on v5p-256: 2.1 GB more live, peak 37.6 GiB against MaxText's 34.4).
+    The loss's cotangent now passes an optimization barrier with the forward's total, so the
+    backward scan, and everything after it, waits for the forward one."""
+    B, T, D, V = 2, 48, 16, 40
+    hidden, table = jnp.ones((B, T, D)), jnp.ones((V, D))
+    targets, mask = jnp.zeros((B, T), jnp.int32), jnp.ones((B, T))
+
+    def pieces(hidden, table):
+        return chunked_cross_entropy(lambda h: h @ table.T, hidden, targets, mask, 4)
+
+    eqns = jax.make_jaxpr(jax.value_and_grad(pieces, argnums=(0, 1)))(hidden, table).eqns
+    names = [e.primitive.name for e in eqns]
+    scans = [i for i, name in enumerate(names) if name == "scan"]
+    forward_total = {id(v) for v in eqns[scans[0]].outvars}
+    barriers = [
+        i
+        for i, name in enumerate(names)
+        if name == "optimization_barrier" and any(id(v) in forward_total for v in eqns[i].invars)
+    ]
+    assert barriers, names
+    assert any(i > barriers[0] for i in scans), names  # the backward scan comes after
+
+
 def test_loss_chunks_keep_a_piece_under_the_limit():
     assert loss_chunks(8, 2048, 32000) == 8  # 2 GiB of float32 logits -> 8 pieces of 250 MiB
     assert loss_chunks(2, 256, 8192) == 1  # small: the whole at once
