@@ -141,9 +141,6 @@ def program_fields(text: str, target: str) -> dict[str, Any]:
     )
     estimate = estimate_step(text, stats, chip)
     counted = {k: int(v) for k, v in stats.collective_bytes.items()}
-    ragged = ragged_all_to_all_bytes(text)
-    if ragged:
-        counted["ragged-all-to-all"] = ragged
     return {
         "collective_bytes": dict(sorted(counted.items())),
         "collective_bytes_total": int(sum(counted.values())),
@@ -156,26 +153,6 @@ def program_fields(text: str, target: str) -> dict[str, Any]:
         "opaque_kernels": stats.opaque_kernels,
         "hlo_dynamic_loops": stats.dynamic_loops,
     }
-
-
-def ragged_all_to_all_bytes(text: str) -> int:
-    """Bytes per step of the ``ragged-all-to-all``s (MaxText's expert-parallel dispatch and
-    combine), which ``hlo_stats`` does not count. What one sends depends on the routing; its
-    buffers are sized for the worst case (the receiving side for every token), so each call
-    is counted at the smaller of its input and its output buffer: what a device sends and
-    gets with balanced, dropless routing. Loops counted with ``hlo_stats``'s trip counts.
-    Not in the roofline estimate."""
-    from theseus.core.plan import hlo_stats
-    from theseus.core.plan.hlo_text import array_bytes
-
-    ran, shapes = hlo_stats.step_instructions(text)
-    total = 0.0
-    for instruction, runs in ran:
-        if instruction.opcode != "ragged-all-to-all" or not instruction.operands:
-            continue
-        sent = sum(array_bytes(a) for a in shapes.get(instruction.operands[0], []))
-        total += runs * min(sent, instruction.result_bytes)
-    return int(total)
 
 
 _STATS = re.compile(r"Memory analysis: CompiledMemoryStats\(([^)]*)\)")

@@ -1,6 +1,7 @@
 """A mixture's expert weights are not all-reduced whole: the train step of a tiny Qwen3-MoE
 compiled for v5p-64 (32 chips) without the chip, under the default ``sharding.expert=0``
-and under the fsdp-only mesh (``sharding.expert=1``) it replaces."""
+and under the fsdp-only mesh (``sharding.expert=1``) it replaces. Under the default, the
+tokens travel to their experts by ``ragged-all-to-all`` (the plan's dispatch on TPU)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from tests.chips.compiling import compile_train, require_aot, target_setup, tiny
 LAYERS, EXPERTS, D, F = 2, 4, 64, 128  # the tiny preset's experts, wider (moe_d_ff=128)
 
 
-def all_reduce_bytes(expert: str) -> tuple[float, float, dict[str, int]]:
-    """(all-reduce bytes per chip, the expert weights' bytes whole, the mesh)."""
+def all_reduce_bytes(expert: str) -> tuple[float, float, dict[str, int], dict[str, float]]:
+    """(all-reduce bytes per chip, the expert weights' bytes whole, the mesh, the bytes of
+    every collective kind)."""
     import numpy as np
     from theseus.core.plan.hlo_stats import analyze
 
@@ -22,7 +24,8 @@ def all_reduce_bytes(expert: str) -> tuple[float, float, dict[str, int]]:
     itemsize = np.dtype(setup.execution.compute_dtype).itemsize  # gradients in compute dtype
     whole = LAYERS * 3 * EXPERTS * D * F * itemsize  # gate, up, down
     stats = analyze(compile_train(setup).as_text())
-    return stats.collective_bytes.get("all-reduce", 0.0), whole, dict(setup.layout.sizes)
+    moved = dict(stats.collective_bytes)
+    return moved.get("all-reduce", 0.0), whole, dict(setup.layout.sizes), moved
 
 
 @pytest.mark.slow
@@ -33,12 +36,15 @@ def test_expert_weights_are_not_all_reduced_whole(expert):
     on its own tokens and all-reduces each expert weight's gradient whole: at least W
     (measured 399,232). The default mesh (fsdp 8 x expert 4) gives each chip one expert,
     whose gradient is summed over fsdp only (W / 4) beside the small norm, router and
-    statistics terms (measured 104,332 with the default 1.25 capacity dispatch): under W."""
+    statistics terms (measured 104,332 with the 1.25 capacity slabs): under W."""
     require_aot()
-    got, whole, sizes = all_reduce_bytes(expert)
+    got, whole, sizes, moved = all_reduce_bytes(expert)
     if expert == "0":
         assert (sizes["fsdp"], sizes["expert"]) == (8, 4)
         assert got < whole, f"{got:.0f} all-reduce bytes per chip, expert weights {whole}"
+        # the tokens' rows go by the ragged exchange; what plain all-to-all is left (the
+        # embedding's gradient) is smaller
+        assert moved.get("ragged-all-to-all", 0) > moved.get("all-to-all", 0), moved
     else:
         assert (sizes["fsdp"], sizes["expert"]) == (32, 1)
         assert got >= whole, f"fsdp only: {got:.0f} bytes, expert weights {whole}"

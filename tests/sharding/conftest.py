@@ -72,6 +72,10 @@ MOE = [  # data,fsdp,expert,tensor[:option]
     "moe:2,2,2,1",
     "moe:2,1,2,2:ragged_dot",
     "moe:2,1,2,1:capacity=1.0",
+    "moe:1,1,4,1:unbalanced+ragged",
+    "moe:2,2,2,1:ragged",
+    "moe:2,2,2,1:ragged=4.0",
+    "moe:1,1,4,1:unbalanced+ragged=1.0",
 ]
 CONTEXT_TRAIN = [  # model:data,fsdp,expert,context[:method]
     "train:llama:2,1,1,4:ring",

@@ -12,9 +12,11 @@
   that the tolerance catches one.
 * ``moe:data,fsdp,expert,tensor[:OPTION]`` -- the MoE layer with its experts over ``expert``
   against the layer on one device: outputs, input and parameter gradients, router
-  statistics; OPTION ``unbalanced`` (every token's first choice is one expert),
-  ``ragged_dot``, or ``capacity=F`` (compared with the one-device layer run on each device's
-  tokens separately: the documented per-device capacity rule).
+  statistics; OPTIONs joined by ``+``: ``unbalanced`` (every token's first choice is one
+  expert), ``ragged_dot``, ``capacity=F`` (compared with the one-device layer run on each
+  device's tokens separately: the documented per-device capacity rule), ``ragged`` (the
+  ragged dispatch, dropless) or ``ragged=F`` (receive room F x a device's assignments: the
+  drop fraction beside the one its fill rule gives, counted here with loops).
 * ``train:MODEL:data,fsdp,expert,context[:METHOD[:mutant]]`` -- ``STEPS`` SGD steps of a
   tiny model through ``TrainSetup`` (sequence layout, traced under the mesh) and the same run
   on one device: both loss curves, the parameter specs of the expert weights, and the
@@ -195,13 +197,22 @@ def mutant_scenario(text: str) -> dict:
 # ---------------------------------------------------------------------- experts
 
 
-def moe_layer(option: str):
+def option_value(options: list[str], name: str) -> float | None:
+    """``F`` of ``name=F`` among the options, 0 for a bare ``name``, None without it."""
+    for option in options:
+        key, _, value = option.partition("=")
+        if key == name:
+            return float(value or 0)
+    return None
+
+
+def moe_layer(options: list[str]):
     from theseus.models.layers.moe import MoE
 
-    grouping = "ragged_dot" if option == "ragged_dot" else "tiles"
-    factor = float(option.split("=")[1]) if option.startswith("capacity=") else 0.0
+    grouping = "ragged_dot" if "ragged_dot" in options else "tiles"
+    factor = option_value(options, "capacity") or 0.0
     moe = MoE(16, 8, 8, 2, capacity_factor=factor, grouping=grouping, rngs=nnx.Rngs(0))
-    if option == "unbalanced":  # with x[..., 0] = 3 (moe_scenario), expert 3's logit gains 30
+    if "unbalanced" in options:  # with x[..., 0] = 3 (moe_scenario), expert 3's logit gains 30
         moe.router.kernel[...] = moe.router.kernel[...].at[0, 3].add(10.0)
     return moe
 
@@ -216,17 +227,25 @@ def moe_scenario(text: str) -> dict:
     from theseus.core.train.execution_choice import expert_routing
 
     _, mesh_text, *rest = text.split(":")
+    options = rest[0].split("+") if rest else []
     option = rest[0] if rest else ""
     sizes = sizes_of(mesh_text, ("data", "fsdp", "expert", "tensor"))
     mesh = mesh_of(sizes)
-    moe = moe_layer(option)
-    moe.route_by(expert_routing(sizes, has_experts=True))  # as a setup's plan would say
+    moe = moe_layer(options)
+    room = option_value(options, "ragged")
+    # as a setup's plan would say (on CPU, the ragged exchange runs from an all-gather)
+    dispatch = "slabs" if room is None else "ragged_gathered"
+    moe.route_by(expert_routing(sizes, has_experts=True), room or 0.0, dispatch)
     x = jax.random.normal(jax.random.key(1), (8, 6, 16))
-    if option == "unbalanced":  # every token's first choice: expert 3 (see moe_layer)
+    if "unbalanced" in options:  # every token's first choice: expert 3 (see moe_layer)
         x = x.at[..., 0].set(3.0)
     valid = jnp.ones((8, 6), bool).at[0, 4:].set(False)
     graphdef, params = nnx.split(moe)
     w = jnp.cos(jnp.arange(x.size, dtype=jnp.float32)).reshape(x.shape)
+    # the ragged dispatch sends no padding token (their outputs are zero): a loss masked as
+    # in training, outputs compared on the valid tokens
+    seen = valid[..., None] if room is not None else jnp.ones_like(valid)[..., None]
+    w = w * seen
 
     def loss(params, x, valid, w):
         y, stats = nnx.merge(graphdef, params).forward_with_stats(x, valid)
@@ -264,7 +283,7 @@ def moe_scenario(text: str) -> dict:
     (_, (y, stats)), (g, gx) = run(params, x, valid, w)
     pairs = zip(jax.tree.leaves(g), jax.tree.leaves(g_ref), strict=True)
     out = {
-        "y": rel(y, y_ref),
+        "y": rel(y * seen, y_ref * seen),
         "dx": rel(gx, gx_ref),
         "dparams": max(rel(a, b) for a, b in pairs),
         "drop_fraction": float(stats["drop_fraction"]),
@@ -275,7 +294,34 @@ def moe_scenario(text: str) -> dict:
         counts = np.asarray(stats["counts"])
         out["busiest_expert_share"] = float(counts.max() / counts.sum())  # k = 2: at most 1/2
         out["counts_equal"] = bool(np.array_equal(counts, np.asarray(stats_ref["counts"])))
+    if room:
+        top_e = np.asarray(moe.route(x)[1]).reshape(groups, -1, moe.k)
+        valid_groups = np.asarray(valid).reshape(groups, -1)
+        out["drop_fraction_rule"] = ragged_drops(top_e, valid_groups, sizes, room)
     return out
+
+
+def ragged_drops(top_e, valid, sizes: dict[str, int], factor: float) -> float:
+    """The drop fraction of the ragged dispatch's rule, counted one row at a time: each device
+    (a group of ``sizes``' token axes) sends its valid assignments, first choices first, to
+    the device of their expert; a receiver takes them in sender order into room for
+    L x C rows, and each of its L experts keeps the first C = ceil(f n k / L) that arrive."""
+    groups, n, k = top_e.shape
+    devices, experts = sizes["expert"], 8  # the layer of moe_layer has 8 experts
+    local = experts // devices
+    capacity = math.ceil(factor * n * k / local)
+    arrived = [[] for _ in range(groups)]  # each receiver's rows: their experts, in order
+    asked = 0
+    for group in range(groups):  # the expert axis is the innermost token axis
+        replica = group // devices
+        sent = [(top_e[group, t, c], c, t) for c in range(k) for t in range(n) if valid[group, t]]
+        asked += len(sent)
+        for expert, _, _ in sorted(sent, key=lambda row: row[0] // local):  # stable by peer
+            receiver = replica * devices + expert // local
+            if len(arrived[receiver]) < local * capacity:
+                arrived[receiver].append(expert)
+    kept = sum(min(rows.count(e), capacity) for rows in arrived for e in sorted(set(rows)))
+    return 1 - kept / asked
 
 
 def rel(a, b) -> float:

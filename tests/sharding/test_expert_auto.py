@@ -59,22 +59,54 @@ def test_fsdp_splits_dense_parameters_over_the_expert_axis_and_experts_once():
     assert tuple(expert) == ("expert", "fsdp", None)
 
 
+SLABS, RAGGED = "all_to_all of fixed slabs", "ragged_all_to_all of exactly the assignments"
+
+
 @pytest.mark.parametrize(
-    "model_capacity, sharding, sizes, line",
+    "model_capacity, sharding, sizes, platform, dispatch, line",
     [
-        # split experts, a dropless model: the dispatch is sized by sharding.expert_capacity
-        (0.0, {}, {"fsdp": 2, "expert": 4}, "all_to_all over expert=4, capacity factor 1.25"),
-        # the model's own capacity wins
-        (2.0, {}, {"expert": 4}, "all_to_all over expert=4, capacity factor 2 (model."),
-        # dropless dispatch, chosen
-        (0.0, {"expert_capacity": 0.0}, {"expert": 4}, "all_to_all over expert=4, dropless"),
+        # split experts, a dropless model on TPU: ragged, its room by sharding.expert_capacity
+        (0.0, {}, {"fsdp": 2, "expert": 4}, "tpu", "ragged",
+         f"expert=4, {RAGGED} (auto on tpu, the model being dropless), receiving at most "
+         "1.25x a device's own assignments (sharding.expert_capacity=1.25"),
+        # off TPU the same plan sends slabs sized by the capacity
+        (0.0, {}, {"fsdp": 2, "expert": 4}, "cpu", "slabs",
+         f"expert=4, {SLABS} (auto on cpu: ragged is measured on TPU), capacity factor 1.25"),
+        # the model's own capacity wins, and only the slabs apply it
+        (2.0, {}, {"expert": 4}, "tpu", "slabs", "capacity factor 2 per expert (model."),
+        # dropless slabs, chosen
+        (0.0, {"expert_capacity": 0.0, "expert_dispatch": "slabs"}, {"expert": 4}, "tpu",
+         "slabs", f"{SLABS} (sharding.expert_dispatch=slabs), dropless"),
+        # ragged asked for on CPU: the same exchange from an all-gather, said so
+        (0.0, {"expert_dispatch": "ragged"}, {"expert": 4}, "cpu", "ragged_gathered",
+         "from an all-gather (no ragged-all-to-all here) (sharding.expert_dispatch=ragged on cpu)"),
         # experts not split: no dispatch, no capacity (the dropless layer stays dropless)
-        (0.0, {}, {"fsdp": 8}, "experts: per_device ("),
+        (0.0, {}, {"fsdp": 8}, "tpu", "slabs", "experts: per_device ("),
     ],
-)
-def test_the_plan_states_the_expert_axis_and_the_dispatch_capacity(
-    model_capacity, sharding, sizes, line
+)  # fmt: skip
+def test_the_plan_states_the_expert_axis_and_the_dispatch(
+    model_capacity, sharding, sizes, platform, dispatch, line
 ):
+    execution = plan_for(
+        model_capacity, ShardingConfig(strategy="fsdp", **sharding), sizes, platform
+    )
+    text = "\n".join(execution.lines())
+    assert line in text, text
+    assert execution.expert_dispatch == dispatch
+    split = sizes.get("expert", 1) > 1
+    expected = (model_capacity or sharding.get("expert_capacity", 1.25)) if split else 0.0
+    assert execution.expert_capacity == expected
+
+
+def test_a_ragged_dispatch_refuses_a_model_that_caps_each_expert():
+    from theseus.core.sharding.config import ShardingError
+
+    sharding = ShardingConfig(strategy="fsdp", expert_dispatch="ragged")
+    with pytest.raises(ShardingError, match=r"expert_dispatch=ragged: model.capacity_factor=2"):
+        plan_for(2.0, sharding, {"expert": 4}, "tpu")
+
+
+def plan_for(model_capacity: float, sharding: ShardingConfig, sizes: dict, platform: str):
     from flax import nnx
     from theseus.core.train.execution_choice import MeshFacts, plan_execution
     from theseus.models.qwen3_moe.config import PRESETS, Qwen3MoeConfig
@@ -82,17 +114,7 @@ def test_the_plan_states_the_expert_axis_and_the_dispatch_capacity(
 
     config = Qwen3MoeConfig(vocab_size=64, **PRESETS["tiny"])
     model = nnx.eval_shape(lambda: Qwen3Moe(config, rngs=nnx.Rngs(0)))
-    mesh = MeshFacts({"data": 1, "fsdp": 1, "expert": 1, "context": 1, "tensor": 1, **sizes})
-    execution = plan_execution(
-        model,
-        ShardingConfig(strategy="fsdp", **sharding),
-        mesh,
-        32,
-        "qwen3_moe",
-        model_capacity=model_capacity,
+    axes = {"data": 1, "fsdp": 1, "expert": 1, "context": 1, "tensor": 1, **sizes}
+    return plan_execution(
+        model, sharding, MeshFacts(axes, platform), 32, "qwen3_moe", model_capacity=model_capacity
     )
-    text = "\n".join(execution.lines())
-    assert line in text, text
-    split = sizes.get("expert", 1) > 1
-    expected = (model_capacity or sharding.get("expert_capacity", 1.25)) if split else 0.0
-    assert execution.expert_capacity == expected

@@ -1,8 +1,9 @@
 """Expert parallelism on simulated devices: the MoE layer with its experts over ``expert``
 equals the layer on one device (outputs, gradients, router statistics), including a router
 that sends every token's first choice to one expert, a hidden width split over ``tensor``,
-fsdp-sharded expert weights, the ragged_dot grouping and the per-device capacity rule; a
-training run follows the unsplit one (tests/sharding/split_parity.py).
+fsdp-sharded expert weights, the ragged_dot grouping, the per-device capacity rule and the
+ragged dispatch (on CPU its exchange runs from an all-gather; the same routes, offsets and
+gradient as on TPU); a training run follows the unsplit one (tests/sharding/split_parity.py).
 
 Tolerances (u = 2^-24, as tests/models/test_moe_routed.py): a token's expert output is the
 same arithmetic on every device (its row, its expert's weights); only a hidden width split
@@ -26,7 +27,8 @@ N, K, D, F = 48, 2, 16, 8  # the layer of split_parity.moe_scenario: 8 x 6 token
 OUTPUT = 2 * U * (D + F + K)
 GRADIENT = 2 * U * (N * K + D + F)
 PROB_SUMS = 2 * U * N
-EXACT = [s for s in MOE if "capacity" not in s]
+# every scenario without drops (ragged=4.0: room and capacity for all that arrive here)
+EXACT = [s for s in MOE if "capacity" not in s and not s.endswith("ragged=1.0")]
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +76,15 @@ def test_training_with_split_experts_follows_the_unsplit_run(split_results, scen
     assert result["expert_specs"]["w_gate"][:3] == [None, "expert", fsdp]
     assert result["expert_specs"]["w_down"][:2] == [None, "expert"]
     assert result["collectives"]["all-to-all"] >= 1  # tokens travel to their experts
+
+
+@pytest.mark.slow
+def test_a_bounded_ragged_dispatch_drops_what_overflows_a_receiver(split_results):
+    """A capacity factor of 1.0 while every first choice goes to one expert: its device's
+    buffer overflows and that expert's capacity too, and what is dropped is what the rule
+    (senders in order, each chunk's tail first; then each expert's first C arrivals)
+    says, counted row by row in the scenario."""
+    result = split_results["moe:1,1,4,1:unbalanced+ragged=1.0"]
+    assert result["drop_fraction"] > 0.1, result
+    # a ratio of two integer counts below 2^24, each exact in float32
+    assert abs(result["drop_fraction"] - result["drop_fraction_rule"]) <= 1e-6, result

@@ -11,7 +11,8 @@ the ambient mesh or the backend what to run, and no model is changed after it is
   all-gather, or not split);
 * ``experts``: how a mixture routes its tokens (all-to-all over ``expert``, on each device,
   or over the whole batch), and for the all-to-all the capacity factor its dispatch is sized
-  by (``expert_capacity``; 0: dropless);
+  by (``expert_capacity``; 0: dropless) and how it sends them (``expert_dispatch``: fixed
+  slabs, or ragged: exactly the assignments);
 * ``remat``: what the backward pass recomputes, and why (each block runs through
   ``theseus.core.sharding.remat.checkpointed`` at its level);
 * ``compute_dtype``: the dtype the model computes in, and the rule that chose it.
@@ -30,6 +31,12 @@ EXPERT_ROUTES = {
     "per_device": "each device routes its own tokens (dropless layers; a capacity is "
     "counted over the whole batch)",
     "global": "one routing over the whole batch",
+}
+
+EXPERT_DISPATCHES = {
+    "slabs": "all_to_all of fixed slabs",
+    "ragged": "ragged_all_to_all of exactly the assignments",
+    "ragged_gathered": "the ragged exchange from an all-gather (no ragged-all-to-all here)",
 }
 
 
@@ -85,6 +92,9 @@ class ExecutionPlan:
     # the capacity factor of the all-to-all dispatch (0: dropless) and where it came from
     expert_capacity: float = 0.0
     capacity_rule: str = ""
+    # how the all-to-all sends the tokens (one of EXPERT_DISPATCHES) and the rule that chose it
+    expert_dispatch: str = "slabs"
+    dispatch_rule: str = ""
     remat: RematChoice = field(default_factory=RematChoice)
     compute_dtype: str = "float32"
     dtype_rule: str = "as configured"
@@ -93,13 +103,20 @@ class ExecutionPlan:
         """``all_to_all over expert=32, capacity factor 1.25 (...)`` or the routing alone."""
         if self.experts != "all_to_all":
             return self.experts
-        dispatch = (
-            f"capacity factor {self.expert_capacity:g} ({self.capacity_rule}; assignments past "
-            "an expert's capacity are dropped, the fraction logged as model/stat/moe_drop_fraction)"
+        sends = f"{EXPERT_DISPATCHES[self.expert_dispatch]} ({self.dispatch_rule})"
+        factor = f"{self.expert_capacity:g}"
+        bound = (
+            f"receiving at most {factor}x a device's own assignments"
+            if self.expert_dispatch != "slabs"
+            else f"capacity factor {factor} per expert"
+        )
+        room = (
+            f"{bound} ({self.capacity_rule}; what overflows is dropped, the fraction logged "
+            "as model/stat/moe_drop_fraction)"
             if self.expert_capacity > 0
             else f"dropless ({self.capacity_rule})"
         )
-        return f"all_to_all over expert={self.expert_ways}, {dispatch}"
+        return f"all_to_all over expert={self.expert_ways}, {sends}, {room}"
 
     def lines(self) -> list[str]:
         """The plan as ``name: value`` lines for the start-up log and the dry run."""

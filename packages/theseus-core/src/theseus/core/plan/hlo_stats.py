@@ -48,7 +48,14 @@ from theseus.core.plan.hlo_text import (
 )
 from theseus.core.plan.trip_count import trip_count
 
-COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+COLLECTIVES = (
+    "all-gather",
+    "reduce-scatter",
+    "all-reduce",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+)
 BOOKKEEPING = {
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "call",
     "conditional", "after-all", "partition-id", "replica-id", "opt-barrier", "add-dependency",
@@ -521,7 +528,14 @@ def _operand_bytes(name: str, shapes: dict) -> int:
 
 
 def collective_payload(instruction: Instruction, shapes: dict) -> int:
-    """Bytes one device's collective moves: the larger of its operands and its results."""
+    """Bytes one device's collective moves: the larger of its operands and its results. A
+    ``ragged-all-to-all`` sends part of its input into part of a buffer sized for the worst
+    case, as the routing decides: it counts the smaller of its data operand and its result
+    (what a device sends and gets when the routing is balanced and nothing overflows)."""
+    if instruction.opcode == "ragged-all-to-all":
+        data = instruction.operands[:1]
+        sent = sum(array_bytes(shape) for name in data for shape in shapes.get(name, []))
+        return min(sent, instruction.result_bytes)
     operand_bytes = sum(
         array_bytes(shape) for name in instruction.operands for shape in shapes.get(name, [])
     )

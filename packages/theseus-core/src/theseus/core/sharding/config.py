@@ -17,6 +17,7 @@ BASES = ("dp", "zero1", "fsdp")
 # theseus.core.sharding.remat says what each level keeps
 REMAT = ("auto", "none", "block", "mlp", "attention", "full")
 CONTEXT_ATTENTION = ("ring", "all_gather")
+EXPERT_DISPATCH = ("auto", "ragged", "slabs")
 CONTEXT_ORDERS = ("zigzag", "contiguous")  # theseus.core.sharding.sequence lays them out
 
 
@@ -60,9 +61,19 @@ class ShardingConfig:
         "the model is dropless (model.capacity_factor=0): each expert takes at most "
         "ceil(f x tokens x k / experts) of each device's assignments, the rest dropped (the "
         "fraction logged); 0: dropless dispatch (slabs of every assignment, expert times the "
-        "traffic)",
+        "traffic). With expert_dispatch=ragged: each device receives at most f x its own "
+        "assignments (0: all of them), what overflows is dropped",
         resume_safe=True,
         ge=0,
+    )
+    expert_dispatch: str = option(
+        "auto",
+        "how the all-to-all sends tokens to experts split over expert: ragged "
+        "(ragged_all_to_all: each device sends exactly its assignments, no padding; on CPU "
+        "the same exchange from an all-gather) | slabs (all_to_all of fixed per-expert "
+        "capacity slabs) | auto: ragged on TPU for a dropless model, else slabs",
+        resume_safe=True,
+        choices=EXPERT_DISPATCH,
     )
     context: int = option(
         1,

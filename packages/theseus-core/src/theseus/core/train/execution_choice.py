@@ -59,6 +59,34 @@ def dispatch_capacity(
     return chosen, f"sharding.expert_capacity={chosen:g}, the model being dropless"
 
 
+def dispatch_method(
+    routing: str, sharding: ShardingConfig, platform: str, model_capacity: float
+) -> tuple[str, str]:
+    """How the all-to-all sends the tokens (``EXPERT_DISPATCHES``) and the rule that chose
+    it. ``ragged`` sends exactly the assignments, where ``slabs`` pads each expert's to its
+    capacity; XLA:CPU has no ragged-all-to-all, so a ragged dispatch asked for there runs
+    the same exchange from an all-gather (``ragged_gathered``). A model with its own
+    ``capacity_factor`` keeps its per-expert rule, which the slabs apply."""
+    if routing != "all_to_all":
+        return "slabs", ""
+    asked = sharding.expert_dispatch
+    if asked == "ragged" and model_capacity > 0:
+        raise ShardingError(
+            f"sharding.expert_dispatch=ragged: model.capacity_factor={model_capacity:g} caps "
+            "each expert's rows, which only the slabs dispatch applies; use "
+            "sharding.expert_dispatch=slabs, or model.capacity_factor=0"
+        )
+    if asked == "auto":
+        if model_capacity > 0:
+            return "slabs", "auto: the model caps each expert's rows"
+        if platform != "tpu":
+            return "slabs", f"auto on {platform}: ragged is measured on TPU"
+        return "ragged", "auto on tpu, the model being dropless"
+    if asked == "ragged" and platform == "cpu":
+        return "ragged_gathered", "sharding.expert_dispatch=ragged on cpu"
+    return asked, f"sharding.expert_dispatch={asked}"
+
+
 def dtype_rule(config: TrainJobConfig, platform: str) -> str:
     if config.precision.compute_dtype:
         return "precision.compute_dtype"
@@ -118,6 +146,7 @@ def plan_execution(
         )
     routing = expert_routing(sizes, bool(experts))
     capacity, capacity_rule = dispatch_capacity(routing, sharding, model_capacity)
+    dispatch, rule = dispatch_method(routing, sharding, mesh.platform, model_capacity)
     return ExecutionPlan(
         attention=kernel,
         context=context,
@@ -125,6 +154,8 @@ def plan_execution(
         expert_ways=sizes.get("expert", 1),
         expert_capacity=capacity,
         capacity_rule=capacity_rule,
+        expert_dispatch=dispatch,
+        dispatch_rule=rule,
         compute_dtype=compute_dtype,
         dtype_rule=dtype_rule,
     )

@@ -205,7 +205,9 @@ class DecoderLM(nnx.Module):
             layer.use(execution.attention, execution.context)
         for _, module in nnx.iter_graph(self.blocks):
             if isinstance(module, MoE):
-                module.route_by(execution.experts, execution.expert_capacity)
+                module.route_by(
+                    execution.experts, execution.expert_capacity, execution.expert_dispatch
+                )
 
     @property
     def kv_shape(self) -> tuple[int, int]:

@@ -29,6 +29,11 @@ Buffers have static shapes, so what one device may send to another is bounded:
   each device's tokens separately (not on the whole batch at once); the reported drop
   fraction is over every token.
 
+That is the ``slabs`` dispatch. The ``ragged`` one (the plan's default on TPU for a dropless
+layer) sends exactly each device's assignments with ``ragged_all_to_all``
+(``layers/ragged_exchange.py``, :func:`_ragged`): no padding on the links, the capacity
+applied by each receiver to what arrives for its experts (pooled over every sender).
+
 With ``expert`` of size 1 (a dropless layer whose tokens the mesh splits) there is nothing to
 exchange: each device runs the layer's own computation on its own tokens, which spares the
 whole-batch sort a single routing over a split batch would need.
@@ -64,6 +69,7 @@ from theseus.models.layers.mesh_axes import (
     spec,
     tensor_axis_for,
 )
+from theseus.models.layers.ragged_exchange import exchange, plan_routes
 
 
 class Plan(NamedTuple):
@@ -74,6 +80,7 @@ class Plan(NamedTuple):
     k: int
     capacity_factor: float
     grouping: str
+    dispatch: str  # slabs | ragged | ragged_gathered (ExecutionPlan.expert_dispatch)
     tensor: str | None  # the mesh axis splitting the experts' hidden width, if any
     token_axes: tuple[str, ...]  # the mesh axes splitting the tokens
 
@@ -105,7 +112,7 @@ def expert_parallel(
     tokens = (*rows, sequence) if sequence else rows
     # the layer's own capacity, else the one the execution plan sized the dispatch by
     capacity = float(moe.capacity_factor) or float(moe.dispatch_capacity)
-    plan = Plan(devices, E, moe.k, capacity, moe.grouping, tensor, tokens)
+    plan = Plan(devices, E, moe.k, capacity, moe.grouping, moe.dispatch, tensor, tokens)
     tokens3, tokens2 = spec(rows, sequence, None), spec(rows, sequence)
     w_in, w_out = spec(EXPERT_AXIS, None, tensor), spec(EXPERT_AXIS, tensor, None)
     return jax.shard_map(
@@ -133,7 +140,10 @@ def _local(plan: Plan, route, x_bxtxD, valid_bxt, w_gate, w_up, w_down):
     expert_M = top_e_bxtxk.reshape(n, k).T.reshape(n * k)  # k-major, as the layer orders them
     token_M = jnp.tile(jnp.arange(n, dtype=jnp.int32), k)
     weights = (w_gate, w_up, w_down)
-    if plan.capacity_factor > 0:
+    counts_drops = plan.capacity_factor > 0 or plan.dispatch != "slabs"
+    if plan.dispatch != "slabs" and P > 1:
+        y_MxD, kept, asked = _ragged(plan, x_nxD, expert_M, token_M, valid_bxt, weights)
+    elif plan.capacity_factor > 0:
         y_MxD, kept, asked = _with_capacity(plan, x_nxD, expert_M, token_M, valid_bxt, weights)
     else:
         y_MxD = _dropless(plan, x_nxD, expert_M, token_M, local_experts, weights)
@@ -142,7 +152,7 @@ def _local(plan: Plan, route, x_bxtxD, valid_bxt, w_gate, w_up, w_down):
     if plan.tensor is not None:  # each device multiplied with its slice of the hidden width
         y_nxD = jax.lax.psum(y_nxD, plan.tensor)
     dropped = jnp.zeros((), jnp.float32)
-    if plan.capacity_factor > 0:
+    if counts_drops:
         kept, asked = (jax.lax.psum(c, plan.token_axes) for c in (kept, asked))
         dropped = 1.0 - kept / jnp.maximum(asked, 1.0)
     stats = routing_stats(probs_bxtxE, top_e_bxtxk, valid_bxt, plan.n_experts, dropped)
@@ -203,3 +213,52 @@ def _with_capacity(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
     y_SxD = _exchange(plan, y_R.reshape(P * local_experts * capacity, D))
     y_MxD = jnp.take(y_SxD, row_M, axis=0, mode="fill", fill_value=0)
     return y_MxD, jnp.sum(kept_M).astype(jnp.float32), jnp.sum(keep_M).astype(jnp.float32)
+
+
+def ragged_room(capacity_factor: float, assignments: int, local_experts: int, devices: int):
+    """(rows a device's receive buffer holds, rows each of its experts takes) in the ragged
+    dispatch: each local expert takes ``ceil(f n k / L)`` of the rows that arrive (``f`` x
+    what it gets when the routing is balanced) and the buffer holds all of them; a factor of
+    0 is dropless: room for every device's assignments, no cap."""
+    if capacity_factor <= 0:
+        return devices * assignments, None
+    capacity = expert_capacity(capacity_factor, assignments, local_experts)
+    return local_experts * capacity, capacity
+
+
+def _ragged(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
+    """Each device sends exactly its assignments, ordered by the device of their expert (in
+    assignment order within one: first choices first), with ``ragged_all_to_all``; the
+    receiver groups what arrived by local expert. With a capacity factor the receiver's
+    buffer holds ``ragged_room`` rows, filled in sender order (what would overflow it is not
+    sent), and each local expert takes its capacity of them in arrival order (the capacity
+    layout, one batched matmul); dropless, the dropless layout over everything that came."""
+    M, P = expert_M.shape[0], plan.devices
+    local_experts = plan.n_experts // P
+    native = plan.dispatch == "ragged"
+    keep_M = jnp.tile(valid_bxt.reshape(-1), plan.k)  # padding tokens send nothing
+    peer_M = jnp.where(keep_M, expert_M // local_experts, P).astype(jnp.int32)
+    order_M = jnp.argsort(peer_M, stable=True)  # send-buffer row -> assignment
+    counts_P = jnp.zeros((P,), jnp.int32).at[peer_M].add(1, mode="drop")
+    room, capacity = ragged_room(plan.capacity_factor, M, local_experts, P)
+    routes = plan_routes(counts_P, room, EXPERT_AXIS)
+    x_SxD = jnp.take(x_nxD, token_M[order_M], axis=0)
+    x_RxD = exchange(x_SxD, routes, room, EXPERT_AXIS, native)
+    local_S = (expert_M % local_experts)[order_M].astype(jnp.int32)
+    expert_R = exchange(local_S, routes, room, EXPERT_AXIS, native, fill=-1)
+    y_RxD, kept_R = routed_rows(
+        x_RxD,
+        jnp.arange(room, dtype=jnp.int32),
+        jnp.maximum(expert_R, 0),
+        expert_R >= 0,  # rows that arrived
+        weights,
+        capacity=capacity,
+        grouping=plan.grouping,
+        tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
+    )
+    y_SxD = exchange(y_RxD, routes.back(), M, EXPERT_AXIS, native)  # zeros: not sent
+    position_M = jnp.zeros((M,), jnp.int32).at[order_M].set(jnp.arange(M, dtype=jnp.int32))
+    y_MxD = jnp.take(y_SxD, position_M, axis=0)  # back in assignment order
+    # kept as a receiver, asked as a sender: both summed over every device by the caller
+    kept = jnp.sum(kept_R).astype(jnp.float32)
+    return y_MxD, kept, jnp.sum(keep_M).astype(jnp.float32)

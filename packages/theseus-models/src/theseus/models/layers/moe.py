@@ -94,6 +94,9 @@ class MoE(nnx.Module):
     # the capacity factor the all-to-all dispatch of a dropless layer is sized by (0:
     # dropless slabs), the execution plan's (``route_by``)
     dispatch_capacity = 0.0
+    # how the all-to-all sends the tokens: ``slabs`` (fixed-size) or ``ragged`` (exactly the
+    # assignments; ``ragged_gathered``: the same from an all-gather, off TPU), the plan's
+    dispatch = "slabs"
 
     def __init__(
         self,
@@ -186,12 +189,13 @@ class MoE(nnx.Module):
         dropped = 1.0 - jnp.sum(kept_M) / jnp.maximum(jnp.sum(keep_M), 1)
         return y_NxD, dropped.astype(jnp.float32)
 
-    def route_by(self, routing: str, capacity: float = 0.0) -> None:
+    def route_by(self, routing: str, capacity: float = 0.0, dispatch: str = "slabs") -> None:
         """Route as the model's execution plan says (``theseus.core.execution``:
         ``all_to_all``, ``per_device``, ``global`` or ``none``); called while the model is
         built. ``capacity``: the plan's capacity factor for the all-to-all dispatch (the
-        layer's own ``capacity_factor`` where it has one; 0: dropless). A layer that
-        overrides ``experts`` cannot be split over ``expert``."""
+        layer's own ``capacity_factor`` where it has one; 0: dropless); ``dispatch``: how it
+        sends the tokens (``layers/expert_parallel.py``). A layer that overrides ``experts``
+        cannot be split over ``expert``."""
         if routing == "all_to_all" and type(self).experts is not MoE.experts:
             raise ModelError(
                 f"sharding.expert > 1: {type(self).__name__} overrides MoE.experts, and "
@@ -199,6 +203,7 @@ class MoE(nnx.Module):
             )
         self.routing = routing
         self.dispatch_capacity = float(capacity)
+        self.dispatch = dispatch
 
     def routes_per_device(self) -> bool:
         """Whether each device routes its own tokens (``layers/expert_parallel.py``), as the
