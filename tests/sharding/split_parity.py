@@ -303,8 +303,8 @@ def moe_scenario(text: str) -> dict:
 
 def ragged_drops(top_e, valid, sizes: dict[str, int], factor: float) -> float:
     """The drop fraction of the ragged dispatch's rule, counted one row at a time: each device
-    (a group of ``sizes``' token axes) sends its valid assignments, first choices first, to
-    the device of their expert; a receiver takes them in sender order into room for
+    (a group of ``sizes``' token axes) sends its valid assignments, by expert and first
+    choices first within one, to the device of their expert; a receiver takes them in sender order into room for
     L x C rows, and each of its L experts keeps the first C = ceil(f n k / L) that arrive."""
     groups, n, k = top_e.shape
     devices, experts = sizes["expert"], 8  # the layer of moe_layer has 8 experts
@@ -316,7 +316,7 @@ def ragged_drops(top_e, valid, sizes: dict[str, int], factor: float) -> float:
         replica = group // devices
         sent = [(top_e[group, t, c], c, t) for c in range(k) for t in range(n) if valid[group, t]]
         asked += len(sent)
-        for expert, _, _ in sorted(sent, key=lambda row: row[0] // local):  # stable by peer
+        for expert, _, _ in sorted(sent, key=lambda row: row[0]):  # stable, by expert
             receiver = replica * devices + expert // local
             if len(arrived[receiver]) < local * capacity:
                 arrived[receiver].append(expert)

@@ -69,7 +69,7 @@ from theseus.models.layers.mesh_axes import (
     spec,
     tensor_axis_for,
 )
-from theseus.models.layers.ragged_exchange import exchange, plan_routes
+from theseus.models.layers.ragged_exchange import arrived_groups, exchange, plan_routes
 
 
 class Plan(NamedTuple):
@@ -227,25 +227,28 @@ def ragged_room(capacity_factor: float, assignments: int, local_experts: int, de
 
 
 def _ragged(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
-    """Each device sends exactly its assignments, ordered by the device of their expert (in
-    assignment order within one: first choices first), with ``ragged_all_to_all``; the
-    receiver groups what arrived by local expert. With a capacity factor the receiver's
-    buffer holds ``ragged_room`` rows, filled in sender order (what would overflow it is not
-    sent), and each local expert takes its capacity of them in arrival order (the capacity
-    layout, one batched matmul); dropless, the dropless layout over everything that came."""
-    M, P = expert_M.shape[0], plan.devices
-    local_experts = plan.n_experts // P
+    """Each device sends exactly its assignments, ordered by expert (in assignment order
+    within one: first choices first), with ``ragged_all_to_all``; the receiver tells each
+    row's local expert from every sender's counts (one all-gather of E integers) and groups
+    what arrived by it. With a capacity factor the receiver's buffer holds ``ragged_room``
+    rows, filled in sender order (what would overflow it is not sent: the tail of a
+    sender's rows), and each local expert takes its capacity of them in arrival order (the
+    capacity layout, one batched matmul); dropless, the dropless layout over all that came."""
+    M, P, E = expert_M.shape[0], plan.devices, plan.n_experts
+    local_experts = E // P
     native = plan.dispatch == "ragged"
     keep_M = jnp.tile(valid_bxt.reshape(-1), plan.k)  # padding tokens send nothing
-    peer_M = jnp.where(keep_M, expert_M // local_experts, P).astype(jnp.int32)
-    order_M = jnp.argsort(peer_M, stable=True)  # send-buffer row -> assignment
-    counts_P = jnp.zeros((P,), jnp.int32).at[peer_M].add(1, mode="drop")
+    key_M = jnp.where(keep_M, expert_M, E).astype(jnp.int32)  # E: not sent, sorted last
+    order_M = jnp.argsort(key_M, stable=True)  # send-buffer row -> assignment
+    counts_E = jnp.zeros((E,), jnp.int32).at[key_M].add(1, mode="drop")
     room, capacity = ragged_room(plan.capacity_factor, M, local_experts, P)
-    routes = plan_routes(counts_P, room, EXPERT_AXIS)
+    routes = plan_routes(counts_E.reshape(P, local_experts).sum(axis=1), room, EXPERT_AXIS)
+    counts_PxE = jax.lax.all_gather(counts_E, EXPERT_AXIS)  # [sender, expert]
+    mine = jax.lax.axis_index(EXPERT_AXIS) * local_experts
+    counts_PxL = jax.lax.dynamic_slice_in_dim(counts_PxE, mine, local_experts, axis=1)
+    expert_R = arrived_groups(routes, counts_PxL, room)
     x_SxD = jnp.take(x_nxD, token_M[order_M], axis=0)
     x_RxD = exchange(x_SxD, routes, room, EXPERT_AXIS, native)
-    local_S = (expert_M % local_experts)[order_M].astype(jnp.int32)
-    expert_R = exchange(local_S, routes, room, EXPERT_AXIS, native, fill=-1)
     y_RxD, kept_R = routed_rows(
         x_RxD,
         jnp.arange(room, dtype=jnp.int32),

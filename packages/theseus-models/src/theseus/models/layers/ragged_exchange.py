@@ -88,16 +88,33 @@ def _send(
     return _gathered(rows, out, routes, axis)
 
 
+def arrived_groups(routes: Routes, counts_PxG: jax.Array, room: int) -> jax.Array:
+    """The group of each row of the receive buffer (-1 where nothing arrived), when every
+    sender p laid its rows for this device out in G consecutive groups of
+    ``counts_PxG[p]`` rows: what the receiver can tell from the counts alone, so the
+    groups need not travel beside the rows."""
+    source_R, offset_R, filled_R = _sources(routes, room)
+    ends_RxG = jnp.cumsum(counts_PxG.astype(jnp.int32), axis=1)[source_R]
+    group_R = jnp.sum(offset_R[:, None] >= ends_RxG, axis=1, dtype=jnp.int32)
+    return jnp.where(filled_R, group_R, -1)
+
+
+def _sources(routes: Routes, room: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """For each row of the receive buffer: the sender whose rows cover it, its place among
+    them, and whether any does."""
+    r_R = jnp.arange(room, dtype=jnp.int32)
+    begin_P, size_P = routes.received_at, routes.recv_sizes
+    covers_PxR = (r_R >= begin_P[:, None]) & (r_R < (begin_P + size_P)[:, None])
+    source_R = jnp.argmax(covers_PxR, axis=0)
+    return source_R, r_R - begin_P[source_R], jnp.any(covers_PxR, axis=0)
+
+
 def _gathered(rows: jax.Array, out: jax.Array, routes: Routes, axis: str) -> jax.Array:
     """The exchange from an all-gather: output row r is row ``sent_from[p] + r -
     received_at[p]`` of sender p, for the p whose rows cover r."""
     every_PxNx = jax.lax.all_gather(rows, axis)
-    r_R = jnp.arange(out.shape[0], dtype=jnp.int32)
-    begin_P, size_P = routes.received_at, routes.recv_sizes
-    covers_PxR = (r_R >= begin_P[:, None]) & (r_R < (begin_P + size_P)[:, None])
-    source_R = jnp.argmax(covers_PxR, axis=0)
-    filled_R = jnp.any(covers_PxR, axis=0)
-    index_R = routes.sent_from[source_R] + r_R - begin_P[source_R]
+    source_R, offset_R, filled_R = _sources(routes, out.shape[0])
+    index_R = routes.sent_from[source_R] + offset_R
     picked = every_PxNx[source_R, jnp.where(filled_R, index_R, 0)]
     mask = filled_R.reshape(-1, *([1] * (rows.ndim - 1)))
     return jnp.where(mask, picked, out)
