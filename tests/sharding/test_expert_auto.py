@@ -67,8 +67,8 @@ SLABS, RAGGED = "all_to_all of fixed slabs", "ragged_all_to_all of exactly the a
     [
         # split experts, a dropless model on TPU: ragged, its room by sharding.expert_capacity
         (0.0, {}, {"fsdp": 2, "expert": 4}, "tpu", "ragged",
-         f"expert=4, {RAGGED} (auto on tpu, the model being dropless), receiving at most "
-         "1.25x a device's own assignments (sharding.expert_capacity=1.25"),
+         f"expert=4, {RAGGED} (auto on tpu, the model being dropless), each expert taking "
+         "at most 1.25x its balanced share of what arrives (sharding.expert_capacity=1.25"),
         # off TPU the same plan sends slabs sized by the capacity
         (0.0, {}, {"fsdp": 2, "expert": 4}, "cpu", "slabs",
          f"expert=4, {SLABS} (auto on cpu: ragged is measured on TPU), capacity factor 1.25"),

@@ -106,7 +106,7 @@ class ExecutionPlan:
         sends = f"{EXPERT_DISPATCHES[self.expert_dispatch]} ({self.dispatch_rule})"
         factor = f"{self.expert_capacity:g}"
         bound = (
-            f"receiving at most {factor}x a device's own assignments"
+            f"each expert taking at most {factor}x its balanced share of what arrives"
             if self.expert_dispatch != "slabs"
             else f"capacity factor {factor} per expert"
         )

@@ -61,8 +61,9 @@ class ShardingConfig:
         "the model is dropless (model.capacity_factor=0): each expert takes at most "
         "ceil(f x tokens x k / experts) of each device's assignments, the rest dropped (the "
         "fraction logged); 0: dropless dispatch (slabs of every assignment, expert times the "
-        "traffic). With expert_dispatch=ragged: each device receives at most f x its own "
-        "assignments (0: all of them), what overflows is dropped",
+        "traffic). With expert_dispatch=ragged: each expert takes at most "
+        "ceil(f x tokens x k / its device's experts) of the rows that arrive at its device, "
+        "the rest dropped (0: all of them)",
         resume_safe=True,
         ge=0,
     )

@@ -69,7 +69,7 @@ from theseus.models.layers.mesh_axes import (
     spec,
     tensor_axis_for,
 )
-from theseus.models.layers.ragged_exchange import arrived_groups, exchange, plan_routes
+from theseus.models.layers.ragged_exchange import arrived_groups, exchange, routes_from_counts
 
 
 class Plan(NamedTuple):
@@ -229,7 +229,8 @@ def ragged_room(capacity_factor: float, assignments: int, local_experts: int, de
 def _ragged(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
     """Each device sends exactly its assignments, ordered by expert (in assignment order
     within one: first choices first), with ``ragged_all_to_all``; the receiver tells each
-    row's local expert from every sender's counts (one all-gather of E integers) and groups
+    row's local expert from every sender's counts (one all-gather of E integers, which
+    also gives the routes) and groups
     what arrived by it. With a capacity factor the receiver's buffer holds ``ragged_room``
     rows, filled in sender order (what would overflow it is not sent: the tail of a
     sender's rows), and each local expert takes its capacity of them in arrival order (the
@@ -242,8 +243,9 @@ def _ragged(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
     order_M = jnp.argsort(key_M, stable=True)  # send-buffer row -> assignment
     counts_E = jnp.zeros((E,), jnp.int32).at[key_M].add(1, mode="drop")
     room, capacity = ragged_room(plan.capacity_factor, M, local_experts, P)
-    routes = plan_routes(counts_E.reshape(P, local_experts).sum(axis=1), room, EXPERT_AXIS)
-    counts_PxE = jax.lax.all_gather(counts_E, EXPERT_AXIS)  # [sender, expert]
+    counts_PxE = jax.lax.all_gather(counts_E, EXPERT_AXIS)  # [sender, expert]: one gather
+    counts_PxP = counts_PxE.reshape(P, P, local_experts).sum(axis=2)  # [sender, receiver]
+    routes = routes_from_counts(counts_PxP, room, EXPERT_AXIS)
     mine = jax.lax.axis_index(EXPERT_AXIS) * local_experts
     counts_PxL = jax.lax.dynamic_slice_in_dim(counts_PxE, mine, local_experts, axis=1)
     expert_R = arrived_groups(routes, counts_PxL, room)

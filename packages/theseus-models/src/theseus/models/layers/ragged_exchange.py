@@ -53,6 +53,11 @@ def plan_routes(counts_P: jax.Array, room: int, axis: str) -> Routes:
     """Routes for sending ``counts_P[p]`` rows to each peer p (laid out by peer in the send
     buffer) into receive buffers of ``room`` rows, filled in sender order."""
     counts_SxR = jax.lax.all_gather(counts_P.astype(jnp.int32), axis)  # [sender, receiver]
+    return routes_from_counts(counts_SxR, room, axis)
+
+
+def routes_from_counts(counts_SxR: jax.Array, room: int, axis: str) -> Routes:
+    """:func:`plan_routes` from every device's counts, already shared ([sender, receiver])."""
     me = jax.lax.axis_index(axis)
     lands_SxR = jnp.cumsum(counts_SxR, axis=0) - counts_SxR  # offset in the receiver's buffer
     sent_SxR = jnp.clip(room - lands_SxR, 0, counts_SxR)  # what fits
@@ -67,20 +72,14 @@ def plan_routes(counts_P: jax.Array, room: int, axis: str) -> Routes:
     )
 
 
-def exchange(
-    rows: jax.Array, routes: Routes, room: int, axis: str, native: bool, fill: float = 0
-) -> jax.Array:
-    """``rows`` (leading axis: the send buffer) sent as ``routes`` say, into a buffer of
-    ``room`` rows of ``fill`` on each receiver. Differentiable in ``rows`` (float)."""
-    if jnp.issubdtype(rows.dtype, jnp.floating):
-        return _differentiable(axis, native, room, rows.shape[0], rows, routes)
-    return _send(rows, routes, room, axis, native, fill)
+def exchange(rows: jax.Array, routes: Routes, room: int, axis: str, native: bool) -> jax.Array:
+    """``rows`` (floats; leading axis: the send buffer) sent as ``routes`` say, into a
+    zero-filled buffer of ``room`` rows on each receiver; differentiable in ``rows``."""
+    return _differentiable(axis, native, room, rows.shape[0], rows, routes)
 
 
-def _send(
-    rows: jax.Array, routes: Routes, room: int, axis: str, native: bool, fill: float = 0
-) -> jax.Array:
-    out = jnp.full((room, *rows.shape[1:]), fill, rows.dtype)
+def _send(rows: jax.Array, routes: Routes, room: int, axis: str, native: bool) -> jax.Array:
+    out = jnp.zeros((room, *rows.shape[1:]), rows.dtype)
     if native:  # the result varies over the axes its buffer does: those of the rows
         missing = tuple(_varying(rows) - _varying(out))
         out = jax.lax.pcast(out, missing, to="varying") if missing else out
