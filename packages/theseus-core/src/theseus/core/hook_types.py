@@ -36,6 +36,9 @@ class TrainingSetup(Protocol):
 
     config: Any  # the job's typed config (a ``TrainJobConfig``)
     model_config: Any  # the model's config, its vocabulary and dtype filled in
+    graphdef: Any  # the model's graph (its execution plan inside), for ``nnx.merge``
+    rest: Any  # the model's state that is not a parameter
+    layout: Any  # the mesh and its shardings (``theseus.core.sharding.placement.Layout``)
     total_steps: int
     flops_per_token: float
 

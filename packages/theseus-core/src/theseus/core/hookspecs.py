@@ -26,7 +26,7 @@ Call order (``theseus.core.plugins.load_registries`` and the runner/trainer foll
 3. **Services while a job runs** (``firstresult``: the first plugin that answers wins, the
    others are not called; answer ``None`` for inputs you do not handle):
    ``theseus_load_tokenizer``, ``theseus_load_hf_model``, ``theseus_save_hf_model``,
-   ``theseus_generate``, ``theseus_sample``, ``theseus_adapt_model``.
+   ``theseus_generate``, ``theseus_sampler``, ``theseus_adapt_model``.
 4. **Training lifecycle**, in the trainer's loop: ``theseus_on_train_start``, then per
    recorded step ``theseus_on_step_end``, at each evaluation ``theseus_on_eval``, after each
    checkpoint ``theseus_on_checkpoint``, and once at the end ``theseus_on_train_end``.
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # leaf modules only: the hook types never import the training
     from theseus.core.model import Decoder, LanguageModel
     from theseus.core.registry import Registries
     from theseus.core.rundir import RunDir
+    from theseus.core.sampler import Sampler, SamplerRequest
     from theseus.core.tokenizer import Tokenizer
 
 PROJECT = "theseus"
@@ -241,25 +242,16 @@ def theseus_generate(
 
 
 @hookspec(firstresult=True)
-def theseus_sample(
-    model: Decoder,
-    prompts: list[list[int]],
-    max_new_tokens: int,
-    stop_tokens: list[int],
-    pad_id: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    seeds: list[int],
-) -> tuple[list[list[int]], list[list[float]]] | None:
-    """Sampled continuations (token ids, prompt excluded) of each prompt and the decoder's
-    log-probability of each token under softmax(logits / temperature) (before top-k/top-p
-    filtering), or ``None``.
+def theseus_sampler(setup: TrainingSetup, request: SamplerRequest) -> Sampler | None:
+    """A compiled sampler of ``setup``'s model (``theseus.core.sampler.Sampler``), or ``None``.
 
-    Row ``i`` draws every token from keys derived from ``seeds[i]`` alone, so a row's
-    completion does not depend on the other rows of the batch (a resumed RL run samples the
-    same completions). ``temperature`` > 0; ``top_k`` 0 keeps every token, ``top_p`` 1 the
-    whole mass. Used by ``<model>/train/grpo``; answer ``None`` for a model you cannot decode.
+    It decodes batches of ``request.rows`` prompts left-padded to ``request.prompt_width``
+    over the setup's mesh with the trainer's parameters as they lie (sharded as the setup
+    shards them), each process handing it its own rows. Row ``i`` draws every token from keys
+    derived from its seed alone, so a row's completion does not depend on the other rows,
+    the devices or the processes (a resumed RL run samples the same completions); the
+    log-probabilities are those of softmax(logits / temperature), before top-k/top-p
+    filtering. Used by ``<model>/train/grpo``; answer ``None`` for a model you cannot decode.
     """
 
 

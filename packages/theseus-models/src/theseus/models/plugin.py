@@ -96,34 +96,14 @@ def theseus_adapt_model(model_class: type, lora: Any) -> Any:
 
 
 @hookimpl
-def theseus_sample(
-    model: Any,
-    prompts: list[list[int]],
-    max_new_tokens: int,
-    stop_tokens: list[int],
-    pad_id: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    seeds: list[int],
-) -> Any:
-    """Sampled continuations and their log-probs by KV-cache decoding, one key per row;
-    ``None`` without a cache."""
-    if not (hasattr(model, "init_cache") and hasattr(model, "decode")):
+def theseus_sampler(setup: Any, request: Any) -> Any:
+    """The compiled rollout sampler of a setup whose model has a KV cache; ``None`` else."""
+    model_class = setup.model_class
+    if not (hasattr(model_class, "init_cache") and hasattr(model_class, "decode")):
         return None
-    from theseus.models.generate import generate_with_logprobs
+    from theseus.models.sampler import RolloutSampler
 
-    return generate_with_logprobs(
-        model,
-        prompts,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        stop_tokens=stop_tokens,
-        pad_id=pad_id,
-        seeds=seeds,
-    )
+    return RolloutSampler(setup, request)
 
 
 @hookimpl

@@ -1,7 +1,7 @@
 """Reinforcement learning with verifiable rewards: ``<model>/train/grpo``.
 
 Each step samples ``grpo.generations`` completions of each prompt from the current weights
-with the KV-cache decoder (``theseus_sample``), scores them with the reward plugins
+with the compiled decoder of theseus-models (``theseus_sampler``), scores them with the reward plugins
 (``theseus_register_rewards``), turns the rewards into group advantages and takes one
 optimizer step (``grpo.iterations`` of them per batch) on the clipped objective of
 :mod:`theseus.core.recipes.grpo_loss`. The rollouts are built on the host (``grpo_run``),
@@ -73,6 +73,6 @@ def rollouts(setup: Any, data: Any, run: Any) -> Any:
 
 def rollout_callbacks(parts: TrainerParts) -> list[Any]:
     """The rollouts' own callbacks: the new state handed over, the held-out accuracy."""
-    from theseus.core.recipes.grpo_run import HeldOutAccuracy, StateTap
+    from theseus.core.recipes.grpo_callbacks import HeldOutAccuracy, StateTap
 
     return [StateTap(parts.batches), HeldOutAccuracy(parts.batches, parts.writer, parts.flush)]

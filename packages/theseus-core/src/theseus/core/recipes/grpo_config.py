@@ -21,6 +21,11 @@ AGGREGATIONS = ("token_mean", "sequence_mean", "dr_grpo")
 class GRPOConfig:
     generations: int = option(4, "G: completions sampled per prompt each step (G > 1)", ge=2)
     max_new_tokens: int = option(16, "longest completion, in tokens (Dr. GRPO's constant)", ge=1)
+    stop_at_end: bool = option(
+        True,
+        "a completion ends at the end-of-turn or end-of-document token; false: every "
+        "rollout runs max_new_tokens (a benchmark's worst case)",
+    )
     temperature: float = option(1.0, "sampling temperature of the rollouts", gt=0)
     top_k: int = option(0, "keep the k most likely tokens when sampling (0: all)", ge=0)
     top_p: float = option(1.0, "nucleus sampling: the smallest set with this mass", gt=0, le=1)

@@ -1,22 +1,29 @@
-"""What ``<model>/train/grpo`` trains on: rollouts made on the host, while it trains.
+"""What ``<model>/train/grpo`` trains on: rollouts sampled while it trains.
 
 The run is an ordinary training run (``run_training``: checkpoints, resume, the metrics
 log, the non-finite policy, the lifecycle hooks); its recipe (``grpo.py``) changes two
 things through the recipe's public seams:
 
 * the batch source is :class:`Rollouts`, which samples with the trainer's current weights
-  (handed over by :class:`StateTap` after each step: no copy, no weight sync); with
-  ``grpo.iterations`` μ > 1 one batch serves μ steps, and is kept in ``<run>/rollouts/``
-  until a checkpoint passes it, so a run resumed inside the μ steps reuses it;
+  (handed over by ``StateTap`` after each step: no copy, no weight sync) through the
+  compiled sampler of the setup's model (``theseus_sampler``: one program over the
+  trainer's mesh, each process decoding its own rows); with ``grpo.iterations`` μ > 1 one
+  batch serves μ steps, and is kept in ``<run>/rollouts/`` until a checkpoint passes it, so
+  a run resumed inside the μ steps reuses it;
 * the validation loss (a cross entropy on chat data, meaningless here) gives way to
-  :class:`HeldOutAccuracy`, greedy answers to ``grpo.eval_prompts`` problems no step
-  trains on.
+  ``HeldOutAccuracy``, greedy answers to ``grpo.eval_prompts`` problems no step trains on.
+
+Each process scores its own rows; the rewards of every row are then gathered, so the
+advantages (a group may span processes) and the logged metrics are the same everywhere and
+the same as one process would compute. The rows of a step are padded to the bucket that
+holds its longest rollout (``grpo_rows``), not to ``training.seq_len``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -26,19 +33,40 @@ from typing import Any
 
 import jax
 import numpy as np
-from theseus.core.errors import ConfigError, JobError
+from theseus.core.errors import JobError
 from theseus.core.evaluate.target import load_tokenizer
 from theseus.core.recipes.grpo_loss import group_advantages
 from theseus.core.recipes.grpo_objective import old_logps_step
+from theseus.core.recipes.grpo_prompts import PromptFormat, check_room
+from theseus.core.recipes.grpo_rows import QUANTUM, bucket_for, rollout_rows
 from theseus.core.recipes.grpo_task import load_task, row_seed, step_prompts
-from theseus.core.recipes.rewards import exact_answer, hash_answer
-from theseus.core.train.callbacks import Callback, due
+from theseus.core.sampler import Sampler, SamplerRequest
 
 log = logging.getLogger(__name__)
 
 
+def gather_rows(local: np.ndarray) -> np.ndarray:
+    """Every process's rows of a per-row array, in process order (one process: itself)."""
+    if jax.process_count() == 1:
+        return local
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(local, tiled=True))
+
+
+def make_sampler(setup: Any, request: SamplerRequest) -> Sampler:
+    """The plugins' compiled sampler of ``setup``'s model (``theseus_sampler``)."""
+    sampler = setup.registries.hook.theseus_sampler(setup=setup, request=request)
+    if sampler is None:
+        raise JobError(
+            f"no installed plugin samples from {setup.model_class.__name__} (it needs "
+            "init_cache/decode, theseus.core.model.Decoder, and theseus-models installed)"
+        )
+    return sampler
+
+
 class Rollouts:
-    """Batches of sampled completions, scored, as the trainer's data."""
+    """Batches of sampled completions, scored, as the trainer's data (this process's rows)."""
 
     def __init__(self, setup: Any, data: Any, folder: Path) -> None:
         config = setup.config
@@ -48,22 +76,36 @@ class Rollouts:
         self.setup, self.data, self.grpo = setup, data, config.grpo
         self.seed = config.training.seed
         self.rows, self.seq_len = config.training.global_batch_size, config.training.seq_len
+        self.local = self.rows // jax.process_count()
+        self.first = jax.process_index() * self.local  # this process's rows: a slice
         self.tokenizer = load_tokenizer(data.tokenizer_dir, setup.registries)
+        self.format = PromptFormat(self.tokenizer)
         self.train, self.held_out = load_task(self.grpo, self.seed)
         self.rewards = [setup.registries.rewards.get(n).load() for n in self.grpo.rewards]
-        self.stops = [self.tokenizer.eos_id]
-        end = self.tokenizer.special_id("<|end|>")  # the chat template's end of turn
-        if end is not None:
-            self.stops.append(end)
+        self.stops = self.format.stops if self.grpo.stop_at_end else []
+        self.width = max(len(self.prompt(p.question)) for p in self.train + self.held_out)
+        check_room(self.width, self.grpo.max_new_tokens, self.seq_len)
+        layout = setup.layout
+        self.quantum = math.lcm(QUANTUM.get(layout.platform, 16), 2 * layout.context)
+        request = self.request(self.rows, self.grpo.temperature, self.stops)
+        self.sampler = make_sampler(setup, request)
         self.state: Any = None  # the trainer's newest state (set by StateTap)
         self.pending: dict[int, dict[str, float]] = {}  # step -> host metrics of its rollouts
         self.rolled: float | None = None  # when the last rollouts were scored (time/learn)
-        longest = max(len(self.prompt(p.question)) for p in self.train + self.held_out)
-        if longest + self.grpo.max_new_tokens - 1 > self.seq_len:
-            raise ConfigError(
-                f"a prompt of {longest} tokens + grpo.max_new_tokens={self.grpo.max_new_tokens}"
-                f" does not fit training.seq_len={self.seq_len}: raise it or lower the other"
-            )
+
+    def request(self, rows: int, temperature: float, stops: list[int]) -> SamplerRequest:
+        """A sampler's shape: ``rows`` prompts of this task, the run's new tokens."""
+        grpo = self.grpo
+        return SamplerRequest(
+            rows=rows,
+            prompt_width=self.width,
+            max_new_tokens=grpo.max_new_tokens,
+            stop_tokens=tuple(stops),
+            pad_id=self.format.pad_id,
+            temperature=temperature,
+            top_k=grpo.top_k if temperature > 0 else 0,
+            top_p=grpo.top_p if temperature > 0 else 1.0,
+        )
 
     # --------------------------------------------------------------- the batch source
     def iterator(self, start: int) -> Iterator[dict[str, np.ndarray]]:
@@ -79,40 +121,10 @@ class Rollouts:
 
     # --------------------------------------------------------------- rollouts
     def prompt(self, question: str) -> list[int]:
-        """``<|user|>question<|end|><|assistant|>`` as the SFT data renders a chat."""
-
-        def marker(token: str) -> list[int]:
-            found = self.tokenizer.special_id(token)
-            return [found] if found is not None else list(self.tokenizer.encode(token))
-
-        user = list(self.tokenizer.encode(question))
-        return marker("<|user|>") + user + marker("<|end|>") + marker("<|assistant|>")
-
-    def sample(
-        self, prompts: list[list[int]], seeds: list[int]
-    ) -> tuple[list[list[int]], list[list[float]]]:
-        model = self.setup.model(self.setup.full_params(self.state))
-        grpo = self.grpo
-        out = self.setup.registries.hook.theseus_sample(
-            model=model,
-            prompts=prompts,
-            max_new_tokens=grpo.max_new_tokens,
-            stop_tokens=self.stops,
-            pad_id=0,
-            temperature=grpo.temperature,
-            top_k=grpo.top_k,
-            top_p=grpo.top_p,
-            seeds=seeds,
-        )
-        if out is None:
-            raise JobError(
-                f"no installed plugin samples from {type(model).__name__} (it needs "
-                "init_cache/decode, theseus.core.model.Decoder, and theseus-models installed)"
-            )
-        return out
+        return self.format.prompt(question)
 
     def text(self, ids: list[int]) -> str:
-        return self.tokenizer.decode([t for t in ids if t not in self.stops])
+        return self.tokenizer.decode([t for t in ids if t not in self.format.stops])
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """Step ``step``'s batch: the rollouts sampled at step ``step - step % μ``."""
@@ -128,7 +140,8 @@ class Rollouts:
         return batch
 
     def path(self, start: int) -> Path:
-        return self.folder / f"{start}.npz"
+        suffix = "" if jax.process_count() == 1 else f".{jax.process_index()}"
+        return self.folder / f"{start}{suffix}.npz"
 
     def load(self, start: int) -> tuple[dict[str, np.ndarray], dict[str, float]] | None:
         if not self.path(start).is_file():
@@ -151,7 +164,7 @@ class Rollouts:
             )
         batch, metrics = self.scored_rollout(start)
         self.folder.mkdir(parents=True, exist_ok=True)
-        partial = self.folder / f".{start}.partial.npz"
+        partial = self.folder / f".{self.path(start).stem}.partial.npz"
         arrays: dict[str, Any] = {"metrics": np.asarray(json.dumps(metrics)), **batch}
         np.savez(partial, **arrays)
         os.replace(partial, self.path(start))
@@ -162,7 +175,8 @@ class Rollouts:
         batch, metrics = self.rollout(start)
         assert self.old_logps is not None  # made for grpo.iterations > 1
         placed = self.setup.layout.place_batch(batch)
-        batch["old_logps"] = np.asarray(self.old_logps(self.state, placed), np.float32)
+        logps = self.old_logps(self.state, placed)
+        batch["old_logps"] = local_columns(logps, self.local)
         return batch, metrics
 
     def replay_batch(self, step: int, state: Any) -> dict[str, np.ndarray]:
@@ -190,148 +204,66 @@ class Rollouts:
         """Forget the rollouts that no step after ``checkpoint_step`` uses."""
         keep = checkpoint_step - checkpoint_step % self.grpo.iterations
         for path in self.folder.glob("*.npz"):
-            if path.stem.isdigit() and int(path.stem) < keep:
+            stem = path.name.split(".")[0]
+            if stem.isdigit() and int(stem) < keep:
                 path.unlink(missing_ok=True)
 
     def rollout(self, step: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """Step ``step``'s rollouts: G completions of each of its prompts, scored."""
+        """Step ``step``'s rollouts: G completions of each of its prompts (this process's
+        rows sampled here), scored."""
         G = self.grpo.generations
         picked = step_prompts(self.seed, step, self.rows // G, len(self.train))
-        problems = [self.train[i] for i in picked for _ in range(G)]
+        mine = slice(self.first, self.first + self.local)
+        problems = [self.train[i] for i in picked for _ in range(G)][mine]
         prompts = [self.prompt(p.question) for p in problems]
-        seeds = [row_seed(self.seed, step, i, g) for i in picked for g in range(G)]
+        seeds = [row_seed(self.seed, step, i, g) for i in picked for g in range(G)][mine]
         if self.state is not None:  # the updates since the last rollouts are done first
             jax.block_until_ready(self.state.params)
         started = time.perf_counter()
         learned = None if self.rolled is None else started - self.rolled
-        completions, sampler_logps = self.sample(prompts, seeds)
+        params = self.setup.full_params(self.state)
+        completions, sampler_logps = self.sampler(params, prompts, seeds)
         sampled = time.perf_counter() - started
         texts = [self.text(c) for c in completions]
         questions = [p.question for p in problems]
         answers = [p.answer for p in problems]
-        total = np.zeros(len(texts), np.float32)
         metrics: dict[str, float] = {"time/sample": sampled}
         if learned is not None:
             metrics["time/learn"] = learned
+        total = np.zeros(self.rows, np.float32)
         for name, reward, weight in zip(
             self.grpo.rewards, self.rewards, self.grpo.weights(), strict=True
         ):
-            values = np.asarray(reward(questions, texts, answer=answers), np.float32)
+            local = np.asarray(reward(questions, texts, answer=answers), np.float32)
+            values = gather_rows(local)
             total += weight * values
             metrics[f"reward/{name}/mean"] = float(values.mean())
             metrics[f"reward/{name}/min"] = float(values.min())
             metrics[f"reward/{name}/max"] = float(values.max())
         if self.grpo.shuffle_rewards:  # the control: rewards no longer belong to their answers
             total = total[np.random.default_rng([self.seed, step, 11]).permutation(len(total))]
+        lengths = gather_rows(np.asarray([len(c) for c in completions], np.int32))
+        widths = gather_rows(np.asarray([len(p) + len(c) for p, c in zip(prompts, completions)]))
         metrics["reward/total/mean"] = float(total.mean())
-        metrics["rollout/completion_length"] = float(np.mean([len(c) for c in completions]))
+        metrics["rollout/completion_length"] = float(lengths.mean())
         stds = total.reshape(-1, G).std(axis=1)
         metrics["rollout/groups_without_signal"] = float(np.mean(stds == 0))
         advantages = np.asarray(
             group_advantages(total, G, self.grpo.advantage, self.grpo.scale_eps), np.float32
         )
-        batch = rollout_rows(prompts, completions, advantages, self.seq_len, sampler_logps)
+        T = bucket_for(int(widths.max()) - 1, self.seq_len, self.quantum)
+        metrics["rollout/learn_length"] = float(T)
+        batch = rollout_rows(prompts, completions, advantages[mine], T, sampler_logps)
         metrics["time/score"] = time.perf_counter() - started - sampled
         self.rolled = time.perf_counter()
         return batch, metrics
 
 
-def rollout_rows(
-    prompts: list[list[int]],
-    completions: list[list[int]],
-    advantages: np.ndarray,
-    T: int,
-    sampler_logps: list[list[float]] | None = None,
-) -> dict[str, np.ndarray]:
-    """Rows of prompt + completion, right-padded to ``T`` inputs: the loss mask is 1 on the
-    targets that are completion tokens; ``advantages`` fills each row's columns;
-    ``sampler_logps`` (the decoder's log-prob of each completion token) sit on the columns
-    whose target that token is."""
-    B = len(prompts)
-    batch = {
-        "inputs": np.zeros((B, T), np.int32),
-        "targets": np.zeros((B, T), np.int32),
-        "positions": np.zeros((B, T), np.int32),
-        "segment_ids": np.zeros((B, T), np.int32),
-        "loss_mask": np.zeros((B, T), np.float32),
-        "advantages": np.repeat(advantages[:, None], T, axis=1).astype(np.float32),
-        "sampler_logps": np.zeros((B, T), np.float32),
-    }
-    for row, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-        tokens = np.asarray(prompt + completion, np.int32)
-        n = len(tokens) - 1  # inputs: every token but the last
-        batch["inputs"][row, :n] = tokens[:-1]
-        batch["targets"][row, :n] = tokens[1:]
-        batch["positions"][row, :n] = np.arange(n)
-        batch["segment_ids"][row, :n] = 1
-        batch["loss_mask"][row, len(prompt) - 1 : n] = 1.0
-        if sampler_logps is not None:
-            batch["sampler_logps"][row, len(prompt) - 1 : n] = sampler_logps[row]
-    return batch
-
-
-class StateTap(Callback):
-    """Hands the state to the rollouts: the starting one, then each step's new one (the next
-    rollouts are sampled from it)."""
-
-    def __init__(self, rollouts: Rollouts) -> None:
-        self.rollouts = rollouts
-
-    def on_train_start(self, step: int, state: Any) -> None:
-        self.rollouts.state = state
-
-    def on_step(self, step: int, state: Any, metrics: dict) -> None:
-        self.rollouts.state = state
-
-    def on_checkpoint(self, step: int) -> None:
-        if self.rollouts.grpo.iterations > 1:
-            self.rollouts.prune(step)
-
-
-class HeldOutAccuracy(Callback):
-    """Greedy exact-match accuracy on the held-out problems (``eval/accuracy``) and on as
-    many training problems (``eval/train_accuracy``, the first ones drawn): at the start,
-    every ``eval.every`` steps and at the end. Addition answers must match exactly; jsonl
-    answers by their final number (``hash_answer``: GSM8K's ``#### <number>``)."""
-
-    def __init__(self, rollouts: Rollouts, writer: Any, flush: Any) -> None:
-        self.rollouts, self.writer, self.flush = rollouts, writer, flush
-        self.score = exact_answer if rollouts.grpo.task == "addition" else hash_answer
-        setup = rollouts.setup
-        self.every, self.total = setup.config.eval.every, setup.total_steps
-
-    def on_train_start(self, step: int, state: Any) -> None:
-        self.evaluate(state, step)
-
-    def on_step(self, step: int, state: Any, metrics: dict) -> None:
-        if due(step + 1, self.every, self.total):
-            self.flush()
-            self.evaluate(state, step + 1)
-
-    def on_train_end(self, state: Any, summary: dict[str, Any]) -> None:
-        summary["eval/accuracy"] = self.evaluate(state, int(state.step))
-
-    def evaluate(self, state: Any, step: int) -> float:
-        rollouts = self.rollouts
-        model = rollouts.setup.model(rollouts.setup.full_params(state))
-        seen = list(dict.fromkeys(rollouts.train))[: len(rollouts.held_out)]
-        results = {
-            "eval/accuracy": self.accuracy(model, rollouts.held_out),
-            "eval/train_accuracy": self.accuracy(model, seen),
-        }
-        self.writer.write({"step": step, **results})
-        self.events.emit("on_eval", step=step, results=results)
-        return results["eval/accuracy"]
-
-    def accuracy(self, model: Any, problems: list[Any]) -> float:
-        rollouts = self.rollouts
-        out = rollouts.setup.registries.hook.theseus_generate(
-            model=model,
-            prompts=[rollouts.prompt(p.question) for p in problems],
-            max_new_tokens=rollouts.grpo.max_new_tokens,
-            stop_tokens=rollouts.stops,
-            pad_id=0,
-        )
-        texts = [rollouts.text(ids) for ids in out]
-        questions = [p.question for p in problems]
-        return float(np.mean(self.score(questions, texts, answer=[p.answer for p in problems])))
+def local_columns(global_array: Any, rows: int) -> np.ndarray:
+    """This process's rows of a row-split global [B, T] array, as float32."""
+    pieces: dict[int, np.ndarray] = {}
+    for shard in global_array.addressable_shards:
+        start = shard.index[0].start or 0
+        pieces.setdefault(start, np.asarray(shard.data))
+    local = np.concatenate([pieces[s] for s in sorted(pieces)])
+    return np.asarray(local[:rows], np.float32)

@@ -51,8 +51,10 @@ from theseus.models.attention_choice import STAGES, check_attention, resolve_att
 from theseus.models.errors import ModelError
 from theseus.models.layers.context_attention import METHODS, context_attention
 from theseus.models.layers.cudnn_attention import cudnn_attention
+from theseus.models.layers.decode_attention import decode_attention
 from theseus.models.layers.flash import flash_attention
-from theseus.models.layers.kernel_sharding import context_platform, per_shard
+from theseus.models.layers.kernel_sharding import context_platform, per_shard, per_shard_decode
+from theseus.models.layers.kv_cache import LayerCache
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.mesh_axes import axis_size
 from theseus.models.layers.norms import RMSNorm
@@ -74,51 +76,11 @@ class MaskInfo(NamedTuple):
     q_segment: jax.Array
     k_segment: jax.Array
 
-
-class LayerCache(NamedTuple):
-    """One layer's keys and values (BxGxSxK) and where the new ones are written."""
-
-    k: jax.Array
-    v: jax.Array
-    index: jax.Array  # type: ignore[assignment]  # the field shadows tuple.index, unused
-
-
-class KVCache(NamedTuple):
-    """Keys/values of every layer (LxBxGxSxK), key segment ids (BxS) and the fill index.
-
-    A layer may cache something else of the same rank in the two slots (multi-head latent
-    attention keeps its compressed latent and its shared rotary key): ``value_shape``.
-    """
-
-    k: jax.Array
-    v: jax.Array
-    segment_ids: jax.Array
-    index: jax.Array  # type: ignore[assignment]  # the field shadows tuple.index, unused
-
-    @classmethod
-    def zeros(
-        cls,
-        n_layers: int,
-        batch: int,
-        length: int,
-        n_kv_heads: int,
-        head_dim: int,
-        dtype=jnp.float32,
-        value_shape: tuple[int, int] | None = None,
-    ) -> KVCache:
-        """``value_shape``: (heads, head_dim) of the value slot when it differs from the keys'."""
-        shape = (n_layers, batch, n_kv_heads, length, head_dim)
-        v_heads, v_dim = value_shape or (n_kv_heads, head_dim)
-        return cls(
-            jnp.zeros(shape, dtype),
-            jnp.zeros((n_layers, batch, v_heads, length, v_dim), dtype),
-            jnp.zeros((batch, length), jnp.int32),
-            jnp.zeros((), jnp.int32),
+    def prefix(self, length: int) -> MaskInfo:
+        """The mask of the first ``length`` keys alone (a prefill's own tokens)."""
+        return MaskInfo(
+            self.q_slot, self.k_slot[:, :length], self.q_segment, self.k_segment[:, :length]
         )
-
-    @property
-    def length(self) -> int:
-        return self.k.shape[3]
 
 
 class Attention(nnx.Module):
@@ -261,6 +223,38 @@ class Attention(nnx.Module):
             keys, values = k_BxGxTxK[:, :, first:end], v_BxGxTxK[:, :, first:end]
             blocks.append(self.attend(q_BxHxTxK[:, :, start:end], keys, values, part))
         return jnp.concatenate(blocks, axis=2)
+
+    def attend_cached(
+        self,
+        q_BxHxTxK: jax.Array,
+        k_BxGxTxK: jax.Array,
+        v_BxGxTxK: jax.Array,
+        info: MaskInfo,
+        cache: LayerCache,
+    ) -> jax.Array:
+        """Attention of new tokens whose keys and values ``cache`` already holds, BxHxTxK.
+
+        A prefill (a fresh cache: the tokens are all there is) runs the planned kernel over
+        the tokens themselves; a decoding step reads the layer's cache as its ``reader``
+        says (the kernel over the written slots, for one token per row and the reference
+        mask), else the stages over every slot with the mask."""
+        T = q_BxHxTxK.shape[2]
+        if cache.fresh and not self.context.split:
+            return self.attend_self(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info.prefix(T))
+        if cache.reader != "reference" and T == 1 and not self.overridden_stages():
+            kernel = partial(
+                decode_attention,
+                window=self.sliding_window,
+                scale=self.scale,
+                interpret=cache.reader == "pallas_interpret",
+            )
+            end = cache.index + 1
+            out = per_shard_decode(
+                kernel, q_BxHxTxK[:, :, 0], cache.k, cache.v, cache.layer, end, info
+            )
+            return out[:, :, None]
+        k_all, v_all = cache.layer_kv()
+        return self.attend(q_BxHxTxK, k_all.astype(self.dtype), v_all.astype(self.dtype), info)
 
     def cache_shape(self) -> tuple[tuple[int, int], tuple[int, int]]:
         """(heads, head_dim) of what the cache keeps per position in its key and value slots."""
@@ -405,11 +399,8 @@ class Attention(nnx.Module):
         if cache is None:
             out = self.attend_self(q, k, v, info)
         else:
-            start = (0, 0, cache.index, 0)
-            k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start)
-            v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start)
-            cache = LayerCache(k_all, v_all, cache.index)
-            out = self.attend(q, k_all.astype(self.dtype), v_all.astype(self.dtype), info)
+            cache = cache.write(k, v)
+            out = self.attend_cached(q, k, v, info, cache)
         out_BxTxHxK = heads_first(out)
         if cache is None and self.kernel.name != "splash":  # splash tags its own output
             out_BxTxHxK = keep_merged(out_BxTxHxK, ATTENTION)

@@ -17,7 +17,8 @@ from flax import nnx
 from flax.nnx import spmd
 from jax.ad_checkpoint import checkpoint_name
 from theseus.core.sharding.remat import MLP_OUT
-from theseus.models.layers.attention import LayerCache, MaskInfo
+from theseus.models.layers.attention import MaskInfo
+from theseus.models.layers.kv_cache import LayerCache
 
 LAYERS = "layers"  # the logical axis name of the stacked layer dimension
 LAYER_METADATA = {nnx.PARTITION_NAME: LAYERS}  # what nnx.vmap/scan add to (remove from) params

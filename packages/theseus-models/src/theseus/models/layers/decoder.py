@@ -28,9 +28,11 @@ from theseus.core.sharding.remat import checkpointed
 from theseus.core.sharding.remat import policy as remat_policy
 from theseus.models.config import compute_dtype
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
-from theseus.models.layers.attention import Attention, KVCache, LayerCache, MaskInfo
+from theseus.models.layers.attention import Attention, MaskInfo
 from theseus.models.layers.block import LAYER_METADATA, Block, layer_of, stack_blocks
+from theseus.models.layers.decode_attention import KERNEL_SLOTS
 from theseus.models.layers.embedding import Embedding
+from theseus.models.layers.kv_cache import KVCache, LayerCache
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.moe import MoE
 
@@ -261,7 +263,8 @@ class DecoderLM(nnx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array], dict[str, jax.Array], KVCache | None]:
         """``forward_with_stats`` up to the final norm: hidden states BxTxD, not logits."""
         B, T = tokens_BxT.shape
-        self.check_length(T if cache is None else cache.length)
+        if cache is None:  # a cache was checked when it was made (``init_cache``)
+            self.check_length(T)
         segment_ids_BxT = jnp.ones((B, T), jnp.int32) if segment_ids is None else segment_ids
         positions_BxT = document_positions(segment_ids_BxT) if positions is None else positions
         q_slot_BxT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
@@ -278,7 +281,7 @@ class DecoderLM(nnx.Module):
         x_BxTxD, kv, stats = self.run_blocks(x_BxTxD, positions_BxT, info, cache)
         if cache is not None:
             assert kv is not None  # a cache in, new keys and values out
-            cache = KVCache(*kv, info.k_segment, cache.index + T)
+            cache = cache.written(*kv, info.k_segment, T)
         aux, summary = self.aux_losses(stats)
         return self.final_norm(x_BxTxD), aux, summary, cache
 
@@ -292,8 +295,11 @@ class DecoderLM(nnx.Module):
         """Every block in turn: the output, the new keys and values (LxBxGxSxK each, with a
         cache) and the blocks' statistics, each stacked on a leading L axis.
 
-        A stack runs under ``nnx.scan``, each step one layer's parameters and cache slices.
+        A stack runs under ``nnx.scan``, each step one layer's parameters; with a cache,
+        :meth:`run_cached_blocks` runs them.
         """
+        if cache is not None:
+            return self.run_cached_blocks(x_BxTxD, positions_BxT, info, cache)
         index = None if cache is None else cache.index
         kv = None if cache is None else (cache.k, cache.v)
 
@@ -329,6 +335,39 @@ class DecoderLM(nnx.Module):
             return x_BxTxD, kv, {}
         kv, stats = jax.tree.map(lambda *per_layer: jnp.stack(per_layer), *outputs)
         return x_BxTxD, kv, stats
+
+    def run_cached_blocks(
+        self, x_BxTxD: jax.Array, positions_BxT: jax.Array, info: MaskInfo, cache: KVCache
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array], dict[str, jax.Array]]:
+        """Every block in turn with the cache: the whole cache is carried from layer to
+        layer and each writes its own slots in place (``LayerCache``); the output, the
+        cache's new keys and values and the blocks' statistics (nothing is recomputed)."""
+
+        def layer(
+            block: nnx.Module, carry: tuple[jax.Array, jax.Array, jax.Array], index: Any
+        ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], dict[str, jax.Array]]:
+            x_BxTxD, k, v = carry
+            view = LayerCache(k, v, cache.index, index, cache.reader, cache.fresh)
+            x_BxTxD, view, stats = block(x_BxTxD, positions_BxT, info, view)
+            return (x_BxTxD, view.k, view.v), stats
+
+        carry = (x_BxTxD, cache.k, cache.v)
+        if self.stacked:
+            scan = nnx.scan(
+                layer,
+                in_axes=(0, nnx.Carry, 0),
+                out_axes=(nnx.Carry, 0),
+                transform_metadata=LAYER_METADATA,
+            )
+            layers = jnp.arange(self.config.n_layers, dtype=jnp.int32)
+            (x_BxTxD, k, v), stats = scan(self.blocks, carry, layers)
+            return x_BxTxD, (k, v), stats
+        outputs = []
+        for index, block in enumerate(self.blocks):
+            carry, stats = layer(block, carry, index)
+            outputs.append(stats)
+        x_BxTxD, k, v = carry
+        return x_BxTxD, (k, v), stack_layers(outputs)
 
     def aux_losses(
         self, stats: dict[str, jax.Array]
@@ -388,10 +427,15 @@ class DecoderLM(nnx.Module):
         )
         return logits_BxTxV, cache
 
-    def init_cache(self, batch: int, length: int) -> KVCache:
+    def init_cache(self, batch: int, length: int, reader: str = "reference") -> KVCache:
+        """An empty cache for ``length`` positions of ``batch`` rows, read by decoding steps
+        as ``reader`` says (``layers/decode_attention.py``; the kernel's cache is rounded up
+        to whole blocks of ``KERNEL_SLOTS``)."""
         self.check_length(length)
         (G, K), value_shape = self.per_layer()[0].attention.cache_shape()
-        return KVCache.zeros(self.config.n_layers, batch, length, G, K, self.dtype, value_shape)
+        slots = length if reader == "reference" else -(-length // KERNEL_SLOTS) * KERNEL_SLOTS
+        L = self.config.n_layers
+        return KVCache.zeros(L, batch, slots, G, K, self.dtype, value_shape, reader)
 
     # ------------------------------------------------------------------ accounting
 
@@ -426,3 +470,10 @@ class DecoderLM(nnx.Module):
             v_head_dim = getattr(a, "v_head_dim", a.head_dim)
             attention += 2 * a.n_heads * (a.head_dim + v_head_dim) * keys
         return 6.0 * n + 3.0 * attention
+
+
+def stack_layers(per_layer: list[dict[str, jax.Array]]) -> dict[str, jax.Array]:
+    """The blocks' statistics of a Python loop of layers, stacked on a leading L axis."""
+    if not per_layer:
+        return {}
+    return jax.tree.map(lambda *values: jnp.stack(values), *per_layer)

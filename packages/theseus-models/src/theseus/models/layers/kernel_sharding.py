@@ -93,3 +93,41 @@ def per_shard(
         check_vma=False,  # Pallas calls carry no varying-axes types
     )
     return sharded(q_BxHxTxK, k_BxGxSxK, v_BxGxSxK, q_segment_BxT, k_segment_BxS)
+
+
+def per_shard_decode(
+    kernel: Callable[..., jax.Array],
+    q_BxHxK: jax.Array,
+    k_LxBxGxSxK: jax.Array,
+    v_LxBxGxSxK: jax.Array,
+    layer: Any,
+    end: jax.Array,
+    info: Any,
+) -> jax.Array:
+    """``kernel(q, k, v, layer, end, k_segment, q_segment)`` of a decoding step (one query
+    per row against the layer-stacked cache, ``layers/decode_attention.py``) on each
+    device's rows and kv heads, BxHxK; the layer and fill index are the same everywhere."""
+    q_segment_B, k_segment_BxS = info.q_segment[:, 0], info.k_segment
+    args = (q_BxHxK, k_LxBxGxSxK, v_LxBxGxSxK, jax.numpy.asarray(layer), end)
+    mesh = context_mesh()
+    if mesh is None or mesh.size == 1:
+        return kernel(*args, k_segment_BxS, q_segment_B)
+    rows = batch_axes(mesh, q_BxHxK.shape[0])
+    heads = head_axis(mesh, q_BxHxK.shape[1], k_LxBxGxSxK.shape[2])
+    batch = (rows if len(rows) > 1 else rows[0]) if rows else None
+    sharded = jax.shard_map(
+        kernel,
+        mesh=mesh,
+        in_specs=(
+            PartitionSpec(batch, heads),
+            PartitionSpec(None, batch, heads),
+            PartitionSpec(None, batch, heads),
+            PartitionSpec(),
+            PartitionSpec(),
+            PartitionSpec(batch),
+            PartitionSpec(batch),
+        ),
+        out_specs=PartitionSpec(batch, heads),
+        check_vma=False,  # Pallas calls carry no varying-axes types
+    )
+    return sharded(*args, k_segment_BxS, q_segment_B)

@@ -28,12 +28,12 @@ from theseus.core.execution import ContextSplit
 from theseus.models.attention_choice import check_attention
 from theseus.models.layers.attention import (
     Attention,
-    LayerCache,
     MaskInfo,
     heads_first,
     unplanned_kernel,
 )
 from theseus.models.layers.flash import pad_axis
+from theseus.models.layers.kv_cache import LayerCache
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.norms import RMSNorm
 
@@ -137,20 +137,19 @@ class MultiHeadLatentAttention(Attention):
         q_rope = self.rope(q[..., N:], positions_BxT)
         k_rope_BxTxP = self.rope(k_rope_BxTxP[:, :, None], positions_BxT)[:, :, 0]
         q = jnp.concatenate([q[..., :N], q_rope], axis=-1)
+        prefill = cache is None or cache.fresh  # the tokens attend among themselves
         if cache is not None:  # the latents and rotary keys of every position so far
-            start = (0, 0, cache.index, 0)
-            c_all = jax.lax.dynamic_update_slice(
-                cache.k, c_BxTxC[:, None].astype(cache.k.dtype), start
-            )
-            rope_all = jax.lax.dynamic_update_slice(
-                cache.v, k_rope_BxTxP[:, None].astype(cache.v.dtype), start
-            )
-            cache = LayerCache(c_all, rope_all, cache.index)
-            c_BxTxC, k_rope_BxTxP = (
-                c_all[:, 0].astype(self.dtype),
-                rope_all[:, 0].astype(self.dtype),
-            )
+            cache = cache.write(c_BxTxC[:, None], k_rope_BxTxP[:, None])
+            if not cache.fresh:
+                c_all, rope_all = cache.layer_kv()
+                c_BxTxC, k_rope_BxTxP = (
+                    c_all[:, 0].astype(self.dtype),
+                    rope_all[:, 0].astype(self.dtype),
+                )
         k, v = self.expand(c_BxTxC, k_rope_BxTxP)
         q, k, v = (heads_first(z) for z in (q, k, v))
-        out = self.attend_self(q, k, v, info) if cache is None else self.attend(q, k, v, info)
+        if prefill:
+            out = self.attend_self(q, k, v, info.prefix(q.shape[2]))
+        else:
+            out = self.attend(q, k, v, info)
         return self.output(heads_first(out)), cache
