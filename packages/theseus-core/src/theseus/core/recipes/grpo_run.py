@@ -243,7 +243,9 @@ class Rollouts:
         if self.grpo.shuffle_rewards:  # the control: rewards no longer belong to their answers
             total = total[np.random.default_rng([self.seed, step, 11]).permutation(len(total))]
         lengths = gather_rows(np.asarray([len(c) for c in completions], np.int32))
-        widths = gather_rows(np.asarray([len(p) + len(c) for p, c in zip(prompts, completions)]))
+        widths = gather_rows(
+            np.asarray([len(p) + len(c) for p, c in zip(prompts, completions, strict=True)])
+        )
         metrics["reward/total/mean"] = float(total.mean())
         metrics["rollout/completion_length"] = float(lengths.mean())
         stds = total.reshape(-1, G).std(axis=1)
