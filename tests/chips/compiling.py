@@ -4,7 +4,6 @@ its train step, eval step and KV-cache decoding step lowered and compiled for th
 from __future__ import annotations
 
 import os
-from functools import partial
 from typing import Any
 
 import pytest
@@ -89,36 +88,20 @@ def compile_eval(setup: Any) -> Any:
     )
 
 
-def compile_decode(setup: Any, cache_length: int = 128) -> Any:
-    """One KV-cache decoding step (a token per row after ``cache_length`` cached positions),
-    rows split over the batch axes, the cache with them."""
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-    from jax.sharding import NamedSharding, PartitionSpec
+def compile_decode(setup: Any, prompt_width: int = 16, new_tokens: int = 112) -> Any:
+    """The rollout sampler's whole decoding loop (prefill, then the loop over new tokens) of
+    the setup's model over its mesh: rows split over the batch axes, the cache with them,
+    the parameters where the trainer keeps them."""
+    from theseus.core.recipes.grpo_run import make_sampler
+    from theseus.core.sampler import SamplerRequest
 
-    layout = setup.layout
-    rows = setup.config.training.global_batch_size
-    model = nnx.eval_shape(lambda: setup.model(setup.abstract_state.params))
-    cache = jax.eval_shape(lambda: model.init_cache(rows, cache_length))
-    row_sharding = layout.batch_sharding
-
-    def sharded(x: Any, spec: PartitionSpec) -> Any:
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(layout.mesh, spec))
-
-    batch = layout.batch_spec
-    cache = type(cache)(
-        sharded(cache.k, PartitionSpec(None, *batch)),
-        sharded(cache.v, PartitionSpec(None, *batch)),
-        sharded(cache.segment_ids, batch),
-        sharded(cache.index, PartitionSpec()),
+    request = SamplerRequest(
+        rows=setup.config.training.global_batch_size,
+        prompt_width=prompt_width,
+        max_new_tokens=new_tokens,
+        stop_tokens=(1,),
+        pad_id=0,
+        temperature=1.0,
     )
-    token = jax.ShapeDtypeStruct((rows, 1), jnp.int32, sharding=row_sharding)
-
-    def decode(params: Any, token: Any, cache: Any) -> Any:
-        model = setup.model(params)
-        ones = jnp.ones_like(token)
-        return model.decode(token, cache, positions=ones * cache.index, segment_ids=ones)
-
-    jitted = layout.jit(partial(decode))
-    return compile_for_target(jitted.lower(setup.abstract_state.params, token, cache))
+    sampler = make_sampler(setup, request)
+    return compile_for_target(sampler.lower(setup.full_params(setup.abstract_state)))

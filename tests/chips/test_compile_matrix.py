@@ -35,6 +35,7 @@ from tests.chips.compiling import (
 FSDP_TP = ["sharding.strategy=fsdp+tp", "sharding.tensor=2"]
 SPLASH = "splash_mha_fwd"  # the TPU kernel's custom call, forward (and dq, dkv backward)
 CUDNN = "__cudnn$fmha"
+DECODE = "decode_attention"  # the decoding kernel's custom call (layers/decode_attention.py)
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +53,10 @@ def test_every_family_compiles_for_v5p_8_under_fsdp_tp(family):
     assert setup.attention == "splash", setup.attention  # auto on a TPU
     assert SPLASH in compile_train(setup).as_text()
     assert SPLASH in compile_eval(setup).as_text()
-    compile_decode(setup)  # the cache path: the attention stages, no kernel
+    decoding = compile_decode(setup).as_text()  # prefill by splash, turns by the kernel
+    assert SPLASH in decoding
+    # latent attention (DeepSeek-V3) expands its cached latents every turn: the stages
+    assert (DECODE in decoding) == (family != "deepseek_v3")
 
 
 @pytest.mark.parametrize("strategy", ["dp", "zero1"])

@@ -19,7 +19,7 @@ SERVICE_HOOKS = (
     "theseus_load_hf_model",
     "theseus_save_hf_model",
     "theseus_generate",
-    "theseus_sample",
+    "theseus_sampler",
     "theseus_adapt_model",
 )
 

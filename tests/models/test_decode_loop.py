@@ -65,10 +65,10 @@ def test_the_loop_ends_when_every_row_has_stopped():
     assert all(set(row[:3]) & set(stops) for row in np.asarray(out.tokens).tolist())
 
 
-def random_cache(B, G, S, K, H, layers=2):
+def random_cache(B, S, K, G, H, layers=2):
     keys = jax.random.split(jax.random.key(0), 3)
-    k = jax.random.normal(keys[0], (layers, B, G, S, K))
-    v = jax.random.normal(keys[1], (layers, B, G, S, K))
+    k = jax.random.normal(keys[0], (layers, B, S, G * K))
+    v = jax.random.normal(keys[1], (layers, B, S, G * K))
     q = jax.random.normal(keys[2], (B, H, K))
     return q, k, v
 
@@ -80,15 +80,13 @@ def random_cache(B, G, S, K, H, layers=2):
 def test_the_decoding_kernel_reads_what_plain_jax_reads(rows, end, window):
     """Blocks of 128 slots: a fill inside the first block, across blocks, a full cache, a
     window starting mid-block; rows with left padding of their own; 8-row blocks and (for 4
-    and 12 rows) one block of every row."""
-    B, G, S, K, H = rows, 2, 256, 32, 4
-    q, k, v = random_cache(B, G, S, K, H)
-    pads = np.arange(B) % 5  # row b's first slots are padding (segment 0)
-    segments = jnp.asarray((np.arange(S)[None] >= pads[:, None]).astype(np.int32))
-    ones = jnp.ones((B,), jnp.int32)
+    and 12 rows) one block of every row; two kv heads of 32 side by side, 2 queries each."""
+    B, S, K, G, H = rows, 256, 32, 2, 4
+    q, k, v = random_cache(B, S, K, G, H)
+    first = jnp.asarray(np.arange(B) % 5, jnp.int32)  # row b's first slots are padding
     kw = dict(window=window, scale=0.3)
-    ours = decode_attention(q, k, v, 1, jnp.int32(end), segments, ones, interpret=True, **kw)
-    plain = decode_attention_reference(q, k, v, 1, jnp.int32(end), segments, ones, **kw)
+    ours = decode_attention(q, k, v, 1, jnp.int32(end), first, interpret=True, **kw)
+    plain = decode_attention_reference(q, k, v, 1, jnp.int32(end), first, **kw)
     np.testing.assert_allclose(ours, plain, rtol=0, atol=2e-6)
 
 

@@ -33,26 +33,30 @@ def test_a_rows_sample_depends_on_its_seed_alone():
     assert other != together  # 3 rows x 8 tokens of a 50-token vocab: equal by chance ~never
 
 
-def test_the_hook_samples_through_the_kv_cache_decoder():
+def test_a_setups_sampler_draws_what_generate_draws():
+    """``theseus_sampler``: the compiled sampler of a training setup (its model, its mesh,
+    the trainer's parameters) against ``generate`` on the same model, row seeds and
+    filters: the same program, so the same tokens and log-probabilities."""
     from theseus.core.plugins import registries
+    from theseus.core.recipes.grpo_run import make_sampler
+    from theseus.core.runner import config_for, job_spec
+    from theseus.core.sampler import SamplerRequest
+    from theseus.core.train.configs import TrainJobConfig
+    from theseus.core.train.setup import TrainSetup
 
-    model = tiny_gpt()
-    prompts = [[1, 2, 3], [4, 5]]
-    out = registries().hook.theseus_sample(
-        model=model,
-        prompts=prompts,
-        max_new_tokens=6,
-        stop_tokens=[],
-        pad_id=0,
-        temperature=0.7,
-        top_k=10,
-        top_p=0.9,
-        seeds=[5, 6],
-    )
-    direct = generate_with_logprobs(
-        model, prompts, max_new_tokens=6, temperature=0.7, top_k=10, top_p=0.9, seeds=[5, 6]
-    )
-    assert out == direct and all(len(row) == 6 for row in out[0])
+    regs = registries()
+    overrides = ["model.n_layers=1", "model.d_model=32", "model.n_heads=2"]
+    overrides += ["model.max_seq_len=32", "training.global_batch_size=2", "training.seq_len=16"]
+    tree = config_for(job_spec("gpt/train/pretrain", regs), regs, overrides)
+    setup = TrainSetup.build(tree.to_object(TrainJobConfig), regs, 50)
+    params = setup.init_state().params
+    prompts, seeds = [[1, 2, 3], [4, 5]], [5, 6]
+    how = dict(max_new_tokens=6, temperature=0.7, top_k=10, top_p=0.9)
+    request = SamplerRequest(rows=2, prompt_width=3, stop_tokens=(), pad_id=0, **how)
+    out = make_sampler(setup, request)(params, prompts, seeds)
+    direct = generate_with_logprobs(setup.model(params), prompts, seeds=seeds, **how)
+    assert out[0] == direct[0] and all(len(row) == 6 for row in out[0])
+    np.testing.assert_allclose(np.asarray(out[1]), np.asarray(direct[1]), rtol=0, atol=1e-6)
 
 
 def test_the_decoders_log_probs_are_the_full_forward_pass_ones():

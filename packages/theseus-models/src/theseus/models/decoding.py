@@ -27,7 +27,7 @@ else the batch's key is split once per turn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -131,7 +131,8 @@ def cached_turns(
     """``advance(token, t, cache) -> (logits, cache)`` through the KV cache (the prefill when
     ``token`` is None), and the empty cache; ``model()`` makes the model."""
     B = tokens.shape[0]
-    cache = laid_out(model().init_cache(B, plan.cache_slots, plan.reader))
+    built = model()
+    cache = laid_out(built.init_cache(B, plan.cache_slots, plan.reader), kv_heads(built))
     next_position = positions[:, -1] + 1
     ones = jnp.ones((B, 1), jnp.int32)
 
@@ -157,21 +158,20 @@ def last_logits(
     return logits[:, -1].astype(jnp.float32), cache
 
 
-def laid_out(cache: KVCache) -> KVCache:
+def laid_out(cache: KVCache, kv_heads: int) -> KVCache:
     """The cache split like the decoding kernel reads it, under the mesh in context: its rows
     over the mesh's batch axes, its kv heads over ``tensor`` (so no step reshards it)."""
     mesh = context_mesh()
     if mesh is None or mesh.size == 1:
         return cache
-    L, B, G, S, K = cache.k.shape
-    rows = batch_axes(mesh, B)
+    rows = batch_axes(mesh, cache.k.shape[1])
     batch = (rows if len(rows) > 1 else rows[0]) if rows else None
-    heads = head_axis(mesh, G, G)
-    spec = NamedSharding(mesh, PartitionSpec(None, batch, heads))
+    heads = head_axis(mesh, kv_heads, kv_heads)
+    spec = NamedSharding(mesh, PartitionSpec(None, batch, None, heads))
     per_row = NamedSharding(mesh, PartitionSpec(batch))
     k, v = (jax.lax.with_sharding_constraint(x, spec) for x in (cache.k, cache.v))
     segments = jax.lax.with_sharding_constraint(cache.segment_ids, per_row)
-    return KVCache(k, v, segments, cache.index, reader=cache.reader, fresh=cache.fresh)
+    return replace(cache, k=k, v=v, segment_ids=segments)
 
 
 def forward_turns(
@@ -196,3 +196,11 @@ def forward_turns(
         return jax.lax.dynamic_index_in_dim(logits, index, axis=1, keepdims=False), buffer
 
     return advance, buffer
+
+
+def kv_heads(model: Any) -> int:
+    """The heads the cache keeps side by side in its key slot (1 when the model does not
+    say: its cache is then not split over ``tensor``)."""
+    if not hasattr(model, "per_layer"):
+        return 1
+    return int(model.per_layer()[0].attention.cache_shape()[0][0])

@@ -51,7 +51,7 @@ from theseus.models.attention_choice import STAGES, check_attention, resolve_att
 from theseus.models.errors import ModelError
 from theseus.models.layers.context_attention import METHODS, context_attention
 from theseus.models.layers.cudnn_attention import cudnn_attention
-from theseus.models.layers.decode_attention import decode_attention
+from theseus.models.layers.decode_attention import decode_attention, first_slots
 from theseus.models.layers.flash import flash_attention
 from theseus.models.layers.kernel_sharding import context_platform, per_shard, per_shard_decode
 from theseus.models.layers.kv_cache import LayerCache
@@ -249,15 +249,26 @@ class Attention(nnx.Module):
                 interpret=cache.reader == "pallas_interpret",
             )
             end = cache.index + 1
+            first = first_slots(info.k_segment)  # the decoding loop left-pads its prompts
             out = per_shard_decode(
-                kernel, q_BxHxTxK[:, :, 0], cache.k, cache.v, cache.layer, end, info
+                kernel,
+                q_BxHxTxK[:, :, 0],
+                cache.k,
+                cache.v,
+                cache.layer,
+                end,
+                first,
+                self.n_kv_heads,
             )
             return out[:, :, None]
-        k_all, v_all = cache.layer_kv()
-        return self.attend(q_BxHxTxK, k_all.astype(self.dtype), v_all.astype(self.dtype), info)
+        k_all, v_all = (
+            heads_apart(x, self.n_kv_heads).astype(self.dtype) for x in cache.layer_kv()
+        )
+        return self.attend(q_BxHxTxK, k_all, v_all, info)
 
     def cache_shape(self) -> tuple[tuple[int, int], tuple[int, int]]:
-        """(heads, head_dim) of what the cache keeps per position in its key and value slots."""
+        """(heads, head_dim) of what the cache keeps per position in its key and value slots
+        (side by side: ``G * K`` values a position)."""
         return (self.n_kv_heads, self.head_dim), (self.n_kv_heads, self.v_head_dim)
 
     def overridden_stages(self) -> tuple[str, ...]:
@@ -399,7 +410,7 @@ class Attention(nnx.Module):
         if cache is None:
             out = self.attend_self(q, k, v, info)
         else:
-            cache = cache.write(k, v)
+            cache = cache.write(merged_heads(k), merged_heads(v))
             out = self.attend_cached(q, k, v, info, cache)
         out_BxTxHxK = heads_first(out)
         if cache is None and self.kernel.name != "splash":  # splash tags its own output
@@ -426,6 +437,18 @@ def keep_merged(x: jax.Array, name: str) -> jax.Array:
 def heads_first(x: jax.Array) -> jax.Array:
     """BxTxHxK <-> BxHxTxK (the same swap both ways)."""
     return x.transpose(0, 2, 1, 3)
+
+
+def merged_heads(x_BxGxTxK: jax.Array) -> jax.Array:
+    """BxGxTxK -> BxTx(G*K): each position's heads side by side, as the cache keeps them."""
+    B, G, T, K = x_BxGxTxK.shape
+    return heads_first(x_BxGxTxK).reshape(B, T, G * K)
+
+
+def heads_apart(x_BxSxW: jax.Array, heads: int) -> jax.Array:
+    """BxSx(G*K) -> BxGxSxK."""
+    B, S, W = x_BxSxW.shape
+    return heads_first(x_BxSxW.reshape(B, S, heads, W // heads))
 
 
 def unplanned_kernel(implementation: str) -> AttentionKernel:

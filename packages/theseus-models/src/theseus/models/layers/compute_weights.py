@@ -34,4 +34,4 @@ def cast_for_compute(model: nnx.Module) -> None:
             array = value[...]
             if array.ndim >= 2 and jnp.issubdtype(array.dtype, jnp.floating):
                 if array.dtype != dtype:
-                    value.value = array.astype(dtype)
+                    value.set_value(array.astype(dtype))

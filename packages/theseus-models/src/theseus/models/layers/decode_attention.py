@@ -1,23 +1,25 @@
 """One decoding step's attention over the KV cache, reading only the positions written so far.
 
-While a batch decodes, every row has the same fill index (the prompts are left-padded to one
-width), so the keys a new token can see are slots ``0 .. end - 1`` of its layer's cache
-(``end`` = the fill index after the token's own key was written), further limited by its
-segment (padding has its own) and a sliding window. The cache is allocated for the whole
-generation; a step that attended over all of it would read the unwritten tail too (on
-average half of it). :func:`decode_attention` reads the written part only:
+The cache keeps each position's keys of every kv head side by side (``LxBxSx(G*K)``): a
+head_dim of 64 would otherwise be stored padded to a TPU's 128 lanes, twice the bytes to
+hold and to read. While a batch decodes, every row has the same fill index (the prompts
+are left-padded to one width), so the keys a new token can see are the slots from its row's
+first real one (``first``) to ``end - 1`` (``end`` = the fill index after the token's own
+key was written), within a sliding window when there is one. A step that attended over the
+whole cache would read the unwritten tail too (on average half of it).
+:func:`decode_attention` reads the written part only:
 
-* on a TPU, a Pallas kernel over the layer-stacked cache (``LxBxGxSxK``): the layer and the
-  fill index are prefetched scalars, so the kernel's blocks of keys and values come straight
-  from the cache with no slice copied out of it. Its grid walks blocks of ``block`` slots;
-  the block index stops advancing at the last written block (the pipeline then fetches
-  nothing more) and those steps compute nothing. Online softmax in float32 across blocks,
-  as flash attention does.
+* on a TPU, a Pallas kernel over the layer-stacked cache: the layer, the fill index and each
+  row's first slot are prefetched scalars, so the kernel's blocks of keys and values come
+  straight from the cache, no slice of it copied out. Its grid walks blocks of ``block``
+  slots; the block index stops advancing at the last written block (the pipeline then
+  fetches nothing more) and those steps compute nothing. Online softmax in float32 across
+  blocks, as flash attention does.
 * elsewhere, the same mask over the layer's whole cache in plain JAX (the reference stages'
   math), which a CPU reads at its own pace.
 
-Shapes: B rows, H query heads in G groups of R (query head h = g * R + r), K head_dim,
-L layers, S cache slots.
+Shapes: B rows, H query heads in G groups of R (query head h = g * R + r), K head_dim (V for
+values), L layers, S cache slots.
 """
 
 from __future__ import annotations
@@ -31,20 +33,24 @@ NEG_INF = -1e30
 LANES = 128  # a TPU vector register's lanes: the running max and sum are kept this wide
 SUBLANES = 8  # the grouped query heads are padded to a whole number of these
 KERNEL_SLOTS = 128  # a cache the kernel reads has a whole number of these slots
+KERNEL_NAME = "decode_attention"  # the custom call's name in a compiled program
+VMEM_BLOCKS = 24 * 1024**2  # the key and value blocks in flight (double-buffered)
 
 #: how a decoding step reads its cache: ``reference`` (plain JAX over the whole layer),
 #: ``pallas`` (the kernel; TPU), ``pallas_interpret`` (the kernel in Pallas' interpreter)
 READERS = ("reference", "pallas", "pallas_interpret")
 
 
-def cache_block(slots: int, rows: int, head_dim: int, itemsize: int) -> int:
+def cache_block(slots: int, rows: int, lanes: int, itemsize: int) -> int:
     """Slots per kernel block: the largest of 512, 256, 128 dividing ``slots`` whose key and
-    value blocks (double-buffered) for ``rows`` rows stay within 16 MiB of VMEM."""
+    value blocks (``lanes`` wide together, double-buffered) for ``rows`` rows fit
+    ``VMEM_BLOCKS``."""
     for block in (512, 256, 128):
-        fits = rows * block * head_dim * itemsize * 4 <= 16 * 1024**2
-        if slots % block == 0 and fits:
+        if slots % block == 0 and rows * block * lanes * itemsize * 2 <= VMEM_BLOCKS:
             return block
-    raise ValueError(f"a cache of {slots} slots is not a multiple of 128 (pad its length)")
+    if slots % KERNEL_SLOTS:
+        raise ValueError(f"a cache of {slots} slots is not a multiple of {KERNEL_SLOTS}")
+    return KERNEL_SLOTS
 
 
 def row_block(rows: int) -> int:
@@ -52,30 +58,37 @@ def row_block(rows: int) -> int:
     return SUBLANES if rows % SUBLANES == 0 else rows
 
 
+def first_slots(k_segment_BxS: jax.Array) -> jax.Array:
+    """Each row's first real slot (its left padding's length), B int32."""
+    return jnp.argmax(k_segment_BxS > 0, axis=1).astype(jnp.int32)
+
+
 def decode_attention_reference(
     q_BxHxK: jax.Array,
-    k_LxBxGxSxK: jax.Array,
-    v_LxBxGxSxK: jax.Array,
+    k_LxBxSxW: jax.Array,
+    v_LxBxSxW: jax.Array,
     layer: jax.Array | int,
     end: jax.Array,
-    k_segment_BxS: jax.Array,
-    q_segment_B: jax.Array,
+    first_B: jax.Array,
     *,
     window: int = 0,
     scale: float,
 ) -> jax.Array:
-    """The kernel's result in plain JAX (over the layer's whole cache), BxHxK."""
+    """The kernel's result in plain JAX (over the layer's whole cache), BxHxV."""
     B, H, K = q_BxHxK.shape
-    k_BxGxSxK = jax.lax.dynamic_index_in_dim(k_LxBxGxSxK, layer, keepdims=False)
-    v_BxGxSxK = jax.lax.dynamic_index_in_dim(v_LxBxGxSxK, layer, keepdims=False)
-    G, S = k_BxGxSxK.shape[1], k_BxGxSxK.shape[2]
-    q_BxGxRxK = (q_BxHxK * scale).reshape(B, G, H // G, K).astype(k_BxGxSxK.dtype)
-    s = jnp.einsum("bgrk,bgsk->bgrs", q_BxGxRxK, k_BxGxSxK, preferred_element_type=jnp.float32)
-    visible_BxS = _visible(jnp.arange(S, dtype=jnp.int32)[None], end, window)
-    visible_BxS &= k_segment_BxS == q_segment_B[:, None]
+    k_BxSxW = jax.lax.dynamic_index_in_dim(k_LxBxSxW, layer, keepdims=False)
+    v_BxSxW = jax.lax.dynamic_index_in_dim(v_LxBxSxW, layer, keepdims=False)
+    S = k_BxSxW.shape[1]
+    G = k_BxSxW.shape[2] // K
+    k_BxSxGxK = k_BxSxW.reshape(B, S, G, K)
+    v_BxSxGxV = v_BxSxW.reshape(B, S, G, -1)
+    q_BxGxRxK = (q_BxHxK * scale).reshape(B, G, H // G, K).astype(k_BxSxW.dtype)
+    s = jnp.einsum("bgrk,bsgk->bgrs", q_BxGxRxK, k_BxSxGxK, preferred_element_type=jnp.float32)
+    slot = jnp.arange(S, dtype=jnp.int32)[None]
+    visible_BxS = _visible(slot, end, window) & (slot >= first_B[:, None])
     s = jnp.where(visible_BxS[:, None, None], s, NEG_INF)
-    p = jax.nn.softmax(s, axis=-1).astype(v_BxGxSxK.dtype)
-    out = jnp.einsum("bgrs,bgsk->bgrk", p, v_BxGxSxK, preferred_element_type=jnp.float32)
+    p = jax.nn.softmax(s, axis=-1).astype(v_BxSxW.dtype)
+    out = jnp.einsum("bgrs,bsgk->bgrk", p, v_BxSxGxV, preferred_element_type=jnp.float32)
     return out.reshape(B, H, -1).astype(q_BxHxK.dtype)
 
 
@@ -89,75 +102,69 @@ def _visible(slot: jax.Array, end: jax.Array, window: int) -> jax.Array:
 
 def decode_attention(
     q_BxHxK: jax.Array,
-    k_LxBxGxSxK: jax.Array,
-    v_LxBxGxSxK: jax.Array,
+    k_LxBxSxW: jax.Array,
+    v_LxBxSxW: jax.Array,
     layer: jax.Array | int,
     end: jax.Array,
-    k_segment_BxS: jax.Array,
-    q_segment_B: jax.Array,
+    first_B: jax.Array,
     *,
     window: int = 0,
     scale: float,
     interpret: bool = False,
 ) -> jax.Array:
     """softmax(scale q k^T + mask) v of one new token per row against its layer's cache,
-    reading slots below ``end`` only (the Pallas kernel), BxHxK."""
+    reading the slots from each row's ``first`` up to ``end`` only (the Pallas kernel),
+    BxHxV."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
     B, H, K = q_BxHxK.shape
-    L, _, G, S, V = v_LxBxGxSxK.shape
+    L, _, S, W = k_LxBxSxW.shape
+    G = W // K
+    V = v_LxBxSxW.shape[3] // G
     R = H // G
     padded = -(-R // SUBLANES) * SUBLANES  # query heads of a group, padded for the MXU
-    q = (q_BxHxK * scale).reshape(B, G, R, K).astype(k_LxBxGxSxK.dtype)
+    q = (q_BxHxK * scale).reshape(B, G, R, K).astype(k_LxBxSxW.dtype)
     q = jnp.pad(q, ((0, 0), (0, 0), (0, padded - R), (0, 0)))
     rows = row_block(B)
-    block = cache_block(S, rows, max(K, V), jnp.dtype(k_LxBxGxSxK.dtype).itemsize)
-    meta = jnp.stack([jnp.asarray(layer, jnp.int32), jnp.asarray(end, jnp.int32)])
+    lanes = W + v_LxBxSxW.shape[3]
+    block = cache_block(S, rows, lanes, jnp.dtype(k_LxBxSxW.dtype).itemsize)
+    scalars = jnp.concatenate(
+        [jnp.stack([jnp.asarray(layer, jnp.int32), jnp.asarray(end, jnp.int32)]), first_B]
+    )
 
-    def cache_index(b, g, j, meta_ref):
-        return (meta_ref[0], b, g, _live_block(j, meta_ref[1], block, window), 0)
+    def cache_index(b, j, scalars_ref):
+        return (scalars_ref[0], b, _live_block(j, scalars_ref[1], block, window), 0)
 
-    def segment_index(b, g, j, meta_ref):
-        return (b, _live_block(j, meta_ref[1], block, window))
-
-    def per_row(b, g, j, meta_ref):
-        return (b, g, 0, 0)
+    def per_row(b, j, scalars_ref):
+        return (b, 0, 0, 0)
 
     squeezed = pl.squeezed
-    kernel = partial(_kernel, block=block, rows=rows, window=window)
+    kernel = partial(_kernel, block=block, rows=rows, groups=G, head_dim=K, window=window)
     out = pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=1,
-            grid=(B // rows, G, S // block),
+            grid=(B // rows, S // block),
             in_specs=[
-                pl.BlockSpec((rows, squeezed, padded, K), per_row),
-                pl.BlockSpec((squeezed, rows, squeezed, block, K), cache_index),
-                pl.BlockSpec((squeezed, rows, squeezed, block, V), cache_index),
-                pl.BlockSpec((rows, block), segment_index),
-                pl.BlockSpec((rows, 1), lambda b, g, j, meta_ref: (b, 0)),
+                pl.BlockSpec((rows, G, padded, K), per_row),
+                pl.BlockSpec((squeezed, rows, block, W), cache_index),
+                pl.BlockSpec((squeezed, rows, block, G * V), cache_index),
             ],
-            out_specs=pl.BlockSpec((rows, squeezed, padded, V), per_row),
+            out_specs=pl.BlockSpec((rows, G, padded, V), per_row),
             scratch_shapes=[
-                pltpu.VMEM((rows, padded, LANES), jnp.float32),  # running max
-                pltpu.VMEM((rows, padded, LANES), jnp.float32),  # running sum
-                pltpu.VMEM((rows, padded, V), jnp.float32),  # running output
+                pltpu.VMEM((rows, G, padded, LANES), jnp.float32),  # running max
+                pltpu.VMEM((rows, G, padded, LANES), jnp.float32),  # running sum
+                pltpu.VMEM((rows, G, padded, V), jnp.float32),  # running output
             ],
         ),
         out_shape=jax.ShapeDtypeStruct((B, G, padded, V), q_BxHxK.dtype),
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "arbitrary")
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=2 * VMEM_BLOCKS
         ),
         interpret=interpret,
-    )(
-        meta,
-        q,
-        k_LxBxGxSxK,
-        v_LxBxGxSxK,
-        k_segment_BxS.astype(jnp.int32),
-        q_segment_B.astype(jnp.int32)[:, None],
-    )
+        name=KERNEL_NAME,
+    )(scalars, q, k_LxBxSxW, v_LxBxSxW)
     return out[:, :, :R].reshape(B, H, V)
 
 
@@ -170,14 +177,16 @@ def _live_block(j: jax.Array, end: jax.Array, block: int, window: int) -> jax.Ar
 
 
 def _kernel(
-    meta_ref, q_ref, k_ref, v_ref, k_segment_ref, q_segment_ref, o_ref, m_ref, l_ref, acc_ref,
-    *, block: int, rows: int, window: int,
+    scalars_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref,
+    *, block: int, rows: int, groups: int, head_dim: int, window: int,
 ):  # fmt: skip
     from jax.experimental import pallas as pl
 
-    j = pl.program_id(2)
-    end = meta_ref[1]
+    row_block_index, j = pl.program_id(0), pl.program_id(1)
+    end = scalars_ref[1]
     start = j * block
+    K = head_dim
+    V = acc_ref.shape[-1]
 
     @pl.when(j == 0)
     def _init():
@@ -185,35 +194,41 @@ def _kernel(
         l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    first = end - window if window else 0
-    live = (start < end) & (start + block > first)
+    lowest = end - window if window else 0
+    live = (start < end) & (start + block > lowest)
 
     @pl.when(live)
     def _attend():
         slot = start + jax.lax.broadcasted_iota(jnp.int32, (1, block), 1)
         visible = _visible(slot, end, window)
-        for r in range(rows):
-            ok = visible & (k_segment_ref[r : r + 1, :] == q_segment_ref[r : r + 1, :])
-            s = jax.lax.dot_general(
-                q_ref[r], k_ref[r], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
-            )  # R' x block
-            s = jnp.where(ok, s, NEG_INF)
-            m_prev = m_ref[r]
-            m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-            alpha = jnp.exp(m_prev - m_next)
-            p = jnp.where(ok, jnp.exp(s - m_next[:, :1]), 0.0)
-            l_ref[r] = alpha * l_ref[r] + jnp.sum(p, axis=1, keepdims=True)
-            m_ref[r] = m_next
-            pv = jax.lax.dot_general(
-                p.astype(v_ref.dtype),
-                v_ref[r],
-                (((1,), (0,)), ((), ())),
-                preferred_element_type=jnp.float32,
-            )  # R' x V
-            acc_ref[r] = alpha[:, :1] * acc_ref[r] + pv
 
-    @pl.when(j == pl.num_programs(2) - 1)
+        def one_row(r, carry):
+            ok = visible & (slot >= scalars_ref[2 + row_block_index * rows + r])
+            for g in range(groups):
+                keys = k_ref[r, :, g * K : (g + 1) * K]  # block x K
+                values = v_ref[r, :, g * V : (g + 1) * V]
+                s = jax.lax.dot_general(
+                    q_ref[r, g], keys, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+                )  # R' x block
+                s = jnp.where(ok, s, NEG_INF)
+                m_prev = m_ref[r, g]
+                m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+                alpha = jnp.exp(m_prev - m_next)
+                p = jnp.where(ok, jnp.exp(s - m_next[:, :1]), 0.0)
+                l_ref[r, g] = alpha * l_ref[r, g] + jnp.sum(p, axis=1, keepdims=True)
+                m_ref[r, g] = m_next
+                pv = jax.lax.dot_general(
+                    p.astype(values.dtype),
+                    values,
+                    (((1,), (0,)), ((), ())),
+                    preferred_element_type=jnp.float32,
+                )  # R' x V
+                acc_ref[r, g] = alpha[:, :1] * acc_ref[r, g] + pv
+            return carry
+
+        jax.lax.fori_loop(0, rows, one_row, 0)
+
+    @pl.when(j == pl.num_programs(1) - 1)
     def _finish():
-        for r in range(rows):
-            total = l_ref[r][:, :1]
-            o_ref[r] = (acc_ref[r] / jnp.where(total > 0, total, 1.0)).astype(o_ref.dtype)
+        total = l_ref[...][..., :1]
+        o_ref[...] = (acc_ref[...] / jnp.where(total > 0, total, 1.0)).astype(o_ref.dtype)

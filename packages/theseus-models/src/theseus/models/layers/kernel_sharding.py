@@ -98,36 +98,38 @@ def per_shard(
 def per_shard_decode(
     kernel: Callable[..., jax.Array],
     q_BxHxK: jax.Array,
-    k_LxBxGxSxK: jax.Array,
-    v_LxBxGxSxK: jax.Array,
+    k_LxBxSxW: jax.Array,
+    v_LxBxSxW: jax.Array,
     layer: Any,
     end: jax.Array,
-    info: Any,
+    first_B: jax.Array,
+    kv_heads: int,
 ) -> jax.Array:
-    """``kernel(q, k, v, layer, end, k_segment, q_segment)`` of a decoding step (one query
-    per row against the layer-stacked cache, ``layers/decode_attention.py``) on each
-    device's rows and kv heads, BxHxK; the layer and fill index are the same everywhere."""
-    q_segment_B, k_segment_BxS = info.q_segment[:, 0], info.k_segment
-    args = (q_BxHxK, k_LxBxGxSxK, v_LxBxGxSxK, jax.numpy.asarray(layer), end)
+    """``kernel(q, k, v, layer, end, first)`` of a decoding step (one query per row against
+    the layer-stacked cache, ``layers/decode_attention.py``) on each device's rows, BxHxV;
+    the layer and fill index are the same everywhere. A cache keeps each position's kv heads
+    side by side, so splitting its last axis over ``tensor`` splits the heads (G / n each,
+    with their R-groups of query heads)."""
+    args = (q_BxHxK, k_LxBxSxW, v_LxBxSxW, jax.numpy.asarray(layer), end, first_B)
     mesh = context_mesh()
     if mesh is None or mesh.size == 1:
-        return kernel(*args, k_segment_BxS, q_segment_B)
+        return kernel(*args)
     rows = batch_axes(mesh, q_BxHxK.shape[0])
-    heads = head_axis(mesh, q_BxHxK.shape[1], k_LxBxGxSxK.shape[2])
     batch = (rows if len(rows) > 1 else rows[0]) if rows else None
+    heads = head_axis(mesh, q_BxHxK.shape[1], kv_heads)
+    cache = PartitionSpec(None, batch, None, heads)
     sharded = jax.shard_map(
         kernel,
         mesh=mesh,
         in_specs=(
             PartitionSpec(batch, heads),
-            PartitionSpec(None, batch, heads),
-            PartitionSpec(None, batch, heads),
+            cache,
+            cache,
             PartitionSpec(),
             PartitionSpec(),
-            PartitionSpec(batch),
             PartitionSpec(batch),
         ),
         out_specs=PartitionSpec(batch, heads),
         check_vma=False,  # Pallas calls carry no varying-axes types
     )
-    return sharded(*args, k_segment_BxS, q_segment_B)
+    return sharded(*args)

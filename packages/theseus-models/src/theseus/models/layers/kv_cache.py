@@ -1,6 +1,7 @@
 """The KV cache of generation: every layer's keys and values, written in place.
 
-:class:`KVCache` holds all layers at once (``LxBxGxSxK``), the key segment ids (``BxS``, 0
+:class:`KVCache` holds all layers at once, each position's kv heads side by side
+(``LxBxSx(G*K)``: lane-dense on a TPU whatever the head_dim), the key segment ids (``BxS``, 0
 for padding) and the fill index (slots written, the same for every row: prompts are
 left-padded to one width). Inside a compiled decoding loop it is part of the loop's state,
 and each step writes one slot of it in place: a layer gets a :class:`LayerCache`, a view of
@@ -28,7 +29,7 @@ from theseus.models.layers.decode_attention import READERS
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class KVCache:
-    """Keys/values of every layer (LxBxGxSxK), key segment ids (BxS) and the fill index.
+    """Keys/values of every layer (LxBxSx(G*K)), key segment ids (BxS) and the fill index.
 
     A layer may cache something else of the same rank in the two slots (multi-head latent
     attention keeps its compressed latent and its shared rotary key): ``value_shape``.
@@ -56,11 +57,10 @@ class KVCache:
         """``value_shape``: (heads, head_dim) of the value slot when it differs from the keys'."""
         if reader not in READERS:
             raise ValueError(f"reader={reader!r}: expected one of {', '.join(READERS)}")
-        shape = (n_layers, batch, n_kv_heads, length, head_dim)
         v_heads, v_dim = value_shape or (n_kv_heads, head_dim)
         return cls(
-            jnp.zeros(shape, dtype),
-            jnp.zeros((n_layers, batch, v_heads, length, v_dim), dtype),
+            jnp.zeros((n_layers, batch, length, n_kv_heads * head_dim), dtype),
+            jnp.zeros((n_layers, batch, length, v_heads * v_dim), dtype),
             jnp.zeros((batch, length), jnp.int32),
             jnp.zeros((), jnp.int32),
             reader=reader,
@@ -68,7 +68,7 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        return self.k.shape[3]
+        return self.k.shape[2]
 
     def written(self, k: jax.Array, v: jax.Array, segment_ids: jax.Array, tokens: int) -> KVCache:
         """The cache after a call that wrote ``tokens`` slots (its layers' new ``k``/``v``)."""
@@ -82,21 +82,22 @@ class LayerCache:
     """Layer ``layer``'s view of the whole cache: its new keys go to slot ``index`` of that
     layer (:meth:`write`), its keys so far are :meth:`layer_kv`."""
 
-    k: jax.Array  # LxBxGxSxK, every layer
+    k: jax.Array  # LxBxSx(G*K), every layer
     v: jax.Array
     index: jax.Array
     layer: jax.Array | int
     reader: str = "reference"
     fresh: bool = False
 
-    def write(self, k_BxGxTxK: jax.Array, v_BxGxTxK: jax.Array) -> LayerCache:
-        """This layer's new keys and values stored at the fill index, in place."""
-        start = (self.layer, 0, 0, self.index, 0)
-        k = jax.lax.dynamic_update_slice(self.k, k_BxGxTxK[None].astype(self.k.dtype), start)
-        v = jax.lax.dynamic_update_slice(self.v, v_BxGxTxK[None].astype(self.v.dtype), start)
+    def write(self, k_BxTxW: jax.Array, v_BxTxW: jax.Array) -> LayerCache:
+        """This layer's new keys and values (each position's heads side by side) stored at
+        the fill index, in place."""
+        start = (self.layer, 0, self.index, 0)
+        k = jax.lax.dynamic_update_slice(self.k, k_BxTxW[None].astype(self.k.dtype), start)
+        v = jax.lax.dynamic_update_slice(self.v, v_BxTxW[None].astype(self.v.dtype), start)
         return replace(self, k=k, v=v)
 
     def layer_kv(self) -> tuple[jax.Array, jax.Array]:
-        """This layer's keys and values, BxGxSxK (every slot: the mask says which count)."""
+        """This layer's keys and values, BxSx(G*K) (every slot: the mask says which count)."""
         take = lambda x: jax.lax.dynamic_index_in_dim(x, self.layer, keepdims=False)  # noqa: E731
         return take(self.k), take(self.v)

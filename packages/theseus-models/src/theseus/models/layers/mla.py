@@ -139,13 +139,10 @@ class MultiHeadLatentAttention(Attention):
         q = jnp.concatenate([q[..., :N], q_rope], axis=-1)
         prefill = cache is None or cache.fresh  # the tokens attend among themselves
         if cache is not None:  # the latents and rotary keys of every position so far
-            cache = cache.write(c_BxTxC[:, None], k_rope_BxTxP[:, None])
+            cache = cache.write(c_BxTxC, k_rope_BxTxP)
             if not cache.fresh:
                 c_all, rope_all = cache.layer_kv()
-                c_BxTxC, k_rope_BxTxP = (
-                    c_all[:, 0].astype(self.dtype),
-                    rope_all[:, 0].astype(self.dtype),
-                )
+                c_BxTxC, k_rope_BxTxP = c_all.astype(self.dtype), rope_all.astype(self.dtype)
         k, v = self.expand(c_BxTxC, k_rope_BxTxP)
         q, k, v = (heads_first(z) for z in (q, k, v))
         if prefill:
