@@ -133,6 +133,8 @@ def compute_weight_bytes(model: Any) -> int:
 
     total = 0
     for _, module in nnx.iter_graph(model):
+        if not isinstance(module, nnx.Module):
+            continue
         for value in vars(module).values():
             if not isinstance(value, nnx.Param):
                 continue
