@@ -25,17 +25,21 @@ class SamplerRequest:
     temperature: float
     top_k: int = 0
     top_p: float = 1.0
+    rows_per_pass: int = 0  # rows decoded at once (0: as many as fit beside the trainer)
 
 
 @dataclass(frozen=True)
 class RolloutPlan:
     """What a sampler will hold and read, for the dry run: per device, in bytes."""
 
-    kv_cache_bytes: int  # the KV cache of this device's rows
+    kv_cache_bytes: int  # the KV cache of this device's rows of one pass
     weight_bytes: int  # the weights in their compute dtype (what every turn reads)
     bytes_per_turn: float  # HBM read by one decoding turn, on average over the rollout
     reader: str  # how a turn reads the cache
     cache_slots: int
+    rows_per_pass: int  # rows decoded at once (every process's together)
+    passes: int  # passes per batch
+    resident_bytes: int  # the trainer's state, held all along
 
 
 class Sampler(Protocol):

@@ -9,6 +9,10 @@ over the mesh's batch axes, and the KV cache with them (its kv heads over ``tens
 process passes the prompts and seeds of its own rows (a contiguous slice of the batch, as
 the trainer's batches are laid out) and gets the same rows back; every row draws from keys
 of its own seed, so what a row samples does not depend on how rows are split.
+
+A batch whose KV cache does not fit beside the trainer's state is decoded in passes: each
+pass takes the same number of each process's rows (``SamplerRequest.rows_per_pass``, or as
+many as fit: :meth:`RolloutSampler.fitting_rows`), one compilation for all of them.
 """
 
 from __future__ import annotations
@@ -22,10 +26,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
+from theseus.core.errors import ConfigError
 from theseus.core.sampler import RolloutPlan, SamplerRequest
-from theseus.models.decoding import Decoded, DecodePlan, decode_loop
+from theseus.core.sharding.placement import per_device_bytes
+from theseus.core.train.remat_choice import FIT_FRACTION, device_memory_bytes
+from theseus.models.decoding import Decoded, DecodePlan, decode_loop, kv_heads
 from theseus.models.generate import cache_reader, left_pad, trimmed
 from theseus.models.sampling import Sampling
+
+LOGIT_COPIES = 4  # float32 logits a turn holds per row (the logits, softmax, sampling)
 
 
 class RolloutSampler:
@@ -34,22 +43,36 @@ class RolloutSampler:
     def __init__(self, setup: Any, request: SamplerRequest) -> None:
         self.layout, self.graphdef, self.rest = setup.layout, setup.graphdef, setup.rest
         self.request = request
-        reader = cache_reader(self.layout.platform)
-        self.plan_ = DecodePlan(
+        self.decode = DecodePlan(
             max_new_tokens=request.max_new_tokens,
             sampling=Sampling(request.temperature, request.top_k, request.top_p),
             stops=tuple(sorted(set(request.stop_tokens))),
             pad_id=request.pad_id,
             cache_slots=request.prompt_width + request.max_new_tokens,
-            reader=reader,
+            reader=cache_reader(self.layout.platform),
             per_row_keys=True,
         )
-        mesh = self.layout.mesh
-        self.row_axes = row_axes(self.layout.batch_axes, dict(mesh.shape), request.rows)
-        self.rows = NamedSharding(mesh, PartitionSpec(self.row_axes or None))
+        self.processes = jax.process_count()
         self.abstract = setup.full_params(setup.abstract_state)
+        self.model = nnx.merge(self.graphdef, self.abstract, self.rest)
+        self.resident = per_device_bytes(
+            (
+                setup.abstract_state.params,
+                setup.abstract_state.opt_state,
+                setup.abstract_state.frozen,
+            )
+        )
+        sizes = self.layout.sizes
+        heads = kv_heads(self.model)
+        tensor = sizes.get("tensor", 1)
+        self.head_ways = tensor if heads % tensor == 0 else 1
+        self.pass_rows = request.rows_per_pass or self.fitting_rows()
+        self.check_pass_rows()
+        mesh = self.layout.mesh
+        self.row_axes = row_axes(self.layout.batch_axes, dict(mesh.shape), self.pass_rows)
+        self.rows = NamedSharding(mesh, PartitionSpec(self.row_axes or None))
         self.jitted = self.layout.jit(
-            partial(self.run, self.graphdef, self.plan_),
+            partial(self.run, self.graphdef, self.decode),
             out_shardings=Decoded(self.rows, self.rows, NamedSharding(mesh, PartitionSpec())),
         )
 
@@ -64,7 +87,7 @@ class RolloutSampler:
         self, params: Any, prompts: list[list[int]], seeds: list[int]
     ) -> tuple[list[list[int]], list[list[float]]]:
         request = self.request
-        local = request.rows // jax.process_count()
+        local = request.rows // self.processes
         if len(prompts) != local or len(seeds) != local:
             raise ValueError(
                 f"{len(prompts)} prompts and {len(seeds)} seeds for this process's {local} rows"
@@ -73,38 +96,96 @@ class RolloutSampler:
             raise ValueError(f"a prompt is longer than the sampler's {request.prompt_width}")
         tokens, segments, positions = left_pad(prompts, request.pad_id, request.prompt_width)
         host = (tokens, positions, segments, np.asarray(seeds, np.uint32))
-        placed = [jax.make_array_from_process_local_data(self.rows, a) for a in host]
-        out_tokens, out_logps, _ = self.jitted(params, self.rest, *placed)
-        return trimmed(local_rows(out_tokens), local_rows(out_logps), self.plan_.stops)
+        step = self.pass_rows // self.processes
+        out_tokens, out_logps = [], []
+        for start in range(0, local, step):
+            part = [
+                jax.make_array_from_process_local_data(self.rows, a[start : start + step])
+                for a in host
+            ]
+            decoded = self.jitted(params, self.rest, *part)
+            out_tokens.append(local_rows(decoded.tokens))
+            out_logps.append(local_rows(decoded.logps))
+        stops = self.decode.stops
+        return trimmed(np.concatenate(out_tokens), np.concatenate(out_logps), stops)
 
     def lower(self, params: Any) -> Any:
-        rows, width = self.request.rows, self.request.prompt_width
+        rows, width = self.pass_rows, self.request.prompt_width
         ints = jax.ShapeDtypeStruct((rows, width), jnp.int32, sharding=self.rows)
         seeds = jax.ShapeDtypeStruct((rows,), jnp.uint32, sharding=self.rows)
         return self.jitted.lower(params, self.rest, ints, ints, ints, seeds)
 
     # ------------------------------------------------------------------ what it holds
-    def plan(self) -> RolloutPlan:
-        """Per device: the KV cache of its rows and kv heads, the weights one turn reads in
-        their compute dtype (all of them: split ones are gathered a layer at a time) and
-        the bytes a turn reads on average over a full-length rollout (the weights, and the
-        cache written so far)."""
-        request, plan = self.request, self.plan_
-        model = nnx.merge(self.graphdef, self.abstract, self.rest)
+    def position_bytes(self) -> int:
+        """Bytes of one row's keys and values at one position, every layer, on one device."""
         cache = jax.eval_shape(
-            lambda: model.init_cache(request.rows, plan.cache_slots, plan.reader)
+            lambda: self.model.init_cache(1, self.decode.cache_slots, self.decode.reader)
         )
-        sizes = self.layout.sizes
-        row_ways = math.prod(sizes[a] for a in self.row_axes)
-        G = cache.k.shape[2]
-        head_ways = sizes.get("tensor", 1) if G % sizes.get("tensor", 1) == 0 else 1
-        whole = sum(math.prod(x.shape) * x.dtype.itemsize for x in (cache.k, cache.v))
-        per_device = whole / (row_ways * head_ways)
-        slots = cache.k.shape[3]
-        weights = compute_weight_bytes(model) / head_ways
+        whole = sum(x.shape[0] * x.shape[3] * x.dtype.itemsize for x in (cache.k, cache.v))
+        return whole // self.head_ways
+
+    def slots(self) -> int:
+        cache = jax.eval_shape(
+            lambda: self.model.init_cache(1, self.decode.cache_slots, self.decode.reader)
+        )
+        return int(cache.k.shape[2])
+
+    def weight_bytes(self) -> int:
+        """The weights one turn reads on one device, in their compute dtype (split ones are
+        gathered a layer at a time: all of them, but the heads ``tensor`` splits)."""
+        return compute_weight_bytes(self.model) // self.head_ways
+
+    def row_bytes(self) -> int:
+        """What one more row of a pass holds on a device: its cache and its logits."""
+        vocab = int(self.model.config.vocab_size)
+        return self.slots() * self.position_bytes() + LOGIT_COPIES * vocab * 4
+
+    def fitting_rows(self) -> int:
+        """The most rows per pass (a whole number of passes per process, the same for every
+        process) whose cache fits beside the trainer's state on one device."""
+        local = self.request.rows // self.processes
+        memory = device_memory_bytes(self.layout.mesh.devices.flat[0])
+        if memory is None:  # a host CPU: no limit to plan against
+            return self.request.rows
+        free = FIT_FRACTION * memory - self.resident - self.weight_bytes()
+        ways = math.prod(self.layout.sizes[a] for a in self.layout.batch_axes)
+        for per_process in sorted((d for d in range(1, local + 1) if local % d == 0), reverse=True):
+            rows = per_process * self.processes
+            if rows % ways == 0 and rows // ways * self.row_bytes() <= free:
+                return rows
+        return self.processes  # one row of each process at a time: the plan says if it fits
+
+    def check_pass_rows(self) -> None:
+        rows, passes = self.request.rows, self.pass_rows
+        ways = math.prod(self.layout.sizes[a] for a in self.layout.batch_axes)
+        if passes <= 0 or rows % passes or passes % (self.processes * ways):
+            raise ConfigError(
+                f"grpo.sample_rows={passes}: expected a divisor of the {rows} rows of a batch "
+                f"that splits evenly over the {ways}-way batch split of "
+                f"{self.processes} process(es)"
+            )
+
+    def plan(self) -> RolloutPlan:
+        """Per device: the KV cache of one pass's rows, the weights one turn reads and the
+        bytes a turn reads on average over a full-length rollout (the weights, and the
+        cache written so far)."""
+        request = self.request
+        ways = math.prod(self.layout.sizes[a] for a in self.row_axes)
+        rows_here = self.pass_rows // max(ways, 1)
+        per_position = self.position_bytes()
+        cache = rows_here * self.slots() * per_position
         average_fill = request.prompt_width + request.max_new_tokens / 2
-        read = weights + per_device * average_fill / slots
-        return RolloutPlan(int(per_device), int(weights), float(read), plan.reader, slots)
+        read = self.weight_bytes() + rows_here * average_fill * per_position
+        return RolloutPlan(
+            kv_cache_bytes=int(cache),
+            weight_bytes=self.weight_bytes(),
+            bytes_per_turn=float(read),
+            reader=self.decode.reader,
+            cache_slots=self.slots(),
+            rows_per_pass=self.pass_rows,
+            passes=request.rows // self.pass_rows,
+            resident_bytes=int(self.resident),
+        )
 
 
 def row_axes(batch_axes: tuple[str, ...], sizes: dict[str, int], rows: int) -> tuple[str, ...]:

@@ -21,6 +21,12 @@ AGGREGATIONS = ("token_mean", "sequence_mean", "dr_grpo")
 class GRPOConfig:
     generations: int = option(4, "G: completions sampled per prompt each step (G > 1)", ge=2)
     max_new_tokens: int = option(16, "longest completion, in tokens (Dr. GRPO's constant)", ge=1)
+    sample_rows: int = option(
+        0,
+        "rows decoded at once (a divisor of the batch); 0: as many as fit beside the "
+        "trainer's state (the plan says how many)",
+        ge=0,
+    )
     stop_at_end: bool = option(
         True,
         "a completion ends at the end-of-turn or end-of-document token; false: every "

@@ -105,6 +105,7 @@ class Rollouts:
             temperature=temperature,
             top_k=grpo.top_k if temperature > 0 else 0,
             top_p=grpo.top_p if temperature > 0 else 1.0,
+            rows_per_pass=grpo.sample_rows if rows == self.rows else 0,
         )
 
     # --------------------------------------------------------------- the batch source

@@ -62,6 +62,9 @@ class ModelBuilder:
 
         def make_state() -> TrainState:
             _, params, _ = split_params(self.build())
+            # strongly typed, as every later step's outputs are: a weak-typed leaf (a gain made
+            # from a Python float) would make the first step compile a program of its own
+            params = jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), params)
             trainable, base = split_trainable(params, self.adapted)
             if frozen == "reference":
                 base = jax.tree.map(jnp.copy, params)

@@ -114,21 +114,30 @@ def decode_attention(
 ) -> jax.Array:
     """softmax(scale q k^T + mask) v of one new token per row against its layer's cache,
     reading the slots from each row's ``first`` up to ``end`` only (the Pallas kernel),
-    BxHxV."""
+    BxHxV.
+
+    Every query head of a row is scored in one product: the queries are laid out block-
+    diagonally (query head h's K values in the K lanes of its kv head, zeros elsewhere), so
+    ``q_bd @ k^T`` gives each head its own scores against the side-by-side keys, and
+    ``p @ v`` gives each head its values in its kv head's lanes (the other lanes, products
+    with other heads' values, are dropped). One product per row and block instead of one per
+    head: fewer, larger matrix products, whose tiles are full even where K is 64."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
     B, H, K = q_BxHxK.shape
     L, _, S, W = k_LxBxSxW.shape
     G = W // K
-    V = v_LxBxSxW.shape[3] // G
-    R = H // G
-    padded = -(-R // SUBLANES) * SUBLANES  # query heads of a group, padded for the MXU
-    q = (q_BxHxK * scale).reshape(B, G, R, K).astype(k_LxBxSxW.dtype)
-    q = jnp.pad(q, ((0, 0), (0, 0), (0, padded - R), (0, 0)))
+    Wv = v_LxBxSxW.shape[3]
+    V = Wv // G
+    padded = -(-H // SUBLANES) * SUBLANES
+    group_of = jnp.arange(H) // (H // G)  # query head h reads kv head h // R
+    owns = (group_of[:, None] == jnp.arange(G)[None, :]).astype(k_LxBxSxW.dtype)  # H x G
+    q = (q_BxHxK * scale).astype(k_LxBxSxW.dtype)
+    q_bd = (q[:, :, None, :] * owns[None, :, :, None]).reshape(B, H, W)
+    q_bd = jnp.pad(q_bd, ((0, 0), (0, padded - H), (0, 0)))
     rows = row_block(B)
-    lanes = W + v_LxBxSxW.shape[3]
-    block = cache_block(S, rows, lanes, jnp.dtype(k_LxBxSxW.dtype).itemsize)
+    block = cache_block(S, rows, W + Wv, jnp.dtype(k_LxBxSxW.dtype).itemsize)
     scalars = jnp.concatenate(
         [jnp.stack([jnp.asarray(layer, jnp.int32), jnp.asarray(end, jnp.int32)]), first_B]
     )
@@ -137,35 +146,36 @@ def decode_attention(
         return (scalars_ref[0], b, _live_block(j, scalars_ref[1], block, window), 0)
 
     def per_row(b, j, scalars_ref):
-        return (b, 0, 0, 0)
+        return (b, 0, 0)
 
     squeezed = pl.squeezed
-    kernel = partial(_kernel, block=block, rows=rows, groups=G, head_dim=K, window=window)
+    kernel = partial(_kernel, block=block, rows=rows, window=window)
     out = pl.pallas_call(
         kernel,
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=1,
             grid=(B // rows, S // block),
             in_specs=[
-                pl.BlockSpec((rows, G, padded, K), per_row),
+                pl.BlockSpec((rows, padded, W), per_row),
                 pl.BlockSpec((squeezed, rows, block, W), cache_index),
-                pl.BlockSpec((squeezed, rows, block, G * V), cache_index),
+                pl.BlockSpec((squeezed, rows, block, Wv), cache_index),
             ],
-            out_specs=pl.BlockSpec((rows, G, padded, V), per_row),
+            out_specs=pl.BlockSpec((rows, padded, Wv), per_row),
             scratch_shapes=[
-                pltpu.VMEM((rows, G, padded, LANES), jnp.float32),  # running max
-                pltpu.VMEM((rows, G, padded, LANES), jnp.float32),  # running sum
-                pltpu.VMEM((rows, G, padded, V), jnp.float32),  # running output
+                pltpu.VMEM((rows, padded, LANES), jnp.float32),  # running max
+                pltpu.VMEM((rows, padded, LANES), jnp.float32),  # running sum
+                pltpu.VMEM((rows, padded, Wv), jnp.float32),  # running output
             ],
         ),
-        out_shape=jax.ShapeDtypeStruct((B, G, padded, V), q_BxHxK.dtype),
+        out_shape=jax.ShapeDtypeStruct((B, padded, Wv), q_BxHxK.dtype),
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=2 * VMEM_BLOCKS
         ),
         interpret=interpret,
         name=KERNEL_NAME,
-    )(scalars, q, k_LxBxSxW, v_LxBxSxW)
-    return out[:, :, :R].reshape(B, H, V)
+    )(scalars, q_bd, k_LxBxSxW, v_LxBxSxW)
+    heads = out[:, :H].reshape(B, H, G, V)  # each head's values in its kv head's lanes
+    return jnp.take_along_axis(heads, group_of[None, :, None, None], axis=2)[:, :, 0]
 
 
 def _live_block(j: jax.Array, end: jax.Array, block: int, window: int) -> jax.Array:
@@ -178,15 +188,13 @@ def _live_block(j: jax.Array, end: jax.Array, block: int, window: int) -> jax.Ar
 
 def _kernel(
     scalars_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref,
-    *, block: int, rows: int, groups: int, head_dim: int, window: int,
+    *, block: int, rows: int, window: int,
 ):  # fmt: skip
     from jax.experimental import pallas as pl
 
     row_block_index, j = pl.program_id(0), pl.program_id(1)
     end = scalars_ref[1]
     start = j * block
-    K = head_dim
-    V = acc_ref.shape[-1]
 
     @pl.when(j == 0)
     def _init():
@@ -201,32 +209,25 @@ def _kernel(
     def _attend():
         slot = start + jax.lax.broadcasted_iota(jnp.int32, (1, block), 1)
         visible = _visible(slot, end, window)
-
-        def one_row(r, carry):
+        for r in range(rows):  # unrolled: the rows' chains are independent
             ok = visible & (slot >= scalars_ref[2 + row_block_index * rows + r])
-            for g in range(groups):
-                keys = k_ref[r, :, g * K : (g + 1) * K]  # block x K
-                values = v_ref[r, :, g * V : (g + 1) * V]
-                s = jax.lax.dot_general(
-                    q_ref[r, g], keys, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
-                )  # R' x block
-                s = jnp.where(ok, s, NEG_INF)
-                m_prev = m_ref[r, g]
-                m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-                alpha = jnp.exp(m_prev - m_next)
-                p = jnp.where(ok, jnp.exp(s - m_next[:, :1]), 0.0)
-                l_ref[r, g] = alpha * l_ref[r, g] + jnp.sum(p, axis=1, keepdims=True)
-                m_ref[r, g] = m_next
-                pv = jax.lax.dot_general(
-                    p.astype(values.dtype),
-                    values,
-                    (((1,), (0,)), ((), ())),
-                    preferred_element_type=jnp.float32,
-                )  # R' x V
-                acc_ref[r, g] = alpha[:, :1] * acc_ref[r, g] + pv
-            return carry
-
-        jax.lax.fori_loop(0, rows, one_row, 0)
+            s = jax.lax.dot_general(
+                q_ref[r], k_ref[r], (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32
+            )  # H' x block: every query head against the keys of its own kv head
+            s = jnp.where(ok, s, NEG_INF)
+            m_prev = m_ref[r]
+            m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+            alpha = jnp.exp(m_prev - m_next)
+            p = jnp.where(ok, jnp.exp(s - m_next[:, :1]), 0.0)
+            l_ref[r] = alpha * l_ref[r] + jnp.sum(p, axis=1, keepdims=True)
+            m_ref[r] = m_next
+            pv = jax.lax.dot_general(
+                p.astype(v_ref.dtype),
+                v_ref[r],
+                (((1,), (0,)), ((), ())),
+                preferred_element_type=jnp.float32,
+            )  # H' x (G * V)
+            acc_ref[r] = alpha[:, :1] * acc_ref[r] + pv
 
     @pl.when(j == pl.num_programs(1) - 1)
     def _finish():
