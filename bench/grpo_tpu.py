@@ -32,8 +32,8 @@ ROOT = Path(os.environ.get("GRPO_ROOT", "/tmp/grpo-bench"))
 STEPS = int(os.environ.get("GRPO_STEPS", "5"))
 WARMUP = 2
 SHAPES = {
-    "gpt_12x768": ("gpt", ["model.preset=124m"]),
-    "qwen3_06b": ("qwen3", ["model.preset=0.6b"]),
+    "gpt_12x768": ("gpt", ["model.preset=124m", "model.vocab_size=262"]),
+    "qwen3_06b": ("qwen3", ["model.preset=0.6b", "model.vocab_size=262"]),
     "llama_12x768": (
         "llama",
         ["model.n_layers=12", "model.d_model=768", "model.n_heads=12", "model.n_kv_heads=12"],
