@@ -70,6 +70,7 @@ def sft(shape: str, steps: int = 2, learning_rate: str = "1e-3") -> str:
 def grpo(shape: str, new_tokens: int, name: str, *extra: str) -> list[dict]:
     family, _ = SHAPES[shape]
     args = [f"{family}/train/grpo", f"init.checkpoint=sft-{shape}", "data.tokenizer=byte"]
+    args += ["model.max_seq_len=2048"]  # how it computes, not the weights: not inherited
     args += [f"grpo.max_new_tokens={new_tokens}", f"training.seq_len={PROMPT + new_tokens}"]
     args += ["grpo.generations=8", "training.global_batch_size=128", "schedule.name=constant"]
     args += ["optimizer.learning_rate=1e-6", f"training.total_steps={STEPS}", "eval.every=0"]
