@@ -186,3 +186,18 @@ def test_submitted_one_shot_jobs_get_a_new_default_name_and_trainings_the_keys()
     assert re.fullmatch(r"core-info-\d{8}-\d{6}", name), name
     assert resolve(registries(), "core/info", [], "mine")[0] == "mine"
     assert resolve(registries(), "gpt/train/pretrain", [], None)[0] == "gpt-train-pretrain"
+
+
+def test_the_dispatch_log_stream_is_redacted(monkeypatch):
+    import io
+
+    from theseus.core.redaction import REDACTED
+    from theseus.dispatch.cli import RedactedStream
+
+    monkeypatch.setenv("THESEUS_TEST_API_KEY", "k3y-value-of-the-test")
+    out = io.StringIO()
+    stream = RedactedStream(out)
+    for chunk in ("step 1 api_key=ab", "c\nusing k3y-value-of", "-the-test now\nlast"):
+        stream.write(chunk)
+    stream.close()
+    assert out.getvalue() == f"step 1 api_key={REDACTED}\nusing {REDACTED} now\nlast"

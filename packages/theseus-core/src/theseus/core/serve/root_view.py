@@ -153,7 +153,7 @@ class RootView:
         )
         if row.get("status") == "running":  # asked again each time: the files do not change
             row = {**row, "status": shown_status(path, "running")}  # when a process dies
-        return row
+        return config_view.redact_json(row)  # its problem may quote a record's error
 
     @staticmethod
     def _run_files(path: Path) -> list[Path]:
