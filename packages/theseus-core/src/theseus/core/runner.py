@@ -165,6 +165,10 @@ class PreparedRun:
         )
         context = JobContext(root=self.root, run=self.run_dir, registries=self.registries)
         handler = _file_handler(self.run_dir.log_path)
+        handler.handle(log.makeRecord(  # in the run's log only: what rebuilds a lost job.json
+            log.name, logging.INFO, __file__, 0, JOB_LINE, (self.name, self.spec.key, attempt),
+            None,
+        ))  # fmt: skip
         try:
             job = job_class(config, context)
             result = job()
@@ -183,6 +187,9 @@ class PreparedRun:
             handler.close()
         self.run_dir.update_record(status="finished", finished=now())
         return result
+
+
+JOB_LINE = "run %s: job %s, attempt %d"  # the first line each attempt writes to run.log
 
 
 def _file_handler(path: Path) -> logging.Handler:

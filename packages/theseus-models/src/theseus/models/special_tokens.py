@@ -7,10 +7,10 @@ tokenizer folder is ``OpenedRun.tokenizer_dir``. An imported run keeps its Huggi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from theseus.core import safe_json
 from theseus.core.rundir import RunDir
 from theseus.models.hf.checkpoint import special_tokens as of_config
 
@@ -35,7 +35,7 @@ def _token_name(value: Any) -> str | None:
 def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; ``{}`` when there is none (missing, not JSON, a list)."""
     try:
-        data = json.loads(path.read_text())
+        data = safe_json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

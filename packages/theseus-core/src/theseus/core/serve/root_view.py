@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from theseus.core import safe_json
 from theseus.core.errors import JobError, TheseusError
 from theseus.core.inspect.runs import (
     lineage,
@@ -120,7 +121,7 @@ class RootView:
         if text is None:
             return None
         try:
-            return config_view.redact_tree(json.loads(text))
+            return config_view.redact_tree(safe_json.loads(text))
         except json.JSONDecodeError as error:
             problems.append(f"{path.name} is not valid JSON: {error}")
             return None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from theseus.core import safe_json
 from theseus.core.components import option
 from theseus.data.errors import TokenizerError
 from theseus.data.tokenizers.base import (
@@ -231,7 +232,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = safe_json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise TokenizerError(f"{path} is not valid JSON: {error}") from error
     return data if isinstance(data, dict) else {}
