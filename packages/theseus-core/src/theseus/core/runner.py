@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from theseus.core import safe_yaml
+from theseus.core import safe_yaml, stop
 from theseus.core.components import JobSpec
 from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
 from theseus.core.environment import check_root
@@ -174,6 +174,10 @@ class PreparedRun:
             result = job()
         except PreemptedError as error:
             self.run_dir.update_record(status="preempted", stopped=now(), error=str(error))
+            raise
+        except KeyboardInterrupt:  # a signal where the job has no stop point of its own
+            stopped = f"stopped by {stop.last_signal()} before it finished"
+            self.run_dir.update_record(status="interrupted", stopped=now(), error=stopped)
             raise
         except BaseException as error:
             if not isinstance(error, TheseusError):  # the console shows an explained one in a line
