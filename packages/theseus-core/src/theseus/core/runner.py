@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import shutil
@@ -111,8 +112,12 @@ class PreparedRun:
         return self.tree.to_object(job_class.config_type)
 
     def prerequisites(self, job_class: Any, config: Any) -> list[Any]:
-        """The job's own prerequisites, then those every plugin adds for its key."""
-        own = list(job_class.prerequisites(config, self.root))
+        """The job's own prerequisites (given the run, to a job whose ``prerequisites``
+        takes ``run``: a resumed run may keep what it recorded), then those every plugin
+        adds for its key."""
+        takes_run = "run" in inspect.signature(job_class.prerequisites).parameters
+        extra = {"run": self.run_dir} if takes_run else {}
+        own = list(job_class.prerequisites(config, self.root, **extra))
         added = self.registries.hook.theseus_job_prerequisites(
             key=self.spec.key, config=config, root=self.root
         )
