@@ -99,11 +99,9 @@ class Range:
                 return f"greater than {_number(self.gt)}"
             return "a finite number"
         if self.low is None:
-            return (
-                f"at most {_number(self.le)}"
-                if self.le is not None
-                else f"less than {_number(self.lt)}"
-            )
+            if self.le is not None:
+                return f"at most {_number(self.le)}"
+            return f"less than {_number(self.high)}"
         return f"in {self.interval()}"
 
     def problem(self, value: Any) -> str | None:

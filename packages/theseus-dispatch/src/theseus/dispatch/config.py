@@ -211,8 +211,8 @@ def _check_type(where: str, value: Any, tp: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        inner = [a for a in args if a is not type(None)]
-        return _check_type(where, value, inner[0])
+        kept = [a for a in args if a is not type(None)]
+        return _check_type(where, value, kept[0])
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
@@ -220,11 +220,12 @@ def _check_type(where: str, value: Any, tp: Any) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        inner = (
-            (lambda k: f"{where[:-1]}.{k}'") if where.endswith("'") else (lambda k: f"{where}.{k}")
-        )
+
+        def named(key: Any) -> str:
+            return f"{where[:-1]}.{key}'" if where.endswith("'") else f"{where}.{key}"
+
         return {
-            _check_type(f"{where} key", k, args[0]): _check_type(inner(k), v, args[1])
+            _check_type(f"{where} key", k, args[0]): _check_type(named(k), v, args[1])
             for k, v in value.items()
         }
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -251,9 +252,8 @@ def _check_no_control(where: str, value: Any) -> None:
     elif isinstance(value, list):
         for item in value:
             _check_no_control(where, item)
-    elif isinstance(value, str) and _CONTROL.search(value):
-        found = _CONTROL.search(value).group(0)
-        raise ConfigError(f"{where} holds a control character ({found!r}); use one line")
+    elif isinstance(value, str) and (found := _CONTROL.search(value)) is not None:
+        raise ConfigError(f"{where} holds a control character ({found.group(0)!r}); use one line")
 
 
 def _check_shape(where: str, value: Any, metadata: Any) -> None:

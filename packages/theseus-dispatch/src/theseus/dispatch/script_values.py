@@ -35,10 +35,10 @@ class ScriptValueError(DispatchError):
 
 def check_plain(where: str, value: Any) -> None:
     """No control character in ``value`` (str), or one line naming ``where``."""
-    if isinstance(value, str) and _CONTROL.search(value):
-        found = _CONTROL.search(value).group(0)
+    found = _CONTROL.search(value) if isinstance(value, str) else None
+    if found is not None:
         raise ScriptValueError(
-            f"{where} holds a control character ({found!r}); a value written into a "
+            f"{where} holds a control character ({found.group(0)!r}); a value written into a "
             "generated script may not (it would end the line it is on)"
         )
 

@@ -63,10 +63,11 @@ def tokenizer_special_tokens(folder: Path, registries: Registries) -> dict[str, 
     eos = _token_name(named.get("eos_token")) or present(EOS_CANDIDATES)
     pad = _token_name(named.get("pad_token")) or present(PAD_CANDIDATES)
     bos = _token_name(named.get("bos_token")) or eos
-    ids = {}
+    ids: dict[str, int] = {}
     for kind, token in (("bos", bos), ("eos", eos), ("pad", pad)):
-        if token is not None and tk.token_to_id(token) is not None:
-            ids[f"{kind}_token_id"] = tk.token_to_id(token)
+        found = tk.token_to_id(token) if token is not None else None
+        if found is not None:
+            ids[f"{kind}_token_id"] = found
     return ids
 
 

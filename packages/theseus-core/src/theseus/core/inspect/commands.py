@@ -143,7 +143,7 @@ def inspect(
             for i, leaf in enumerate(leaf for leaf in leaves if hasattr(leaf, "shape")):
                 arrays[f"{path}/output{i if len(leaves) > 1 else ''}"] = np.asarray(leaf)
         try:
-            np.savez(out_path, **arrays)
+            np.savez(out_path, **arrays)  # type: ignore[arg-type]  # (numpy's stub: **kwds)
         except OSError as error:
             raise TheseusError(f"cannot write {out}: {error.strerror or error}") from error
         typer.echo(f"wrote {out}: " + ", ".join(f"{k} {v.shape}" for k, v in arrays.items()))

@@ -60,6 +60,13 @@ def tokenizer_identity(tokenizer: dict[str, Any]) -> dict[str, Any]:
     raise TokenizerNotReady(f"tokenizer.path {given!r}: no such tokenizer.json file")
 
 
+def _as_dict(options: Any) -> dict[str, Any]:
+    """A typed config group (a dataclass) or a mapping, as a dict."""
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return dataclasses.asdict(options)
+    return dict(options)
+
+
 def sources_stamp(files: str) -> dict[str, Any]:
     """The files the globs ``files`` match, stamped by name, size and modification time
     (read from the file system, not the files): a file that grew, changed or appeared gives
@@ -82,9 +89,9 @@ def identity_settings(name: str, data: Any, tokenizer: Any) -> dict[str, Any]:
     """What makes the output of ``data/tokenize/<name>`` with these typed config groups; a
     dataset that reads local files (a ``files`` option) counts them by their stamp
     (:func:`sources_stamp`)."""
-    options = dataclasses.asdict(data) if dataclasses.is_dataclass(data) else dict(data)
+    options = _as_dict(data)
     kept = {k: v for k, v in options.items() if k not in RUNTIME_ONLY}
-    described = dataclasses.asdict(tokenizer) if dataclasses.is_dataclass(tokenizer) else tokenizer
+    described = _as_dict(tokenizer)
     settings = {
         "format_version": fmt.FORMAT_VERSION,
         "dataset": name,

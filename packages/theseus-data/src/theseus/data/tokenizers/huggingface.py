@@ -143,9 +143,11 @@ class HFTokenizer(Tokenizer):
 
             added = self.tk.get_added_tokens_decoder().values()
             self._added = frozenset(token.content for token in added)
-            self._fast, why = (
+            fast: Any
+            fast, why = (
                 tiktoken_equivalent(self.json_text) if self._allow_fast else (None, "fast=False")
             )
+            self._fast = fast
             if self._fast is None:
                 log.debug("encoding with tokenizers, not tiktoken: %s", why)
         return self._fast

@@ -86,7 +86,7 @@ class VolcanoBackend(Backend):
             try:
                 import json
 
-                reason = json.loads(error.body).get("message") or reason
+                reason = json.loads(error.body or "").get("message") or reason
             except (TypeError, ValueError):
                 pass
             raise DispatchError(f"{self.name}: {what}: {error.status} {reason}") from error
