@@ -37,7 +37,7 @@ from theseus.core import safe_yaml
 from theseus.core.errors import ConfigError
 from theseus.core.ranges import Range, range_of
 from theseus.dispatch.user_paths import user_path
-from theseus.dispatch.value_shapes import shape_problem
+from theseus.dispatch.value_shapes import SHAPES, shape_problem
 
 CONFIG_ENV = "THESEUS_DISPATCH_CONFIG"
 GROUPS = ("cpu", "cuda12", "cuda13", "tpu")
@@ -55,6 +55,9 @@ def _opt(
     (``ge``/``gt``/``le``/``lt``, as ``option(...)`` of the job configs), and for a string
     that names something its ``shape`` (:mod:`theseus.dispatch.value_shapes`; of each item
     of a list, and ``key_shape`` of each key of a mapping)."""
+    for named in (shape, key_shape):
+        if named is not None and named not in SHAPES:
+            raise ValueError(f"unknown value shape {named!r}; known: {', '.join(SHAPES)}")
     metadata: dict[str, Any] = {"help": help, "shape": shape, "key_shape": key_shape}
     if bounds:
         metadata["range"] = Range(**bounds)

@@ -25,7 +25,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXPECTED = {
     "host": "a host name or IPv4 address, optionally user@ before it and :port after it "
     "(port 1 to 65535)",
-    "hostname": "a host name or IPv4 address (letters, digits, '-', '_' and '.')",
     "user": "a user name (letters, digits, '_', '.', '-'; not starting with a digit)",
     "name": "a name (letters, digits, '.', '_', '-'; starting and ending with a letter or digit)",
     "resource": "a resource name such as nvidia.com/gpu (letters, digits, '.', '_', '-', '/')",
@@ -56,7 +55,6 @@ def fits(shape: str, value: str) -> bool:
     if shape == "host":
         return not _host_problem(value)
     pattern = {
-        "hostname": _HOSTNAME,
         "user": _USER,
         "name": _NAME,
         "resource": _RESOURCE,
