@@ -90,3 +90,22 @@ def test_a_job_without_stop_points_is_interrupted_in_one_line(tmp_path, sig):
     assert "Traceback" not in err
     record = json.loads((root / "runs" / "nap" / "job.json").read_text())
     assert record["status"] == "interrupted" and record["error"].startswith(f"stopped by {name}")
+
+
+def test_serve_stops_cleanly_on_sigterm(tmp_path):
+    """A server's normal end: uvicorn stops, then passes the signal on; one line, exit 0."""
+    (tmp_path / "runs").mkdir()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "theseus.cli.main", "serve", "--root", str(tmp_path),
+         "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert " at http://127.0.0.1:" in server.stdout.readline()
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert server.returncode == 0 and not err, err
+    assert out.strip().splitlines()[-1] == "theseus serve: stopped (SIGTERM)"
