@@ -164,3 +164,46 @@ def test_a_string_option_with_choices_refuses_others_once_where_it_is_set_and_sh
                 declared += 1
                 assert found.default in choices, (where, found.name, found.default, choices)
     assert declared > 30  # the walk met the choices of every job's groups
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "optimizer.learning_rate=1e300",
+            "must be at most 3.402823e+38 in size, the largest float32",
+        ),
+        ("model.d_model=2147483648", "must be at most 2147483647: it sizes the step's arrays"),
+        ("training.global_batch_size=10000000000000", "must be at most 2147483647"),
+        ("training.total_steps=10000000000000000000000", "must be at most 9223372036854775807"),
+        ("data.max_documents=10000000000000000000000", "must be at most 9223372036854775807"),
+    ],
+)
+def test_a_number_beyond_what_the_step_computes_with_is_refused(override, message):
+    """Every number, declared range or not: within int64 (a size of the step's arrays: int32)
+    and float32's range."""
+    regs = registries()
+    spec = job_spec("gpt/train/pretrain", regs)
+    with pytest.raises(ConfigError) as caught:
+        config_for(spec, regs, [override])
+    assert str(caught.value).startswith(override.replace("1e300", "1e+300") + ": " + message)
+    # as large as still computes: a host count beyond 32 bits, the largest step size
+    for fine in (
+        "data.max_documents=5000000000",
+        "model.d_model=2147483647",
+        "training.seed=4294967296",
+    ):
+        config_for(spec, regs, [fine])
+
+
+def test_a_limit_derived_from_other_values_is_one_line():
+    from theseus.core.ranges import check_at_most
+    from theseus.core.sharding.config import ShardingConfig
+    from theseus.core.train.execution_choice import dispatch_capacity
+
+    with pytest.raises(
+        ConfigError, match=r"^sharding.expert_capacity=1e\+30: must be at most 8 \("
+    ):
+        dispatch_capacity("all_to_all", ShardingConfig(expert_capacity=1e30), 0.0, experts=8)
+    assert dispatch_capacity("all_to_all", ShardingConfig(expert_capacity=8), 0.0, 8)[0] == 8.0
+    check_at_most("k", 2.0, 2, "why")  # at the limit is fine

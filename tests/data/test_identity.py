@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from datatest_helpers import checksums, data_config, tokenize
+from datatest_helpers import checksums, data_config
 from theseus.core.data import SettingsConflictError, tokenize_prerequisites
 from theseus.core.data import format as fmt
 from theseus.core.data.api import dataset_path, find_dataset, open_training_data
@@ -102,29 +102,72 @@ def test_a_resume_names_a_changed_vocabulary_size(stdlib_root, stdlib_data, tmp_
         open_for_run(root, stdlib_data, run_dir)
 
 
+def corpus_config(files: str) -> object:
+    return data_config(
+        dataset="text-files", tokenizer="byte", files=files, validation_fraction=0.1,
+        num_workers=1,
+    )  # fmt: skip
+
+
+def documents_of(opened) -> int:
+    return sum(len(s.doc_starts) for split in opened.datasets[0].splits.values() for s in split)
+
+
 def test_a_resume_refuses_fewer_documents_under_the_same_settings(tmp_path):
-    """The corpus files changed, the folder was deleted and tokenized again: same settings,
-    other token files."""
-    corpus = tmp_path / "corpus.jsonl"
+    """The folder was tokenized again, under the same settings, into other token files (as
+    another corpus, or another version of a tokenizer library, would make)."""
+    corpus, other = tmp_path / "corpus.jsonl", tmp_path / "other.jsonl"
     lines = [json.dumps({"text": f"document {i}: " + "words " * 40}) for i in range(30)]
     corpus.write_text("\n".join(lines) + "\n")
-    data = data_config(
-        dataset="text-files",
-        tokenizer="byte",
-        files=str(corpus),
-        validation_fraction=0.1,
-        num_workers=1,
-    )
+    other.write_text("\n".join(lines[:12]) + "\n")
+    data, smaller = corpus_config(str(corpus)), corpus_config(str(other))
     root, run_dir = tmp_path / "root", tmp_path / "root" / "runs" / "r"
     prepare_all(root, data)
     open_for_run(root, data, run_dir)
-    corpus.write_text("\n".join(lines[:12]) + "\n")
-    shutil.rmtree(dataset_path(root, data))
-    tokenize(root, "text-files", f"data.files={corpus}", "tokenizer.name=byte",
-             "data.validation_fraction=0.1", "data.num_workers=1", name="again")  # fmt: skip
+    prepare_all(root, smaller)
+    replace_data(dataset_path(root, data), dataset_path(root, smaller))
     with pytest.raises(DataIdentityError) as error:
         open_for_run(root, data, run_dir)
     assert "(30 documents" in str(error.value) and "(12 documents" in str(error.value)
+
+
+def test_files_that_changed_are_tokenized_again_for_a_new_run_and_a_resume_keeps_its_data(
+    tmp_path,
+):
+    """Before: after the files of a glob grew and a new file appeared, a new run with the
+    same glob trained on the old tokenization ("already finished", no note): the folder was
+    named by the glob, not by the files. Now the files' stamp names it too; a run started
+    before resumes on the tokenization it recorded, without tokenizing anything."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(2):
+        (folder / f"part-{i}.txt").write_text(f"document {i}: " + "words " * 40)
+    data = corpus_config(f"{folder}/*.txt")
+    root, old_run, new_run = (
+        tmp_path / "root",
+        tmp_path / "root/runs/old",
+        tmp_path / "root/runs/new",
+    )
+    prepare_all(root, data)
+    before = open_for_run(root, data, old_run)
+    assert documents_of(before) == 2
+
+    (folder / "part-1.txt").write_text("document 1, longer now: " + "more words " * 60)
+    (folder / "part-2.txt").write_text("document 2, new: " + "words " * 40)
+    assert dataset_path(root, data) != before.datasets[0].path  # the files name the folder
+    assert tokenize_prerequisites(data, root, run_dir=old_run) == []  # a resume: nothing to do
+    resumed = open_for_run(root, data, old_run)
+    assert resumed.datasets[0].path == before.datasets[0].path and documents_of(resumed) == 2
+
+    (pending,) = tokenize_prerequisites(data, root)  # a new run: the files as they are
+    assert Path(pending.output) == dataset_path(root, data)
+    prepare_all(root, data)
+    now = open_for_run(root, data, new_run)
+    assert now.datasets[0].path == Path(pending.output) and documents_of(now) == 3
+
+    shutil.rmtree(before.datasets[0].path)  # the old run's data gone: refused, naming why
+    with pytest.raises(DataIdentityError, match=r"settings differ in sources\.bytes: "):
+        open_for_run(root, data, old_run)
 
 
 def test_a_refused_resume_is_one_line_on_the_command_line(stdlib_root, tmp_path):

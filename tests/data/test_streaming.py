@@ -209,7 +209,7 @@ def test_a_signal_stops_a_trainer_waiting_for_a_stalled_tokenization(tmp_path, s
     output, _ = trainer.communicate(timeout=60)
     took = time.time() - started
     assert trainer.returncode != 0 and took < 30, (took, output[-3000:])
-    assert "stopped by a signal at step 0" in output, output[-3000:]
+    assert f"stopped by a signal ({signal.Signals(sig).name}) at step 0" in output, output[-3000:]
     assert "Traceback" not in output
     record = json.loads((root / "runs" / "stalled" / "job.json").read_text())
     assert record["status"] == "preempted"

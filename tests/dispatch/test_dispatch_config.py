@@ -22,6 +22,8 @@ def write(tmp: Path, data: dict) -> Path:
 
 
 SSH = {"type": "ssh", "hosts": ["a.lab", "b.lab:2222"], "root": "/data/theseus"}
+VOLCANO = {"type": "volcano", "root": "/shared/theseus", "image": "python:3.11", "pvc": "root",
+           "mount_path": "/shared"}  # fmt: skip
 
 
 def test_valid_config_and_priority(tmp_path):
@@ -71,13 +73,27 @@ def test_valid_config_and_priority(tmp_path):
             "target 'box': 'K' is both in 'env' and 'secrets'",
         ),
         ({"type": "volcano", "root": "/r"}, "target 'box': missing required key(s): image"),
+        (
+            {**VOLCANO, "root": "/data/theseus"},
+            "target 'box': key 'root' '/data/theseus' is not under mount_path '/shared', where "
+            "the PVC 'root' is mounted: the run would be written to the pod's own disk; set "
+            "root to a folder under /shared",
+        ),
+        (
+            {**VOLCANO, "root": "/sharedx/theseus"},  # a sibling whose name starts the same
+            "target 'box': key 'root' '/sharedx/theseus' is not under mount_path '/shared'",
+        ),
+        (
+            {k: v for k, v in VOLCANO.items() if k != "pvc"},
+            "target 'box': key 'pvc' is not set: the root would be on each pod's own disk",
+        ),
     ],
 )
 def test_config_errors_name_target_and_key(tmp_path, target, message):
     path = write(tmp_path, {"targets": {"box": target}})
     with pytest.raises(ConfigError) as error:
         config.load(path)
-    assert str(error.value) == f"{path}: {message}"
+    assert str(error.value).startswith(f"{path}: {message}"), str(error.value)
 
 
 def test_config_file_level_errors(tmp_path):
@@ -170,3 +186,18 @@ def test_submitted_one_shot_jobs_get_a_new_default_name_and_trainings_the_keys()
     assert re.fullmatch(r"core-info-\d{8}-\d{6}", name), name
     assert resolve(registries(), "core/info", [], "mine")[0] == "mine"
     assert resolve(registries(), "gpt/train/pretrain", [], None)[0] == "gpt-train-pretrain"
+
+
+def test_the_dispatch_log_stream_is_redacted(monkeypatch):
+    import io
+
+    from theseus.core.redaction import REDACTED
+    from theseus.dispatch.cli import RedactedStream
+
+    monkeypatch.setenv("THESEUS_TEST_API_KEY", "k3y-value-of-the-test")
+    out = io.StringIO()
+    stream = RedactedStream(out)
+    for chunk in ("step 1 api_key=ab", "c\nusing k3y-value-of", "-the-test now\nlast"):
+        stream.write(chunk)
+    stream.close()
+    assert out.getvalue() == f"step 1 api_key={REDACTED}\nusing {REDACTED} now\nlast"

@@ -140,17 +140,22 @@ def test_quoting_no_shell_injection(sshds, cli, tmp_path):
 def test_a_host_without_the_shared_mount_does_not_start(sshds, cli, tmp_path):
     """``root_mount``: a folder that is not a mount point stops the host before the job
     (exit 93, the log names it, nothing written under the root); a mounted one (``/proc``,
-    a mount point on every Linux host) lets it run."""
+    a mount point on every Linux host) lets it run. The root's own characters never run,
+    in the message that names it either."""
     unmounted = tmp_path / "not-a-mount"
     unmounted.mkdir()
-    cli.write({"box": ssh_target(sshds[0], tmp_path, root_mount=str(unmounted))})
+    root = tmp_path / "root $(touch pwned) `touch pwned`;touch pwned;'\""
+    cli.write({"box": ssh_target(sshds[0], tmp_path, root=str(root), root_mount=str(unmounted))})
     cli("submit", JOB, "--name", "nomount")
     wait_for(lambda: "failed" in cli("status", "nomount").stdout, 60, what="failed")
     exit_file = tmp_path / "remote-work" / "launches" / "nomount" / "exit.0"
     assert exit_file.read_text().strip() == "93"
     log = cli("logs", "nomount").stdout
     assert f"theseus: {unmounted} is not mounted on" in log and "not starting" in log
-    assert not (tmp_path / "remote-root" / "runs" / "nomount").exists()
+    assert f"and the root {root} is on it" in log
+    assert not (root / "runs" / "nomount").exists()
+    for base in (tmp_path, Path.home(), REPO, Path("/")):
+        assert not (base / "pwned").exists() and not list(tmp_path.rglob("pwned"))
 
     cli.write({"box": ssh_target(sshds[0], tmp_path, root_mount="/proc")})
     cli("submit", JOB, "--name", "mounted")

@@ -102,7 +102,8 @@ def test_job_manifest_and_lifecycle(k8s, cli, tmp_path):
 
     configmap = k8s.objects[("configmaps", "ml", "theseus-vk-run-launch")]
     bootstrap = configmap["data"]["bootstrap.sh"]
-    assert "--group cuda12" in bootstrap and "--root /shared/theseus --name vk-run" in bootstrap
+    assert "GROUP=cuda12" in bootstrap and "--root /shared/theseus --name vk-run" in bootstrap
+    assert "MOUNT=/shared\n" in bootstrap  # each pod checks the PVC is mounted
     subprocess.run(["bash", "-n"], input=bootstrap, text=True, check=True)
     archive = joined_bundle(k8s, "ml", "theseus-vk-run", pod)
     names = tarfile.open(fileobj=io.BytesIO(archive)).getnames()

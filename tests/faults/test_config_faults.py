@@ -37,6 +37,17 @@ BASE = ["run", "gpt/train/pretrain", *TINY]
             "init.checkpoint=trunk@abc",
             "init.checkpoint='trunk@abc': 'abc' is not a step number (use RUN@STEP)",
         ),
+        # beyond what the step computes with: XLA aborted the process; an OverflowError
+        (
+            "model.d_model=1000000000000",
+            "model.d_model=1000000000000: must be at most 2147483647: it sizes the step's "
+            "arrays, whose sizes are 32-bit",
+        ),
+        (
+            "training.seed=100000000000000000000",
+            "training.seed=100000000000000000000: must be at most 9223372036854775807 in size, "
+            "the largest 64-bit integer",
+        ),
     ],
 )
 def test_bad_counts_and_references_are_one_line_before_any_work(tmp_path, override, message):
@@ -69,6 +80,14 @@ def test_bad_counts_and_references_are_one_line_before_any_work(tmp_path, overri
             "model.top_groups=5 is more than model.n_groups=4: a token's experts come from that "
             "many of the groups",
         ),
+        # an OverflowError traceback at the first step
+        (
+            "mixtral/train/pretrain",
+            ["model.capacity_factor=1e30"],
+            "model.capacity_factor=1e+30 is more than model.n_experts=4: at 4 each expert can "
+            "take every assignment (nothing is dropped); more only sizes buffers past what the "
+            "step can index",
+        ),
     ],
 )
 def test_a_model_that_cannot_be_built_is_one_line_before_any_work(
@@ -78,6 +97,23 @@ def test_a_model_that_cannot_be_built_is_one_line_before_any_work(
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [f"error: {message}"]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
+
+
+def test_an_expert_capacity_beyond_the_experts_is_one_line(tmp_path, monkeypatch):
+    """Before: an OverflowError traceback of 158 lines from the dry run (240 from a run),
+    with the ragged dispatch as with slabs (the same rule refuses both: a unit test in
+    ``tests/core/test_ranges.py``)."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    done = run_cli(
+        tmp_path, "run", "mixtral/train/pretrain", "model.preset=tiny", "sharding.expert=4",
+        "sharding.expert_dispatch=ragged", "sharding.expert_capacity=1e30", "--dry-run",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: sharding.expert_capacity=1e+30: must be at most 4 (the model's experts: at "
+        "that factor each expert can take every assignment)"
+    )
+    assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()
 
 
 def test_run_names_with_at_and_branch_steps_that_are_not_numbers(tmp_path):

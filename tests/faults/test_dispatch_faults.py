@@ -50,25 +50,51 @@ UNREACHABLE_SSH = {
 
 
 @pytest.mark.parametrize(
-    ("variable", "listed"),
-    [("WANDB_API_KEY", True), ("HF_TOKEN", False)],  # listed in secrets:, or named like one
-)
+    ("variable", "listed", "value", "override"),
+    [
+        ("WANDB_API_KEY", True, "sk-" + "7" * 24, "logging.wandb.project={}"),
+        ("HF_TOKEN", False, "sk-" + "7" * 24, "logging.wandb.project={}"),
+        # named like a credential too: a personal access token, a password
+        ("GITHUB_PAT", False, "ghp_" + "x7" * 18, "logging.wandb.project={}"),
+        ("DB_PWD", False, "hunter2-hunter2", "data.dataset_options={{dsn: {}}}"),
+    ],
+)  # listed in secrets:, or named like one
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_a_secret_in_an_override_never_leaves(tmp_path, variable, listed, dry_run):
-    value = "sk-" + "7" * 24
+def test_a_secret_in_an_override_never_leaves(tmp_path, variable, listed, value, override, dry_run):
     cli = CLI(tmp_path)
     cli.write({"box": {**UNREACHABLE_SSH, "secrets": [variable] if listed else []}})
     cli.env[variable] = value
-    args = ["submit", "gpt/train/pretrain", f"logging.wandb.project={value}", "--to", "box"]
+    key = override.split("=", 1)[0]
+    args = ["submit", "gpt/train/pretrain", override.format(value), "--to", "box"]
     done = cli(*args, "--name", "leaky", *(["--dry-run"] if dry_run else []), check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"error: override logging.wandb.project=... holds the value of the secret ${variable}: "
+        f"error: override {key}=... holds the value of the secret ${variable}: "
         "it would be written in the clear (dispatch plan, bootstrap.sh, submission.json, "
         f"config.yaml, local state); list {variable} under the target's 'secrets:' and read it "
         "from the environment on the target instead"
     ]
     assert value not in done.stdout + done.stderr
+    assert not cli.state.exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "shown"),
+    [
+        ("logging.wandb.project=ghp_" + "Q" * 36, "logging.wandb.project=<redacted>"),
+        ("data.dataset_options={pwd: pa55word}", "pwd: <redacted>"),
+        ("logging.wandb.project=https://me:pa55word@wandb.example", "https://<redacted>@"),
+    ],
+)
+def test_a_credential_by_name_or_shape_never_leaves(tmp_path, override, shown):
+    """No variable holds it, but the one redaction rule would hide it: it is refused too."""
+    cli = CLI(tmp_path)
+    cli.write({"box": UNREACHABLE_SSH})
+    done = cli("submit", "gpt/train/pretrain", override, "--to", "box", "--dry-run", check=False)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "holds a credential (" in line and shown in line, line
+    assert "pa55word" not in line and "Q" * 36 not in line and not done.stdout
     assert not cli.state.exists()
 
 

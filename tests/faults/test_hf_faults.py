@@ -106,6 +106,26 @@ def test_a_damaged_folder_is_one_line_naming_the_file(
     assert not (shared_root / "runs" / name).exists()  # refused before the run folder exists
 
 
+def test_a_config_json_nested_100000_deep_is_one_line(tmp_path):
+    """Before: a RecursionError traceback from ``hf/import`` (the same reader serves
+    ``init.hf``, tokenizer files, job.json and jsonl corpora: :mod:`theseus.core.safe_json`)."""
+    from theseus.core.data.errors import DataError
+    from theseus.core.data.format import read_json
+    from theseus.models.errors import ModelError
+    from theseus.models.hf.files import read_config
+
+    text = '{"a": ' * 100_000 + "1" + "}" * 100_000
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ModelError) as caught:
+        read_config(tmp_path)
+    assert str(caught.value).startswith(
+        f"{tmp_path}/config.json is not a JSON config (arrays or objects nested deeper than the "
+        "decoder can follow"
+    )
+    with pytest.raises(DataError, match="nested deeper than the decoder can follow"):
+        read_json(tmp_path / "config.json")
+
+
 def test_hf_dir_naming_a_file_is_one_line_for_import_and_export(shared_root, exported, tmp_path):
     a_file = tmp_path / "weights.bin"
     a_file.write_bytes(b"not a folder")
@@ -114,6 +134,13 @@ def test_hf_dir_naming_a_file_is_one_line_for_import_and_export(shared_root, exp
     )
     imported = run_cli(shared_root, "run", "hf/import", f"hf.dir={a_file}", "--name", "from-file")
     assert one_line(imported) == f"error: hf.dir: {a_file} is not a folder"
+    # a folder under a file: a FileExistsError traceback and a failed run folder before
+    below = a_file / "sub"
+    assert one_line(export(shared_root, below)) == (
+        f"error: hf.dir: {below} cannot be made: {a_file} is a file, not a folder; choose a "
+        "folder to export into"
+    )
+    assert not list((shared_root / "runs").glob(f"export-{a_file.name}-sub*"))
     assert a_file.read_bytes() == b"not a folder"
 
 

@@ -15,6 +15,7 @@ config.yaml and on a checkpoint with a missing item or a truncated array file.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -307,3 +308,75 @@ def test_inspect_on_an_intact_copy_works_and_writes_nothing_into_the_run(root, f
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(f"wrote {out}: blocks.0.mlp/input0 (4, 32, 64)")
     assert out.is_file() and "lacks" not in done.stderr
+
+
+# ------------------------------------------------------------------ a lost job.json
+def test_a_run_without_job_json_says_how_to_recover_and_its_record_can_be_rebuilt(
+    root, finished, tmp_path
+):
+    """Before: show, inspect, --branch, init.checkpoint, hf/export and generate all said only
+    "no run named 'lost'" of a run whose job.json was gone and whose checkpoints were intact.
+    Each now says what is wrong and how to recover; ``theseus rebuild-record`` makes the
+    record again from config.yaml and the checkpoints, and the run opens."""
+    from theseus.core.train.opening import OpenRunError, open_run
+    from theseus.models.errors import ModelError
+    from theseus.models.hf_jobs import check_export
+    from theseus.models.hf_jobs_config import ExportConfig
+
+    lost = copy_run(root, finished, "lost")
+    record = (lost / "job.json").read_text()
+    (lost / "job.json").unlink()
+    says = (
+        f"run 'lost' under {root} has no job.json (its record), but its folder holds "
+        "checkpoints 2, config.yaml"
+    )
+    rebuild = f"or rebuild it from config.yaml and the checkpoints with `theseus rebuild-record lost --root {root}`"
+    for args in (
+        ["show", "lost"],
+        ["run", "gpt/train/pretrain", "--name", "child", "--branch", "lost@2"],
+    ):
+        line = one_error(cli(root, *args), says)
+        assert line.endswith(rebuild), line
+    assert sorted(p.name for p in (root / "runs").iterdir()) == ["lost"]  # no failed run left
+    # hf/export says so before its run folder is made; inspect, replay, init.checkpoint and
+    # generate open the run through open_run
+    export = ExportConfig(run="lost", dir=str(tmp_path / "out"))
+    with pytest.raises(ModelError, match=re.escape(f"hf.run: {says}") + ".*" + re.escape(rebuild)):
+        check_export(export, str(root))
+    with pytest.raises(OpenRunError, match=re.escape(says) + ".*" + re.escape(rebuild)):
+        open_run(str(root), "lost@2", what="init.checkpoint")
+
+    done = run_cli(root, "rebuild-record", "lost")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == (
+        f"rebuilt {root}/runs/lost/job.json: job gpt/train/pretrain, newest checkpoint at step "
+        "2; its parent and history are unknown"
+    )
+    rebuilt, original = json.loads((lost / "job.json").read_text()), json.loads(record)
+    assert rebuilt["key"] == original["key"] and rebuilt["checkpoint_step"] == 2
+    assert rebuilt["status"] == "rebuilt" and rebuilt["parent"] is None
+    shown = cli(root, "show", "lost")
+    assert shown.returncode == 0 and "run lost: gpt/train/pretrain [rebuilt]" in shown.stdout
+    assert "checkpoints: 2" in shown.stdout
+
+
+def test_a_record_rebuilt_without_a_log_needs_the_job_when_the_config_fits_several(root, finished):
+    from theseus.core.errors import JobError
+    from theseus.core.inspect.rebuild import rebuild_record
+    from theseus.core.plugins import registries
+
+    bare = copy_run(root, finished, "bare")
+    (bare / "job.json").unlink()
+    shutil.rmtree(bare / "logs")
+    with pytest.raises(JobError) as caught:
+        rebuild_record(str(root), "bare", None, registries())
+    assert str(caught.value) == (
+        "run 'bare': its config.yaml fits 2 jobs (gpt/train/pretrain, gpt/train/sft); name the "
+        "run's job with --job KEY"
+    )
+    assert not (bare / "job.json").exists()
+    with pytest.raises(JobError, match="job gpt/train/dpo has checkpoint, data, dpo, "):
+        rebuild_record(str(root), "bare", "gpt/train/dpo", registries())
+    assert (
+        rebuild_record(str(root), "bare", "gpt/train/sft", registries())["key"] == "gpt/train/sft"
+    )

@@ -151,10 +151,15 @@ def assert_missing_record_refusal(done, run: Path, root: Path, first: list[str])
         f"error: run '{run.name}' under {root} has no job.json (its record) but its folder "
         f"holds {', '.join(first)}"
     ), lines[0]
-    assert lines[0].endswith(
-        ": restore job.json to resume it, or rerun with --fresh to start it over (the folder "
-        "is replaced)"
+    rebuild = (
+        f", rebuild it with `theseus rebuild-record {run.name} --root {root}`"
+        if (run / "config.yaml").exists()
+        else ""
     )
+    assert lines[0].endswith(
+        f": restore job.json to resume it{rebuild}, or rerun with --fresh to start it over "
+        "(the folder is replaced)"
+    ), lines[0]
 
 
 def test_a_run_without_job_json_is_refused_untouched_whatever_the_config(shared_root, finished):

@@ -27,7 +27,12 @@ from tests.faults.test_yaml_faults import BOMB
 from tests.inspect.serve_helpers import get_json, request, served
 from tests.train.conftest import run_cli
 
-SECRET_VALUES = ("s3cr3t-auth", "s3cr3t-bearer", "s3cr3t-wandb", "s3cr3t-url", "s3cr3t-log")
+SECRET_VALUES = (
+    "s3cr3t-auth", "s3cr3t-bearer", "s3cr3t-wandb", "s3cr3t-url", "s3cr3t-log", "s3cr3t-pwd",
+    "s3cr3t-cookie", "s3cr3t-json", "s3cr3t-flag", "s3cr3t-basic", "s3cr3t-pem",
+    "ghp_0123456789abcdefghijABCDEFGHIJ", "s3cr3t-of-the-environment",
+)  # fmt: skip
+SERVER_SECRET = ("THESEUS_TEST_DB_PWD", "s3cr3t-of-the-environment")  # in the server's env
 FAST = 10.0  # seconds: every answer here comes from files of a few bytes (FIFOs are not read)
 
 
@@ -74,13 +79,25 @@ def hostile_root(tmp_path_factory) -> Iterator[Path]:
             "config.yaml": (
                 "logging:\n  auth: s3cr3t-auth\n  bearer: s3cr3t-bearer\n  wandb:\n"
                 "    wandb_key: s3cr3t-wandb\n    project: https://me:s3cr3t-url@wandb.example\n"
-                "data:\n  tokenizer: bpe\n"
+                "    entity: ghp_0123456789abcdefghijABCDEFGHIJ\n"
+                "data:\n  tokenizer: bpe\n  dataset_options:\n    pwd: s3cr3t-pwd\n"
+                "    sessionCookie: s3cr3t-cookie\n    dsn: db/s3cr3t-of-the-environment\n"
+                "model:\n  n_experts_per_token: 2\n  learning_rate: 0.0003\n"
             ),
-            "logs__run.log": "step 1\nlogin with token=s3cr3t-log at https://me:s3cr3t-url@x\n",
+            "logs__run.log": (
+                "step 1\nlogin with token=s3cr3t-log at https://me:s3cr3t-url@x\n"
+                '{"user": "me", "password": "s3cr3t-json"}\nrun --password s3cr3t-flag --steps 3\n'
+                "Authorization: Basic s3cr3t-basic\n-----BEGIN OPENSSH PRIVATE KEY-----\n"
+                "s3cr3t-pem\n-----END OPENSSH PRIVATE KEY-----\nopened db/s3cr3t-of-the-environment\n"
+                "step 2 loss 4.5\n"
+            ),
         },
     )
     record = json.loads((secrets / "job.json").read_text())
-    record["history"] = [{"attempt": 2, "changed": {"logging.auth": ["a", "s3cr3t-auth"]}}]
+    record["history"] = [
+        {"attempt": 2, "changed": {"logging.auth": ["a", "s3cr3t-auth"],
+                                   "data.dataset_options.pwd": ["a", "s3cr3t-pwd"]}}
+    ]  # fmt: skip
     (secrets / "job.json").write_text(json.dumps(record))
     dead = write_run(root, "dead", status="running")
     lock = lock_path(dead)
@@ -95,8 +112,10 @@ def hostile_root(tmp_path_factory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def url(hostile_root) -> Iterator[str]:
-    with served(hostile_root) as address:
-        yield address
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(*SERVER_SECRET)  # the server's own environment holds a secret
+        with served(hostile_root) as address:
+            yield address
 
 
 def timed_json(url: str, path: str, status: int = 200) -> dict:
@@ -142,19 +161,45 @@ def test_fifos_and_huge_files_are_never_read(url):
 
 
 def test_credentials_are_redacted_by_pattern_in_config_record_and_log(url):
+    """By key name, by value shape and by the values of the server's secret environment
+    variables, in every answer that shows a run; job keys and ordinary values stay."""
     config = timed_json(url, "/api/runs/secrets/config")
     record = timed_json(url, "/api/runs/secrets")
     log = timed_json(url, "/api/runs/secrets/log")
-    shown = json.dumps([config, record, log])
+    diff = timed_json(url, "/api/diff?runs=good&runs=secrets")
+    table = timed_json(url, "/api/runs")
+    shown = json.dumps([config, record, log, diff, table])
     for secret in SECRET_VALUES:
         assert secret not in shown, secret
     values = config["values"]
-    for key in ("logging.auth", "logging.bearer", "logging.wandb.wandb_key"):
+    for key in ("logging.auth", "logging.bearer", "logging.wandb.wandb_key",
+                "data.dataset_options.pwd", "data.dataset_options.sessionCookie"):  # fmt: skip
         assert values[key] == "<redacted>", key
     assert values["logging.wandb.project"] == "https://<redacted>@wandb.example"
-    assert values["data.tokenizer"] == "bpe"  # not a credential
-    assert record["record"]["history"][0]["changed"]["logging.auth"] == "<redacted>"
-    assert log["lines"][1] == "login with token=<redacted> at https://<redacted>@x"
+    assert values["logging.wandb.entity"] == "<redacted>"  # a GitHub token, by its shape
+    assert values["data.dataset_options.dsn"] == "db/<redacted>"  # the server's secret
+    # ordinary values, and the job key, stay readable
+    assert values["data.tokenizer"] == "bpe" and values["model.n_experts_per_token"] == 2
+    assert values["model.learning_rate"] == 0.0003
+    assert record["record"]["key"] == "gpt/train/pretrain"
+    rows = {row["name"]: row for row in table["runs"]}
+    assert rows["secrets"]["key"] == rows["good"]["key"] == "gpt/train/pretrain"
+    changed = record["record"]["history"][0]["changed"]
+    assert changed == {"logging.auth": "<redacted>", "data.dataset_options.pwd": "<redacted>"}
+    assert log["lines"] == [
+        "step 1",
+        "login with token=<redacted> at https://<redacted>@x",
+        '{"user": "me", "password": "<redacted>"}',
+        "run --password <redacted> --steps 3",
+        "Authorization: Basic <redacted>",
+        "<redacted>",
+        "<redacted>",
+        "<redacted>",
+        "opened db/<redacted>",
+        "step 2 loss 4.5",
+    ]
+    diffs = {row["key"]: row["values"]["secrets"] for row in diff["rows"]}
+    assert diffs["data.dataset_options.pwd"] == "<redacted>" and diffs["data.tokenizer"] == "bpe"
     code, _, _ = request(url, "/api/runs/secrets/config")
     assert code == 200
 

@@ -290,9 +290,16 @@ def main(argv: list[str] | None = None) -> None:
     from theseus.core.console import install
 
     console, restore = (None, lambda: None) if verbose else install(_console_handler())
+    from theseus.core import stop
+
+    stop.interrupt_on_signals()  # outside a job's own stop points: as Ctrl-C (core/stop.py)
     try:
         _add_plugin_commands()
-        app(args=args, prog_name="theseus", standalone_mode=False)
+        code = app(args=args, prog_name="theseus", standalone_mode=False)
+        if code == 130:  # Typer turns a KeyboardInterrupt into this exit code, returned
+            raise KeyboardInterrupt
+        if isinstance(code, int) and code:  # a command's typer.Exit(code), returned too
+            sys.exit(code)
         _note(console)
     except TheseusError as error:
         if verbose:
@@ -303,8 +310,8 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+        typer.echo(f"stopped by {stop.last_signal()} before it finished", err=True)
+        sys.exit(stop.interrupted_exit_code())
     except Exception as error:  # usage errors of Typer's (vendored) click
         if hasattr(error, "show") and hasattr(error, "exit_code"):
             error.show()

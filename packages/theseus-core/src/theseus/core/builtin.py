@@ -81,6 +81,9 @@ def theseus_register_commands(register):
     register("show", commands.show)
     register("plot", commands.plot)
     register("inspect", commands.inspect)
+    from theseus.core.inspect import rebuild
+
+    register("rebuild-record", rebuild.command)
     from theseus.core.evaluate.harness import command
 
     register("lm-eval", command())  # lm-evaluation-harness with --model theseus

@@ -13,11 +13,11 @@ checked, when the weights are loaded.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from theseus.core import safe_json
 from theseus.core.components import load_target
 from theseus.core.errors import ConfigError, TheseusError
 from theseus.core.plugins import registries as default_registries
@@ -37,7 +37,7 @@ def hf_model_values(registries: Registries, model: str, directory: str) -> dict[
     if not target or not path.is_file():
         return None
     try:
-        hf = json.loads(path.read_text())
+        hf = safe_json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise ConfigError(f"init.hf: {path} is not readable JSON ({error})") from error
     if not isinstance(hf, dict):

@@ -118,7 +118,9 @@ class Job:
 
     @classmethod
     def prerequisites(cls, config: Any, root: str) -> list[Prerequisite]:
-        """Jobs that must have finished in ``root`` before this one (default: none)."""
+        """Jobs that must have finished in ``root`` before this one (default: none). A job
+        whose ``prerequisites`` also takes ``run`` is given its :class:`RunDir` (a resumed
+        run may keep the data it recorded)."""
         return []
 
     @classmethod

@@ -4,6 +4,13 @@
 metadata; the config tree checks every value set against it (``optimizer.learning_rate=-1``
 is refused in one line before anything runs) and ``theseus config`` shows it beside the type.
 A float with a range must also be finite: ``nan`` and ``inf`` are never a learning rate.
+
+Every number must also be one the step can compute with (:func:`computable_problem`): an
+integer within a signed 64-bit integer (what numpy and JAX take), and one that sizes the
+step's arrays (every ``model.*`` integer, the batch and the sequence: :data:`SHAPE_KEYS`)
+within a signed 32-bit one; a float within float32's range. A limit derived from other
+values (an expert's capacity from the number of experts) is checked where those values
+meet, with :func:`check_at_most`, in one line naming the key.
 """
 
 from __future__ import annotations
@@ -14,6 +21,37 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.errors import ConfigError
+
+HOST_INT_MAX = 2**63 - 1  # numpy and JAX take no larger integer
+STEP_INT_MAX = 2**31 - 1  # the step's array sizes and indices are 32-bit
+FLOAT32_MAX = 3.4028234663852886e38  # the step computes in float32 (or narrower)
+SHAPE_KEYS = (
+    "model.", "training.seq_len", "training.global_batch_size",
+    "training.per_device_batch_size", "lora.rank",
+)  # fmt: skip
+
+
+def computable_problem(key: str, value: Any) -> str | None:
+    """Why the number ``value`` of ``key`` is beyond what the step computes with (one
+    phrase), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float):
+        if math.isfinite(value) and abs(value) > FLOAT32_MAX:
+            return f"must be at most {FLOAT32_MAX:.7g} in size, the largest float32 (the step's)"
+        return None
+    if key.startswith(SHAPE_KEYS) and abs(value) > STEP_INT_MAX:
+        return f"must be at most {STEP_INT_MAX}: it sizes the step's arrays, whose sizes are 32-bit"
+    if abs(value) > HOST_INT_MAX:
+        return f"must be at most {HOST_INT_MAX} in size, the largest 64-bit integer"
+    return None
+
+
+def check_at_most(key: str, value: float, limit: float, why: str) -> None:
+    """Refuse, in one line naming ``key``, a ``value`` above a ``limit`` derived from other
+    values (``why``: what the limit is)."""
+    if value > limit:
+        raise ConfigError(f"{key}={_show(value)}: must be at most {_number(limit)} ({why})")
 
 
 def _number(bound: float) -> str:
@@ -61,11 +99,9 @@ class Range:
                 return f"greater than {_number(self.gt)}"
             return "a finite number"
         if self.low is None:
-            return (
-                f"at most {_number(self.le)}"
-                if self.le is not None
-                else f"less than {_number(self.lt)}"
-            )
+            if self.le is not None:
+                return f"at most {_number(self.le)}"
+            return f"less than {_number(self.high)}"
         return f"in {self.interval()}"
 
     def problem(self, value: Any) -> str | None:
@@ -97,8 +133,8 @@ def choices_of(field_metadata: Any) -> tuple[str, ...]:
 
 
 def check_value(key: str, value: Any, field_metadata: Any) -> str | None:
-    """``"KEY=VALUE: must be ..."`` when ``value`` is outside the field's range, or not one
-    of its choices; else None."""
+    """``"KEY=VALUE: must be ..."`` when ``value`` is outside the field's range, beyond what
+    the step computes with, or not one of its choices; else None."""
     values = value if isinstance(value, list) else [value]  # list[int]: every item
     choices = choices_of(field_metadata)
     if choices:
@@ -107,10 +143,9 @@ def check_value(key: str, value: Any, field_metadata: Any) -> str | None:
                 shown = ", ".join(choice or "''" for choice in choices)
                 return f"{key}={item!r}: expected one of {shown}"
     declared = range_of(field_metadata)
-    if declared is None:
-        return None
     for item in values:
-        problem = declared.problem(item)
+        problem = declared.problem(item) if declared is not None else None
+        problem = problem or computable_problem(key, item)
         if problem is not None:
             return f"{key}={_show(item)}: {problem}"
     return None

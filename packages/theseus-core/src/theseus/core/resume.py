@@ -116,10 +116,15 @@ def check_records(run: RunDir, fresh: bool) -> None:
         if held in ([], ["logs"]):  # nothing to lose, or the log another process of the
             return  # same multi-process launch opened before process 0 wrote the record
         listing = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
+        rebuild = (
+            f", rebuild it with `theseus rebuild-record {run.name} --root {run.root}`"
+            if run.config_path.is_file()
+            else ""
+        )
         raise ResumeRefusedError(
             f"run {run.name!r} under {run.root} has no job.json (its record) but its folder "
-            f"holds {listing}: restore {run.record_path.name} to resume it, or rerun with "
-            "--fresh to start it over (the folder is replaced)"
+            f"holds {listing}: restore {run.record_path.name} to resume it{rebuild}, or rerun "
+            "with --fresh to start it over (the folder is replaced)"
         )
     if not run.config_path.exists():
         from theseus.core.rundir import read_record

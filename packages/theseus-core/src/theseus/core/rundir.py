@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from theseus.core import safe_json
 from theseus.core.errors import JobError
 
 
@@ -124,7 +125,7 @@ def parse_record(record_path: Path, data: bytes) -> dict[str, Any]:
     """The bytes of a run's ``job.json`` as a dict; ``JobError`` naming the file if they are
     not a JSON object."""
     try:
-        record = json.loads(data.decode("utf-8"))
+        record = safe_json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as error:
         raise JobError(
             f"{record_path} is not UTF-8 text (byte {error.start}: {error.reason})"
@@ -232,7 +233,7 @@ class RunDir:
     # the record
     def read_record(self) -> dict[str, Any]:
         if not self.record_path.exists():
-            raise JobError(f"no run named {self.name!r} under {self.root}")
+            raise JobError(missing_run(self))
         return read_record(self.record_path)
 
     def write_record(self, record: dict[str, Any]) -> None:
@@ -265,3 +266,25 @@ class RunDir:
         }
         self.write_record(record)
         return record
+
+
+def missing_run(run: RunDir) -> str:
+    """Why ``run`` cannot be read, in one line: there is no such run, or its folder lost its
+    ``job.json`` (what the folder still holds, and how to get the record back)."""
+    if not run.path.is_dir():
+        return f"no run named {run.name!r} under {run.root}"
+    held = sorted(entry.name for entry in run.path.iterdir() if not entry.name.startswith("."))
+    steps = run.checkpointed_steps()
+    shown = [f"checkpoints {', '.join(map(str, steps))}" if n == "checkpoints" and steps else n
+             for n in held]  # fmt: skip
+    listing = ", ".join(shown[:6]) + (", ..." if len(shown) > 6 else "") or "nothing"
+    rebuild = (
+        f", or rebuild it from config.yaml and the checkpoints with `theseus rebuild-record "
+        f"{run.name} --root {run.root}`"
+        if run.config_path.is_file()
+        else ""
+    )
+    return (
+        f"run {run.name!r} under {run.root} has no job.json (its record), but its folder "
+        f"holds {listing}: restore {run.record_path} from a copy{rebuild}"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import shutil
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from theseus.core import safe_yaml
+from theseus.core import safe_yaml, stop
 from theseus.core.components import JobSpec
 from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
 from theseus.core.environment import check_root
@@ -111,8 +112,12 @@ class PreparedRun:
         return self.tree.to_object(job_class.config_type)
 
     def prerequisites(self, job_class: Any, config: Any) -> list[Any]:
-        """The job's own prerequisites, then those every plugin adds for its key."""
-        own = list(job_class.prerequisites(config, self.root))
+        """The job's own prerequisites (given the run, to a job whose ``prerequisites``
+        takes ``run``: a resumed run may keep what it recorded), then those every plugin
+        adds for its key."""
+        takes_run = "run" in inspect.signature(job_class.prerequisites).parameters
+        extra = {"run": self.run_dir} if takes_run else {}
+        own = list(job_class.prerequisites(config, self.root, **extra))
         added = self.registries.hook.theseus_job_prerequisites(
             key=self.spec.key, config=config, root=self.root
         )
@@ -165,11 +170,19 @@ class PreparedRun:
         )
         context = JobContext(root=self.root, run=self.run_dir, registries=self.registries)
         handler = _file_handler(self.run_dir.log_path)
+        handler.handle(log.makeRecord(  # in the run's log only: what rebuilds a lost job.json
+            log.name, logging.INFO, __file__, 0, JOB_LINE, (self.name, self.spec.key, attempt),
+            None,
+        ))  # fmt: skip
         try:
             job = job_class(config, context)
             result = job()
         except PreemptedError as error:
             self.run_dir.update_record(status="preempted", stopped=now(), error=str(error))
+            raise
+        except KeyboardInterrupt:  # a signal where the job has no stop point of its own
+            stopped = f"stopped by {stop.last_signal()} before it finished"
+            self.run_dir.update_record(status="interrupted", stopped=now(), error=stopped)
             raise
         except BaseException as error:
             if not isinstance(error, TheseusError):  # the console shows an explained one in a line
@@ -183,6 +196,9 @@ class PreparedRun:
             handler.close()
         self.run_dir.update_record(status="finished", finished=now())
         return result
+
+
+JOB_LINE = "run %s: job %s, attempt %d"  # the first line each attempt writes to run.log
 
 
 def _file_handler(path: Path) -> logging.Handler:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 from theseus.core.errors import TheseusError
@@ -17,6 +17,28 @@ ConfigOption = Annotated[
         "--dispatch-config", help="dispatch config (default ~/.config/theseus/dispatch.yaml)"
     ),
 ]
+
+
+class RedactedStream:
+    """A text stream that passes on what it is given as the one redaction rule shows it
+    (:class:`theseus.core.redaction.LineRedactor`), line by line as the lines end."""
+
+    def __init__(self, out: TextIO) -> None:
+        from theseus.core.redaction import LineRedactor
+
+        self.out = out
+        self.redactor = LineRedactor()
+
+    def write(self, text: str) -> int:
+        self.out.write(self.redactor.feed(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def close(self) -> None:
+        self.out.write(self.redactor.flush())
+        self.out.flush()
 
 
 class Session:
@@ -122,12 +144,15 @@ def logs(
     ] = False,
     dispatch_config: ConfigOption = None,
 ) -> None:
-    """Print a submitted run's log (process 0)."""
+    """Print a submitted run's log (process 0), credentials redacted."""
 
     record = state.load(run)
+    shown = RedactedStream(sys.stdout)
     with Session(dispatch_config) as session:
-        session.backend(record["target"]).logs(record["handle"], follow, sys.stdout)
-        sys.stdout.flush()
+        try:
+            session.backend(record["target"]).logs(record["handle"], follow, shown)
+        finally:
+            shown.close()
 
 
 def cancel(

@@ -29,7 +29,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from difflib import get_close_matches
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -37,17 +37,28 @@ from theseus.core import safe_yaml
 from theseus.core.errors import ConfigError
 from theseus.core.ranges import Range, range_of
 from theseus.dispatch.user_paths import user_path
+from theseus.dispatch.value_shapes import SHAPES, shape_problem
 
 CONFIG_ENV = "THESEUS_DISPATCH_CONFIG"
 GROUPS = ("cpu", "cuda12", "cuda13", "tpu")
 
 
 def _opt(
-    default: Any = dataclasses.MISSING, help: str = "", factory: Any = None, **bounds: float
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    factory: Any = None,
+    shape: str | None = None,
+    key_shape: str | None = None,
+    **bounds: float,
 ) -> Any:
-    """A target key: its default, a one-line help and, for a number, its valid range
-    (``ge``/``gt``/``le``/``lt``, as ``option(...)`` of the job configs)."""
-    metadata: dict[str, Any] = {"help": help}
+    """A target key: its default, a one-line help, for a number its valid range
+    (``ge``/``gt``/``le``/``lt``, as ``option(...)`` of the job configs), and for a string
+    that names something its ``shape`` (:mod:`theseus.dispatch.value_shapes`; of each item
+    of a list, and ``key_shape`` of each key of a mapping)."""
+    for named in (shape, key_shape):
+        if named is not None and named not in SHAPES:
+            raise ValueError(f"unknown value shape {named!r}; known: {', '.join(SHAPES)}")
+    metadata: dict[str, Any] = {"help": help, "shape": shape, "key_shape": key_shape}
     if bounds:
         metadata["range"] = Range(**bounds)
     if factory is not None:
@@ -63,13 +74,16 @@ class TargetConfig:
     root: str = _opt(help="theseus root directory on the target (runs land in <root>/runs)")
     workdir: str = _opt("~/theseus-work", "where bundles, venvs and launch logs live")
     group: str = _opt("cpu", "uv dependency group to install: cpu, cuda12, cuda13, tpu")
-    chip: str = _opt("cpu", "accelerator type per node (cpu, h100, a100, v5e ...)")
+    chip: str = _opt("cpu", "accelerator type per node (cpu, h100, a100, v5e ...)", shape="name")
     chips_per_node: int = _opt(1, "accelerators per node (CPU hosts: 1)", ge=1)
     nodes: int = _opt(1, "nodes the target can give one run", ge=1)
-    env: dict[str, str] = _opt(help="extra environment for the job", factory=dict)
+    env: dict[str, str] = _opt(
+        help="extra environment for the job", factory=dict, key_shape="env_name"
+    )
     secrets: list[str] = _opt(
         help="names of local environment variables sent to the job (never logged; 0600)",
         factory=list,
+        shape="env_name",
     )
     python: str | None = _opt(
         None, "reuse this Python (its environment must have theseus) instead of uv sync"
@@ -90,7 +104,7 @@ class TargetConfig:
 class SSHConfig:
     """How to reach a host over SSH (ssh targets, SLURM login nodes, TPU workers)."""
 
-    user: str | None = _opt(None, "login user (default: the local user)")
+    user: str | None = _opt(None, "login user (default: the local user)", shape="user")
     port: int = _opt(22, "SSH port", ge=1, le=65535)
     key_file: str | None = _opt(None, "private key; default: the agent and ~/.ssh keys")
     known_hosts: str = _opt("~/.ssh/known_hosts", "host keys are verified against this file")
@@ -100,12 +114,16 @@ class SSHConfig:
 
 @dataclass(kw_only=True)
 class SSHTargetConfig(TargetConfig, SSHConfig):
-    hosts: list[str] = _opt(help="hosts (host or host:port), one node each", factory=list)
+    hosts: list[str] = _opt(
+        help="hosts ([user@]host[:port]), one node each", factory=list, shape="host"
+    )
 
 
 @dataclass(kw_only=True)
 class SlurmTargetConfig(TargetConfig, SSHConfig):
-    login: str | None = _opt(None, "login node to submit from over SSH; none: local sbatch")
+    login: str | None = _opt(
+        None, "login node to submit from over SSH; none: local sbatch", shape="host"
+    )
     slurm_conf: str | None = _opt(None, "SLURM_CONF for the SLURM commands (where not default)")
     partition: str | None = _opt(None, "partition (-p)")
     account: str | None = _opt(None, "account (-A)")
@@ -119,30 +137,55 @@ class SlurmTargetConfig(TargetConfig, SSHConfig):
 
 @dataclass(kw_only=True)
 class VolcanoTargetConfig(TargetConfig):
-    namespace: str = _opt("default", "Kubernetes namespace")
-    queue: str = _opt("default", "Volcano queue")
-    image: str = _opt(help="container image with Python 3.11 (and uv, or internet access)")
-    pvc: str | None = _opt(None, "PersistentVolumeClaim holding the shared root")
-    mount_path: str = _opt("/theseus", "where the PVC is mounted in the pods")
+    namespace: str = _opt("default", "Kubernetes namespace", shape="name")
+    queue: str = _opt("default", "Volcano queue", shape="name")
+    image: str = _opt(
+        help="container image with Python 3.11 (and uv, or internet access)", shape="image"
+    )
+    pvc: str | None = _opt(
+        None, "PersistentVolumeClaim holding the shared root (required)", shape="name"
+    )
+    mount_path: str = _opt("/theseus", "where the PVC is mounted in the pods; root is under it")
     kubeconfig: str | None = _opt(None, "kubeconfig file (default: ~/.kube/config)")
     context: str | None = _opt(None, "kubeconfig context")
-    resource: str = _opt("nvidia.com/gpu", "resource name of one chip")
-    cpu: str | None = _opt(None, "CPU request per pod")
-    memory: str | None = _opt(None, "memory request per pod")
+    resource: str = _opt("nvidia.com/gpu", "resource name of one chip", shape="resource")
+    cpu: str | None = _opt(None, "CPU request per pod", shape="quantity")
+    memory: str | None = _opt(None, "memory request per pod", shape="quantity")
+
+    def problem(self) -> str | None:
+        """The shared root must be on the volume: a root elsewhere is the pod's own disk,
+        lost with the pod (and unseen by the other pods of the run)."""
+        mount = PurePosixPath(self.mount_path)
+        if not mount.is_absolute():
+            return f"key 'mount_path' must be an absolute path, got {self.mount_path!r}"
+        if self.pvc is None:
+            return (
+                "key 'pvc' is not set: the root would be on each pod's own disk, lost when the "
+                "pod ends; name the PersistentVolumeClaim that holds the shared root"
+            )
+        if not PurePosixPath(self.root).is_relative_to(mount):
+            return (
+                f"key 'root' {self.root!r} is not under mount_path {self.mount_path!r}, where "
+                f"the PVC {self.pvc!r} is mounted: the run would be written to the pod's own "
+                f"disk; set root to a folder under {self.mount_path}"
+            )
+        return None
 
 
 @dataclass(kw_only=True)
 class GcpTpuTargetConfig(TargetConfig, SSHConfig):
-    project: str = _opt(help="GCP project")
-    zone: str = _opt(help="zone, e.g. us-central2-b")
-    accelerator_type: str = _opt(help="TPU accelerator type, e.g. v5litepod-8")
-    runtime_version: str = _opt("tpu-ubuntu2204-base", "TPU VM runtime version")
+    project: str = _opt(help="GCP project", shape="name")
+    zone: str = _opt(help="zone, e.g. us-central2-b", shape="name")
+    accelerator_type: str = _opt(help="TPU accelerator type, e.g. v5litepod-8", shape="name")
+    runtime_version: str = _opt("tpu-ubuntu2204-base", "TPU VM runtime version", shape="name")
     spot: bool = _opt(False, "create a spot VM")
     delete_when_done: bool = _opt(False, "delete the VM when `theseus cancel` or the run ends")
     api_endpoint: str | None = _opt(None, "TPU API endpoint override (tests, private endpoints)")
     use_gcloud: bool = _opt(True, "use the gcloud CLI when installed, else the REST API")
     access_token_env: str = _opt(
-        "CLOUDSDK_AUTH_ACCESS_TOKEN", "environment variable with an access token (REST only)"
+        "CLOUDSDK_AUTH_ACCESS_TOKEN",
+        "environment variable with an access token (REST only)",
+        shape="env_name",
     )
 
 
@@ -171,8 +214,8 @@ def _check_type(where: str, value: Any, tp: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        inner = [a for a in args if a is not type(None)]
-        return _check_type(where, value, inner[0])
+        kept = [a for a in args if a is not type(None)]
+        return _check_type(where, value, kept[0])
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
@@ -180,11 +223,12 @@ def _check_type(where: str, value: Any, tp: Any) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        inner = (
-            (lambda k: f"{where[:-1]}.{k}'") if where.endswith("'") else (lambda k: f"{where}.{k}")
-        )
+
+        def named(key: Any) -> str:
+            return f"{where[:-1]}.{key}'" if where.endswith("'") else f"{where}.{key}"
+
         return {
-            _check_type(f"{where} key", k, args[0]): _check_type(inner(k), v, args[1])
+            _check_type(f"{where} key", k, args[0]): _check_type(named(k), v, args[1])
             for k, v in value.items()
         }
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -211,9 +255,27 @@ def _check_no_control(where: str, value: Any) -> None:
     elif isinstance(value, list):
         for item in value:
             _check_no_control(where, item)
-    elif isinstance(value, str) and _CONTROL.search(value):
-        found = _CONTROL.search(value).group(0)
-        raise ConfigError(f"{where} holds a control character ({found!r}); use one line")
+    elif isinstance(value, str) and (found := _CONTROL.search(value)) is not None:
+        raise ConfigError(f"{where} holds a control character ({found.group(0)!r}); use one line")
+
+
+def _check_shape(where: str, value: Any, metadata: Any) -> None:
+    """The value (each item of a list) has the field's ``shape``, each key of a mapping its
+    ``key_shape``; else one line naming the key (:mod:`theseus.dispatch.value_shapes`)."""
+    shape, key_shape = metadata.get("shape"), metadata.get("key_shape")
+    if shape:
+        listed = isinstance(value, list)
+        for item in value if listed else [value]:
+            problem = shape_problem(shape, item)
+            if problem is not None:
+                raise ConfigError(
+                    f"{where}: each entry {problem}" if listed else f"{where} {problem}"
+                )
+    if key_shape and isinstance(value, dict):
+        for key in value:
+            problem = shape_problem(key_shape, key)
+            if problem is not None:
+                raise ConfigError(f"{where}: each name {problem}")
 
 
 def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str) -> Any:
@@ -236,6 +298,7 @@ def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str
             raise ConfigError(f"{prefix}: unknown key {key!r} for type {kind}{hint}")
         values[key] = _check_type(f"{prefix}: key {key!r}", value, hints[key])
         _check_no_control(f"{prefix}: key {key!r}", values[key])
+        _check_shape(f"{prefix}: key {key!r}", values[key], fields[key].metadata)
         declared = range_of(fields[key].metadata)
         problem = declared.problem(values[key]) if declared is not None else None
         if problem is not None:
@@ -250,6 +313,9 @@ def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str
     if missing:
         raise ConfigError(f"{prefix}: missing required key(s): {', '.join(missing)}")
     config = schema(**values)
+    problem = config.problem() if hasattr(config, "problem") else None
+    if problem is not None:
+        raise ConfigError(f"{prefix}: {problem}")
     if config.group not in GROUPS:
         raise ConfigError(f"{prefix}: key 'group' must be one of {', '.join(GROUPS)}")
     for secret in config.secrets:

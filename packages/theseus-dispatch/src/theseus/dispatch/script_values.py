@@ -1,8 +1,16 @@
-"""Values written into generated scripts are quoted, and checked where quoting cannot help.
+"""Values written into generated scripts are data, never code: the one quoting rule.
 
-``bootstrap.sh``, the SLURM batch script and a Job's ``bash -c`` command quote every value
-with :func:`shlex.quote` (:func:`theseus.dispatch.remote.q`). Two places quoting does not
-protect, whatever the value's source (the command line, the dispatch config, a plugin):
+A value (a path, an override, an environment value, a host) is written into a script or a
+command line only as one shell word made by :func:`shlex.quote`
+(:func:`theseus.dispatch.remote.q`), and only where a word stands: an argument, or the
+right-hand side of an assignment. Never inside double quotes, where ``$(...)`` and
+backticks still run: a script that needs a value in a message or a default
+(``"${VAR:-...}"``) assigns it first, at its top (:func:`assignments`), and uses
+``"$NAME"`` below. A value that cannot be quoted into what it must be (a host, a name) is
+refused when the config is read (:mod:`theseus.dispatch.value_shapes`).
+
+Two places quoting does not protect, whatever the value's source (the command line, the
+dispatch config, a plugin):
 
 * a control character (a newline above all): it ends a ``#`` comment line or an
   ``#SBATCH`` directive, and what follows runs as a command; no value here needs one;
@@ -15,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from theseus.dispatch.remote import DispatchError
+from theseus.dispatch.remote import DispatchError, q
 
 SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:,=/@%+~-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -27,10 +35,10 @@ class ScriptValueError(DispatchError):
 
 def check_plain(where: str, value: Any) -> None:
     """No control character in ``value`` (str), or one line naming ``where``."""
-    if isinstance(value, str) and _CONTROL.search(value):
-        found = _CONTROL.search(value).group(0)
+    found = _CONTROL.search(value) if isinstance(value, str) else None
+    if found is not None:
         raise ScriptValueError(
-            f"{where} holds a control character ({found!r}); a value written into a "
+            f"{where} holds a control character ({found.group(0)!r}); a value written into a "
             "generated script may not (it would end the line it is on)"
         )
 
@@ -61,3 +69,14 @@ def check_sbatch(where: str, value: str) -> str:
             "and _.:,=/@%+~- only (no spaces or quotes)"
         )
     return value
+
+
+def assignments(values: dict[str, Any], export: bool = False) -> str:
+    """``NAME=<quoted value>`` lines (``export NAME=...`` with ``export``), one per value:
+    the only way a generated script takes a value; each is refused, naming it, when it holds
+    a control character."""
+    lines = []
+    for name, value in values.items():
+        check_plain(f"the value of {name}", value)
+        lines.append(f"{'export ' if export else ''}{name}={q(value)}")
+    return "\n".join(lines)

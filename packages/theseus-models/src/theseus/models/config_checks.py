@@ -27,6 +27,13 @@ def shape_problems(config: Any) -> list[str]:
             f"model.n_experts_per_token={top_k} is more than model.n_experts={experts}: each "
             "token picks its experts among them"
         )
+    capacity = get("capacity_factor")
+    if experts and capacity and capacity > experts:
+        problems.append(
+            f"model.capacity_factor={capacity:g} is more than model.n_experts={experts}: at "
+            f"{experts} each expert can take every assignment (nothing is dropped); more only "
+            "sizes buffers past what the step can index"
+        )
     groups, top_groups = get("n_groups"), get("top_groups")
     if groups and top_groups and top_groups > groups:
         problems.append(

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from theseus.core.errors import TheseusError
 from theseus.core.jobs import Job, parse_reference
 from theseus.core.plugins import registries
-from theseus.core.rundir import RunDir, write_atomic
+from theseus.core.rundir import RunDir, missing_run, write_atomic
 from theseus.core.runner import config_for
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.opening import open_run, params_from_hf
@@ -286,6 +286,9 @@ def check_export(config: Any, root: str) -> None:
     if config.dir:  # another folder than this job's own: never replaced without hf.overwrite
         check_target(Path(config.dir), config.overwrite)
 
+    name, _ = parse_reference(config.run, "hf.run")
+    if not RunDir(root, name).exists():  # said before a run folder of this export is made
+        raise ModelError(f"hf.run: {missing_run(RunDir(root, name))}")
     rank = saved_lora_rank(root, config.run, "hf.run")
     if rank is None:
         return  # no readable run here: open_run says why

@@ -7,10 +7,10 @@ tokenizer folder is ``OpenedRun.tokenizer_dir``. An imported run keeps its Huggi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from theseus.core import safe_json
 from theseus.core.rundir import RunDir
 from theseus.models.hf.checkpoint import special_tokens as of_config
 
@@ -35,7 +35,7 @@ def _token_name(value: Any) -> str | None:
 def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; ``{}`` when there is none (missing, not JSON, a list)."""
     try:
-        data = json.loads(path.read_text())
+        data = safe_json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -63,10 +63,11 @@ def tokenizer_special_tokens(folder: Path, registries: Registries) -> dict[str, 
     eos = _token_name(named.get("eos_token")) or present(EOS_CANDIDATES)
     pad = _token_name(named.get("pad_token")) or present(PAD_CANDIDATES)
     bos = _token_name(named.get("bos_token")) or eos
-    ids = {}
+    ids: dict[str, int] = {}
     for kind, token in (("bos", bos), ("eos", eos), ("pad", pad)):
-        if token is not None and tk.token_to_id(token) is not None:
-            ids[f"{kind}_token_id"] = tk.token_to_id(token)
+        found = tk.token_to_id(token) if token is not None else None
+        if found is not None:
+            ids[f"{kind}_token_id"] = found
     return ids
 
 

@@ -17,7 +17,12 @@ from theseus.core.data import format as fmt
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.config import DataConfig
 from theseus.core.data.errors import DataError, DataMissingError, SettingsConflictError
-from theseus.core.data.identity import DataRecord, dataset_entry, variant_name
+from theseus.core.data.identity import (
+    DataRecord,
+    changed_sources_folder,
+    dataset_entry,
+    variant_name,
+)
 from theseus.core.data.loader import TrainingData
 from theseus.core.data.mixture import Stage, normalized, stage_ends
 from theseus.core.data.reader import TokenizedDataset, Verified
@@ -93,6 +98,25 @@ def dataset_prerequisite(
     return found
 
 
+def kept_folder(
+    root: str | os.PathLike, run_dir: str | os.PathLike | None, name: str, prepare: Prerequisite
+) -> Path | None:
+    """The folder run ``run_dir`` recorded for dataset ``name``, when the files the dataset
+    reads changed since the run started (its config now names another folder): a resume
+    trains on what it recorded, a new run (no ``run_dir``) on the files as they are."""
+    if run_dir is None:
+        return None
+    recorded = changed_sources_folder(root, run_dir, name, prepare.output)
+    if recorded is None or not (recorded / fmt.METADATA).is_file():
+        return None  # (an unfinished one cannot be finished from other files)
+    log.info(
+        "run %s trains on %s, the files of dataset %r as they were when it started (they "
+        "changed since: a new run tokenizes them as they are)",
+        Path(run_dir).name, recorded, name,
+    )  # fmt: skip
+    return recorded
+
+
 def dataset_path(
     root: str | os.PathLike,
     data: DataConfig,
@@ -144,7 +168,10 @@ def find_dataset(root: str | os.PathLike, name: str) -> Path:
 
 
 def tokenize_prerequisites(
-    data: DataConfig, root: str | os.PathLike = ".", registries: Registries | None = None
+    data: DataConfig,
+    root: str | os.PathLike = ".",
+    registries: Registries | None = None,
+    run_dir: str | os.PathLike | None = None,
 ) -> list[Prerequisite]:
     """One prerequisite per dataset of the config (mixture order), e.g. its tokenize job.
 
@@ -159,7 +186,9 @@ def tokenize_prerequisites(
     primary = entries[0][0]
     found = [dataset_prerequisite(data, name, primary, root, registries) for name, _ in entries]
     kept = []
-    for prepare in found:
+    for (name, _), prepare in zip(entries, found, strict=True):
+        if kept_folder(root, run_dir, name, prepare) is not None:
+            continue  # a resume keeps the data it recorded (its files changed since)
         path = Path(prepare.output) if prepare.output else None
         if path is not None and (path / fmt.METADATA).exists():
             hint = " ".join([prepare.key, *prepare.overrides])
@@ -178,9 +207,12 @@ def open_dataset(
     primary: str,
     verified: Verified | None = None,
     path: Path | None = None,
+    run_dir: str | os.PathLike | None = None,
 ) -> TokenizedDataset:
-    """Dataset ``name`` of ``data``, from its folder (``path``: a folder a run recorded)."""
+    """Dataset ``name`` of ``data``, from its folder (``path``: a folder a run recorded;
+    ``run_dir``: the run that trains on it, see :func:`kept_folder`)."""
     prepare = dataset_prerequisite(data, name, primary, root)
+    path = path or kept_folder(root, run_dir, name, prepare)
     if path is None and not prepare.output:
         raise DataMissingError(
             f"dataset {name!r} takes its tokenizer from {primary!r}, which is not tokenized yet: "
@@ -247,7 +279,8 @@ def open_training_data(
     if from_record and record is not None and record.entries:
         recorded = {e.get("name"): Path(root) / str(e.get("path")) for e in record.entries}
     datasets = [
-        open_dataset(root, data, name, primary, verified, recorded.get(name)) for name, _ in entries
+        open_dataset(root, data, name, primary, verified, recorded.get(name), run_dir)
+        for name, _ in entries
     ]
     first = datasets[0]
     for other in datasets[1:]:

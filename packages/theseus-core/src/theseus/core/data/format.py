@@ -31,6 +31,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from theseus.core import safe_json
 from theseus.core.data.errors import DataError
 
 FORMAT_VERSION = 2
@@ -91,7 +92,7 @@ def read_json(path: str | os.PathLike) -> Any:
 def parse_json(raw: bytes, path: str | os.PathLike) -> Any:
     """``raw`` (the bytes of ``path``) parsed; invalid JSON is one line naming the file."""
     try:
-        return json.loads(raw)
+        return safe_json.loads(raw)
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
         reason = (
             f"{error.msg} at line {error.lineno} column {error.colno}"

@@ -2,9 +2,13 @@
 
 A dataset's *settings* say what made it: the dataset and its options, the split options
 and the tokenizer with its options (a tokenizer read from a file counts by the file's
-content, not its path). Their digest names the folder (``<root>/data/<name>/<variant>``),
-so another tokenizer of the same corpus gets another folder and the same settings find the
-same folder again. Its *content* digest covers every file of the finished dataset (token
+content, not its path), and for a dataset read from local files their *sources* (a stamp of
+the files the globs match: names, sizes and modification times). Their digest names the
+folder (``<root>/data/<name>/<variant>``), so another tokenizer of the same corpus gets
+another folder, the same settings find the same folder again, and files that changed (a
+corpus that grew) get a folder of their own: a new run never trains on a tokenization of
+files as they were. A run started before keeps training on the folder it recorded
+(:func:`changed_sources_folder`). Its *content* digest covers every file of the finished dataset (token
 files and tokenizer, through the checksums in ``metadata.json``).
 
 A training run writes ``<run>/data-identity.json``: per dataset, the folder, the settings,
@@ -27,6 +31,7 @@ from theseus.core.data.errors import SettingsConflictError
 
 RECORD = "data-identity.json"
 IDENTITY_KEY = "identity"  # settings.json holds the settings and their digest under it
+SOURCES_KEY = "sources"  # the stamp of the local files a dataset read (when it reads files)
 
 
 class DataIdentityError(SettingsConflictError):
@@ -53,8 +58,37 @@ def variant_name(settings: dict[str, Any], suffix: str = "") -> str:
     if tokenizer.get("encoding"):
         label += f"-{tokenizer['encoding']}"
     label = re.sub(r"[^A-Za-z0-9_.+-]", "_", label)
-    name = f"{label}-{identity_digest(settings)[:10]}"
+    name = f"{label}-{identity_digest(without_sources(settings))[:10]}"
+    sources = settings.get(SOURCES_KEY)
+    if sources:  # the files' stamp, after the rest: the same options, other files
+        name += f"-{hashlib.sha256(_canonical(sources)).hexdigest()[:8]}"
     return f"{name}-{suffix}" if suffix else name
+
+
+def without_sources(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings but the stamp of the files they read (and their digest)."""
+    return {k: v for k, v in settings.items() if k not in (IDENTITY_KEY, SOURCES_KEY)}
+
+
+def changed_sources_folder(
+    root: str | os.PathLike, run_dir: str | os.PathLike, name: str, output: str
+) -> Path | None:
+    """The folder run ``run_dir`` recorded for dataset ``name`` when its config now names
+    ``output``, a folder of the same settings but for the files they read, which changed
+    since the run started: a resume trains on what it recorded (a new run gets ``output``).
+    None when the run recorded ``output`` itself, nothing, or other settings."""
+    entries = DataRecord(run_dir).entries or []
+    entry = next((e for e in entries if isinstance(e, dict) and e.get("name") == name), None)
+    if entry is None or not output or not isinstance(entry.get("settings"), dict):
+        return None
+    recorded = Path(root) / str(entry.get("path"))
+    if recorded.name == Path(output).name or recorded.parent != Path(output).parent:
+        return None
+    base = variant_name(without_sources(entry["settings"]))
+    current = Path(output).name
+    if current.startswith(base + "-") and (recorded / "settings.json").is_file():
+        return recorded
+    return None
 
 
 def content_digest(files: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from theseus.core import safe_json
 from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.requirements import pip_install
 
@@ -25,7 +26,7 @@ def _local(files: str) -> Iterator[dict]:
                 if not line.strip():
                     continue
                 try:
-                    yield json.loads(line)
+                    yield safe_json.loads(line)
                 except json.JSONDecodeError as error:
                     raise EvaluationError(f"{path}:{number} is not JSON: {error}") from error
 
@@ -54,7 +55,7 @@ def examples(name: str, config: Any, limit: int = 0) -> list[dict]:
     """The raw rows of evaluation ``name``: ``config.files`` if set, else the hub dataset."""
     rows = _local(config.files) if config.files else _hub(name, config)
     caps = [int(n) for n in (limit, getattr(config, "limit", 0)) if int(n) > 0]
-    out = []
+    out: list[dict] = []
     for row in rows:
         if caps and len(out) >= min(caps):
             break

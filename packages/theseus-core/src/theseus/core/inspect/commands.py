@@ -59,8 +59,9 @@ def runs(
 
 
 def show(run: Annotated[str, typer.Argument(help="run name")], root: RootOption = None) -> None:
-    """A run's config, lineage, checkpoints and final metrics."""
+    """A run's config, lineage, checkpoints and final metrics (credentials redacted)."""
     from theseus.core.inspect.runs import run_details
+    from theseus.core.redaction import redact_config_text
 
     details = run_details(_root(root), run)
     record = details["record"]
@@ -69,7 +70,7 @@ def show(run: Annotated[str, typer.Argument(help="run name")], root: RootOption 
     typer.echo(f"checkpoints: {', '.join(map(str, details['checkpoints'])) or 'none'}")
     typer.echo("final metrics: " + json.dumps(details["final_metrics"], sort_keys=True))
     typer.echo("config:")
-    typer.echo("  " + details["config"].replace("\n", "\n  ").rstrip())
+    typer.echo("  " + redact_config_text(details["config"]).replace("\n", "\n  ").rstrip())
 
 
 def plot(
@@ -142,7 +143,7 @@ def inspect(
             for i, leaf in enumerate(leaf for leaf in leaves if hasattr(leaf, "shape")):
                 arrays[f"{path}/output{i if len(leaves) > 1 else ''}"] = np.asarray(leaf)
         try:
-            np.savez(out_path, **arrays)
+            np.savez(out_path, **arrays)  # type: ignore[arg-type]  # (numpy's stub: **kwds)
         except OSError as error:
             raise TheseusError(f"cannot write {out}: {error.strerror or error}") from error
         typer.echo(f"wrote {out}: " + ", ".join(f"{k} {v.shape}" for k, v in arrays.items()))

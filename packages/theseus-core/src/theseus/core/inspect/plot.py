@@ -8,6 +8,7 @@ from theseus.core.errors import TheseusError
 from theseus.core.folders import make_folder
 from theseus.core.inspect.runs import is_number, read_metrics
 from theseus.core.requirements import require
+from theseus.core.rundir import RunDir, missing_run
 
 
 def writable(out: str | Path) -> Path:
@@ -40,7 +41,7 @@ def plot_runs(
         for run in runs:
             run_path = Path(root) / "runs" / run
             if not (run_path / "job.json").exists():
-                raise TheseusError(f"no run named {run!r} under {root}")
+                raise TheseusError(missing_run(RunDir(root, run)))
             rows = [
                 r
                 for r in read_metrics(run_path)

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from theseus.core import safe_yaml
+from theseus.core import safe_json, safe_yaml
 from theseus.core.errors import JobError
 from theseus.core.jobs import job_kind
 from theseus.core.liveness import shown_status
 from theseus.core.regular_files import open_regular, read_all, read_small
-from theseus.core.rundir import RunDir, read_record
+from theseus.core.rundir import RunDir, missing_run, read_record
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 def parse_metric_line(raw: bytes) -> dict[str, Any] | str:
     """One ``metrics.jsonl`` line as a row, or what is wrong with it."""
     try:
-        row = json.loads(raw.decode("utf-8"))
+        row = safe_json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         return "not UTF-8"
     except json.JSONDecodeError:
@@ -288,7 +288,7 @@ def run_details(root: str | Path, name: str) -> dict[str, Any]:
 
     run = RunDir(root, name)
     if not run.exists():
-        raise JobError(f"no run named {name!r} under {root}")
+        raise JobError(missing_run(run))
     record = read_record(run.record_path)
     record["status"] = shown_status(run.path, record.get("status"))  # shown, never written
     finals = {}

@@ -54,14 +54,19 @@ class PretrainJob(Job):
         return Recipe(layout="packed")
 
     @classmethod
-    def prerequisites(cls, config: TrainJobConfig, root: str) -> list[Prerequisite]:
+    def prerequisites(
+        cls, config: TrainJobConfig, root: str, run: RunDir | None = None
+    ) -> list[Prerequisite]:
+        """The tokenize runs of its datasets (``run``: a resumed run keeps the data it
+        recorded)."""
         from theseus.core.data.api import tokenize_prerequisites  # JAX, Grain: not at import
 
         check_init(config, root)  # before any prerequisite spends time
         check_evaluations(config)
         parse_steps(config.logging.profile_steps)
         check_loggers(registries(), config.logging.loggers, config)  # e.g. W&B credentials
-        return tokenize_prerequisites(config.data, root)
+        run_dir = run.path if run is not None and run.exists() else None
+        return tokenize_prerequisites(config.data, root, run_dir=run_dir)
 
     @classmethod
     def dry_run(

@@ -84,9 +84,14 @@ def serve(
     # the pages show damaged runs as damaged; a warning per poll would flood the terminal
     logging.getLogger("theseus.core.inspect.runs").setLevel(logging.ERROR)
     sock = _bind(host, port)
-    typer.echo(f"theseus serve: {root_path.resolve()} at {url_of(sock, host, token)}", err=False)
-    typer.echo("(read-only; Ctrl-C stops it)")
-    config = uvicorn.Config(
-        create_app(root_path, token), log_level="warning", access_log=False, lifespan="off"
-    )
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        typer.echo(f"theseus serve: {root_path.resolve()} at {url_of(sock, host, token)}")
+        typer.echo("(read-only; Ctrl-C stops it)")
+        config = uvicorn.Config(
+            create_app(root_path, token), log_level="warning", access_log=False, lifespan="off"
+        )
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (uvicorn stops, then passes it on)
+        from theseus.core import stop
+
+        typer.echo(f"theseus serve: stopped ({stop.last_signal()})")

@@ -1,44 +1,40 @@
 """Saved configs as the web view shows them: flattened to dotted keys, secrets redacted,
 compared across runs.
 
-A key any part of which names a credential (:func:`theseus.core.redaction.is_secret_name`:
-``token``, ``hf_token``, ``api_key``, ``wandb_key``, ``auth``, ``bearer``, ``password``,
-``secret``, ``credentials``...) has its value replaced by :data:`REDACTED`, in the
-flattened values and in the text alike (a block under such a key is dropped from the text,
-and each value below it is redacted); URL credentials (``user:password@``) and bearer
-tokens are redacted in every value. ``tokenizer`` or ``total_tokens`` are not credentials
+Redaction is the one rule of :mod:`theseus.core.redaction` (by key name, by value shape, by
+the values of the server's secret environment variables). A key any part of which names a
+credential has its value replaced by :data:`REDACTED`, in the flattened values and in the
+text alike (a block under such a key is dropped from the text, and each value below it is
+redacted). ``tokenizer``, ``total_tokens`` or ``n_experts_per_token`` are not credentials
 and are shown.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import yaml
 from theseus.core import safe_yaml
-from theseus.core.redaction import REDACTED, is_secret_name, redact_line, redact_string, redact_tree
+from theseus.core.redaction import (
+    REDACTED,
+    environment_secrets,
+    is_secret_key,
+    redact_lines,
+    redact_record,
+    redact_tree,
+)
+from theseus.core.redaction import redact_config_text as redact_text
 
-_YAML_KEY_LINE = re.compile(r"^(\s*(?:-\s+)?)([^\s:#][^:#]*?)(\s*:\s*)(\S.*)?$")
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether any part of the dotted ``key`` names a credential."""
-    return any(is_secret_name(part) for part in key.split("."))
-
-
-__all__ = ["REDACTED", "diff", "flatten", "parse", "redact_json", "redact_lines", "redact_tree"]
+__all__ = [
+    "REDACTED", "diff", "flatten", "parse", "redact_json", "redact_lines", "redact_text",
+    "redact_tree",
+]  # fmt: skip
 
 
 def redact_json(record: dict[str, Any]) -> dict[str, Any]:
     """A record (``job.json``) as shown: secret-named keys at any depth (``history``'s
-    config changes are keyed by config keys) and URL credentials redacted."""
-    return redact_tree(record)
-
-
-def redact_lines(lines: list[str]) -> list[str]:
-    """Log lines as shown (secret assignments, URL credentials, bearer tokens redacted)."""
-    return [redact_line(line) for line in lines]
+    config changes are keyed by config keys) redacted, its ``key`` (the job key) shown."""
+    return redact_record(record)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -53,33 +49,13 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def redact_values(flat: dict[str, Any]) -> dict[str, Any]:
+    secrets = list(environment_secrets().values())
     return {
-        k: (REDACTED if is_secret_key(k) and v not in ("", None) else redact_tree(v))
+        k: (
+            REDACTED if is_secret_key(k) and v not in ("", None) else redact_tree(v, False, secrets)
+        )
         for k, v in flat.items()
     }
-
-
-def redact_text(text: str) -> str:
-    """YAML text with the value of every credential-named key replaced (line by line, so a
-    file that does not parse is redacted too). A block value under such a key is dropped."""
-    out: list[str] = []
-    hiding_deeper_than: int | None = None
-    for line in text.splitlines():
-        indent = len(line) - len(line.lstrip())
-        if hiding_deeper_than is not None:
-            if line.strip() and indent <= hiding_deeper_than:
-                hiding_deeper_than = None
-            else:
-                continue
-        match = _YAML_KEY_LINE.match(line)
-        if match and is_secret_key(match.group(2)):
-            lead, key, _, value = match.groups()
-            out.append(f"{lead}{key}: {REDACTED!r}")
-            if not value:  # a block below it
-                hiding_deeper_than = indent
-            continue
-        out.append(redact_string(line))
-    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 
 def parse(text: str) -> tuple[dict[str, Any], str | None]:

@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from theseus.core import safe_json
 from theseus.core.errors import JobError, TheseusError
 from theseus.core.inspect.runs import (
     lineage,
@@ -120,7 +121,7 @@ class RootView:
         if text is None:
             return None
         try:
-            return config_view.redact_tree(json.loads(text))
+            return config_view.redact_tree(safe_json.loads(text))
         except json.JSONDecodeError as error:
             problems.append(f"{path.name} is not valid JSON: {error}")
             return None
@@ -153,7 +154,7 @@ class RootView:
         )
         if row.get("status") == "running":  # asked again each time: the files do not change
             row = {**row, "status": shown_status(path, "running")}  # when a process dies
-        return row
+        return config_view.redact_json(row)  # its problem may quote a record's error
 
     @staticmethod
     def _run_files(path: Path) -> list[Path]:
@@ -254,7 +255,8 @@ class RootView:
                 if payload is not None:
                     problems.append(f"{path.name} has no 'results' mapping")
                 continue
-            source = payload.get("source") if isinstance(payload.get("source"), dict) else {}
+            found = payload.get("source")
+            source = found if isinstance(found, dict) else {}
             evaluations.append(
                 {
                     "step": step if step is not None else source.get("step"),

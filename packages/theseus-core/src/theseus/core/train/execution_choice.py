@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan
+from theseus.core.ranges import check_at_most
 from theseus.core.sharding.config import ShardingConfig, ShardingError
 from theseus.core.sharding.parallel import check_experts, expert_dimensions
 from theseus.core.sharding.rules import BATCH_AXES
@@ -46,16 +47,23 @@ def expert_routing(sizes: dict[str, int], has_experts: bool) -> str:
 
 
 def dispatch_capacity(
-    routing: str, sharding: ShardingConfig, model_capacity: float
+    routing: str, sharding: ShardingConfig, model_capacity: float, experts: int = 0
 ) -> tuple[float, str]:
     """The capacity factor the all-to-all dispatch is sized by, and the rule that chose it:
     the model's own ``capacity_factor`` where it has one, else ``sharding.expert_capacity``
-    (0: dropless, slabs of every assignment). Only the all-to-all has one."""
+    (0: dropless, slabs of every assignment). Only the all-to-all has one. A factor above
+    the number of ``experts`` is refused: at that factor an expert can take every
+    assignment, and more only sizes buffers past what the step can index."""
     if routing != "all_to_all":
         return 0.0, ""
     if model_capacity > 0:
         return model_capacity, f"model.capacity_factor={model_capacity:g}"
     chosen = float(sharding.expert_capacity)
+    if experts:
+        check_at_most(
+            "sharding.expert_capacity", chosen, experts,
+            "the model's experts: at that factor each expert can take every assignment",
+        )  # fmt: skip
     return chosen, f"sharding.expert_capacity={chosen:g}, the model being dropless"
 
 
@@ -145,7 +153,8 @@ def plan_execution(
             "model without attention does); use sharding.context=1"
         )
     routing = expert_routing(sizes, bool(experts))
-    capacity, capacity_rule = dispatch_capacity(routing, sharding, model_capacity)
+    most = max(experts.values(), default=0)
+    capacity, capacity_rule = dispatch_capacity(routing, sharding, model_capacity, most)
     dispatch, rule = dispatch_method(routing, sharding, mesh.platform, model_capacity)
     return ExecutionPlan(
         attention=kernel,

@@ -34,7 +34,7 @@ from theseus.core.data.api import run_dataset_path
 from theseus.core.errors import ConfigError, JobError, TheseusError, one_line
 from theseus.core.jobs import parse_reference
 from theseus.core.plugins import registries as default_registries
-from theseus.core.rundir import RunDir, checkpoint_step
+from theseus.core.rundir import RunDir, checkpoint_step, missing_run
 from theseus.core.runner import config_for, job_spec
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.configs import TrainJobConfig
@@ -121,7 +121,7 @@ def open_run(
     name, at = parse_reference(reference, what or "run")
     run = RunDir(root, name)
     if not run.exists():
-        raise error(f"{prefix}no run named {name!r} under {root}")
+        raise error(f"{prefix}{missing_run(run)}")
     try:
         record = run.read_record()
     except JobError as failure:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -137,8 +136,8 @@ class Trainer:
             events.emit("on_loop_end", state=state)
             if self.preempted:
                 raise PreemptedError(
-                    f"run {self.run.name} stopped by a signal at step {int(state.step)}; "
-                    "checkpoint saved, rerun the same command to resume"
+                    f"run {self.run.name} stopped by a signal ({stop.last_signal()}) at step "
+                    f"{int(state.step)}; checkpoint saved, rerun the same command to resume"
                 )
             summary = {
                 "step": int(state.step),
@@ -246,25 +245,13 @@ class Trainer:
 
 @contextmanager
 def _preemption_guard(trainer: Trainer) -> Iterator[None]:
-    """SIGTERM/SIGINT: finish the current step, checkpoint, stop (main thread only)."""
-    import threading
+    """SIGTERM/SIGINT: finish the current step, checkpoint, stop (:func:`stop.graceful`)."""
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        log.warning("signal %d: checkpointing and stopping", signum)
+    def preempt() -> None:
         trainer.preempted = True
-        stop.requested.set()  # a wait for data gives up rather than outlive the grace period
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop.graceful(f"run {trainer.run.name} (checkpointing first)", preempt):
         yield
-    finally:
-        stop.requested.clear()
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 @contextmanager

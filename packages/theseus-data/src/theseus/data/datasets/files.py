@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from theseus.core import safe_json
 from theseus.core.data.errors import DataError
 from theseus.data.errors import BadRecordError
 
@@ -49,7 +50,7 @@ def read_jsonl(path: Path, skips: Skips) -> Iterator[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = safe_json.loads(line)
             except json.JSONDecodeError as error:
                 skips.bad(f"{path}:{number}: not valid JSON ({error.msg})")
                 continue

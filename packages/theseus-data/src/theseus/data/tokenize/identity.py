@@ -3,7 +3,8 @@
 The settings are the job's typed ``data`` options (those that change the output) and its
 ``tokenizer`` options, with a tokenizer file counted by its content: ``tokenizer.path``
 becomes ``source_sha256``, the digest of the ``tokenizer.json`` text and the chat template
-read with it. The same options give the same folder whoever computes them (the job, a
+read with it; a dataset read from local files (``data.files``) adds their ``sources``
+stamp (names, sizes, modification times), so files that changed get another folder. The same options give the same folder whoever computes them (the job, a
 trainer's prerequisite, the migration of an older root); another tokenizer, or the same
 file edited, gives another folder.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from theseus.core.data import format as fmt
-from theseus.core.data.identity import IDENTITY_KEY, identity_digest, variant_name
+from theseus.core.data.identity import IDENTITY_KEY, SOURCES_KEY, identity_digest, variant_name
 from theseus.data.errors import TokenizerError
 
 # Options that do not change the output (left out of the settings).
@@ -59,17 +60,47 @@ def tokenizer_identity(tokenizer: dict[str, Any]) -> dict[str, Any]:
     raise TokenizerNotReady(f"tokenizer.path {given!r}: no such tokenizer.json file")
 
 
-def identity_settings(name: str, data: Any, tokenizer: Any) -> dict[str, Any]:
-    """What makes the output of ``data/tokenize/<name>`` with these typed config groups."""
-    options = dataclasses.asdict(data) if dataclasses.is_dataclass(data) else dict(data)
-    kept = {k: v for k, v in options.items() if k not in RUNTIME_ONLY}
-    described = dataclasses.asdict(tokenizer) if dataclasses.is_dataclass(tokenizer) else tokenizer
+def _as_dict(options: Any) -> dict[str, Any]:
+    """A typed config group (a dataclass) or a mapping, as a dict."""
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return dataclasses.asdict(options)
+    return dict(options)
+
+
+def sources_stamp(files: str) -> dict[str, Any]:
+    """The files the globs ``files`` match, stamped by name, size and modification time
+    (read from the file system, not the files): a file that grew, changed or appeared gives
+    another stamp."""
+    from theseus.data.datasets.files import expand
+
+    entries = []
+    for path in expand(files):
+        status = path.stat()
+        entries.append([str(path.resolve()), status.st_size, status.st_mtime_ns])
+    digest = hashlib.sha256(json.dumps(entries).encode("utf-8", errors="surrogatepass"))
     return {
+        "files": len(entries),
+        "bytes": sum(entry[1] for entry in entries),
+        "stamp": digest.hexdigest()[:16],
+    }
+
+
+def identity_settings(name: str, data: Any, tokenizer: Any) -> dict[str, Any]:
+    """What makes the output of ``data/tokenize/<name>`` with these typed config groups; a
+    dataset that reads local files (a ``files`` option) counts them by their stamp
+    (:func:`sources_stamp`)."""
+    options = _as_dict(data)
+    kept = {k: v for k, v in options.items() if k not in RUNTIME_ONLY}
+    described = _as_dict(tokenizer)
+    settings = {
         "format_version": fmt.FORMAT_VERSION,
         "dataset": name,
         "data": kept,
         "tokenizer": tokenizer_identity(dict(described)),
     }
+    if isinstance(kept.get("files"), str) and kept["files"].strip():
+        settings[SOURCES_KEY] = sources_stamp(kept["files"])
+    return settings
 
 
 def with_digest(settings: dict[str, Any]) -> dict[str, Any]:

@@ -10,17 +10,18 @@ previous, interrupted run finished), publish them in order into the shards as th
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import shutil
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from theseus.core import stop
 from theseus.core.data import format as fmt
 from theseus.core.data.errors import DataError, SettingsConflictError
 from theseus.core.data.identity import describe_settings, settings_differences
+from theseus.core.errors import PreemptedError
 from theseus.core.jobs import Job
 from theseus.core.locks import exclusive
 from theseus.data.tokenize.identity import identity_settings, output_dir, with_digest
@@ -31,13 +32,13 @@ from theseus.data.tokenize.units import (
     Prefix,
     encode_unit,
     finished_units,
-    init_worker,
     plan_units,
     read_unit,
     remove_partial_units,
     unit_path,
     unit_summary,
 )
+from theseus.data.tokenize.workers import finish_running, finished_some, worker_pool
 
 log = logging.getLogger(__name__)
 WORK = ".work"
@@ -61,7 +62,8 @@ class TokenizeJob(Job):
         settings = with_digest(self.settings(name))
         out = output_dir(self.context.root, name, settings, self.config.data.suffix)
         hint = "wait for it to finish (the next run reuses its output; a trainer may read it now)"
-        with exclusive(out, f"dataset directory {out}", hint):
+        what = f"the tokenization of {name} (the units it finished are published first)"
+        with exclusive(out, f"dataset directory {out}", hint), stop.graceful(what):
             return self.tokenize(name, out, settings)
 
     def tokenize(self, name: str, out: Path, settings: dict[str, Any]) -> dict[str, Any]:
@@ -76,6 +78,11 @@ class TokenizeJob(Job):
         log.info("tokenizing %s into %s", name, out)
 
         tokenizer = self.tokenizer(out, dataset)
+        if stop.requested.is_set():  # while the tokenizer trained (it is kept for the rerun)
+            raise PreemptedError(
+                f"run {self.context.run.name} stopped by a signal ({stop.last_signal()}) "
+                "before any unit was tokenized; rerun the same command to resume"
+            )
         dataset.skips.count = 0  # count the tokenization pass only (training read it too)
         work = out / WORK
         work.mkdir(exist_ok=True)
@@ -188,20 +195,23 @@ class TokenizeJob(Job):
             log.info("removed %d unit files a stopped run left half written", partial)
         if done := len(finished_units(work)):
             log.info("resuming: %d of the units are already tokenized", done)
-        context = multiprocessing.get_context("spawn")
         pending: dict[Future, int] = {}
         sizes: dict[int, int] = {}
         ready: set[int] = set()  # finished unit files, published or not
         max_tokens = self.config.data.max_tokens
         prefix = Prefix()
         resumed = planned = 0
+        cut_short = False  # a stop came before every unit was planned
         with (
             TokenizeMeter(f"tokenizing {name} ({workers} workers)") as meter,
-            ProcessPoolExecutor(workers, context, init_worker, (str(tokenizer_dir),)) as pool,
+            worker_pool(workers, str(tokenizer_dir)) as pool,
         ):
             for unit in plan_units(dataset.records(), unit_bytes):
                 if (max_tokens and prefix.tokens >= max_tokens) or publisher.done:
                     break  # enough tokens in finished leading units: stop reading
+                if stop.requested.is_set():
+                    cut_short = True
+                    break
                 planned = unit.index + 1
                 publisher.plan(planned, False)
                 path = unit_path(work, unit.index)
@@ -221,18 +231,27 @@ class TokenizeJob(Job):
                     if unit.index < publisher.next_unit:
                         log.warning("unit %d was published already: publishing again", unit.index)
                         publisher.reset()
-                while len(pending) >= 2 * workers:
-                    self._collect(pending, sizes, meter, prefix, ready)
+                while len(pending) >= 2 * workers and not stop.requested.is_set():
+                    self._collect(pending, finished_some(pending), sizes, meter, prefix, ready)
                     self._publish(publisher, ready, work)
+                if stop.requested.is_set():
+                    cut_short = True
+                    break
                 future = pool.submit(
                     encode_unit, unit.index, dataset.kind, unit.records, str(work), digest
                 )
                 pending[future] = unit.index
                 sizes[unit.index] = unit.num_bytes
-            publisher.plan(planned, True)
-            while pending:
-                self._collect(pending, sizes, meter, prefix, ready)
+            if not cut_short:
+                publisher.plan(planned, True)
+            while pending and not stop.requested.is_set():
+                self._collect(pending, finished_some(pending), sizes, meter, prefix, ready)
                 self._publish(publisher, ready, work)
+            if stop.requested.is_set():  # what is finished is published; the workers end
+                self._collect(pending, finish_running(pending), sizes, meter, prefix, ready)
+                self._publish(publisher, ready, work)
+                if cut_short or pending:  # else every unit is done: the job finishes
+                    raise self.stopped(publisher)
             self._publish(publisher, ready, work)
         log.info(
             "%d units tokenized now by %d worker processes, %d by an earlier run; %d published",
@@ -243,6 +262,14 @@ class TokenizeJob(Job):
         )
         return meter
 
+    def stopped(self, publisher: Publisher) -> PreemptedError:
+        """The one line a signal ends the job with (the units published stay usable)."""
+        return PreemptedError(
+            f"run {self.context.run.name} stopped by a signal ({stop.last_signal()}): "
+            f"{publisher.units} units published and usable, the others not tokenized yet; "
+            "rerun the same command to resume"
+        )
+
     @staticmethod
     def _publish(publisher: Publisher, ready: set[int], work: Path) -> None:
         """Publish the finished units that come next in order."""
@@ -252,9 +279,14 @@ class TokenizeJob(Job):
 
     @staticmethod
     def _collect(
-        pending: dict, sizes: dict, meter: TokenizeMeter, prefix: Prefix, ready: set[int]
+        pending: dict,
+        done: set[Future],
+        sizes: dict,
+        meter: TokenizeMeter,
+        prefix: Prefix,
+        ready: set[int],
     ) -> None:
-        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+        """Count the ``done`` units in and mark their files ready to publish."""
         for future in done:
             pending.pop(future)
             index, documents, tokens, pid = future.result()

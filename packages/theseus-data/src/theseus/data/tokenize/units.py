@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import chain
@@ -97,8 +100,6 @@ TEST_GATE_UNIT_ENV = "THESEUS_TEST_TOKENIZE_GATE_UNIT"
 
 
 def _test_hooks(index: int) -> None:
-    import time
-
     gate = os.environ.get(TEST_GATE_ENV)
     first = int(os.environ.get(TEST_GATE_UNIT_ENV) or 1)
     while gate and index >= first and not Path(gate).exists():
@@ -109,12 +110,24 @@ def _test_hooks(index: int) -> None:
 
 def init_worker(tokenizer_dir: str) -> None:
     """Load the saved tokenizer once per worker; one thread each (the processes are the
-    parallelism)."""
+    parallelism). SIGINT and SIGTERM are the job's to handle (Ctrl-C reaches the whole
+    process group): a worker ignores them, the job ends it; a worker whose job is gone
+    (killed outright) exits by itself within a second."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    threading.Thread(target=_exit_without, args=(os.getppid(),), daemon=True).start()
     global _TOKENIZER
 
     _TOKENIZER = load_tokenizer(tokenizer_dir)
+
+
+def _exit_without(parent: int) -> None:
+    """End this worker once ``parent`` (its job) is gone: no worker outlives its job."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def encode_unit(
@@ -202,7 +215,7 @@ def write_unit(
     if mask is not None:
         arrays["mask"] = mask
     with open(tmp, "wb") as handle:
-        np.savez(handle, **arrays)
+        np.savez(handle, **arrays)  # type: ignore[arg-type]  # (numpy's stub: **kwds)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)

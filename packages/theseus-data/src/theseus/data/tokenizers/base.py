@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from theseus.core import safe_json
+
 CONFIG_FILE = "tokenizer_config.json"
 
 EOS = "<|endoftext|>"
@@ -97,7 +99,7 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
 
     if not path.exists():
         raise TokenizerError(f"{path} does not exist: not a saved theseus tokenizer")
-    return json.loads(path.read_text())
+    return safe_json.loads(path.read_text())
 
 
 def sha256_text(text: str | bytes) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from theseus.core import safe_json
 from theseus.core.components import option
 from theseus.data.errors import TokenizerError
 from theseus.data.tokenizers.base import (
@@ -142,9 +143,11 @@ class HFTokenizer(Tokenizer):
 
             added = self.tk.get_added_tokens_decoder().values()
             self._added = frozenset(token.content for token in added)
-            self._fast, why = (
+            fast: Any
+            fast, why = (
                 tiktoken_equivalent(self.json_text) if self._allow_fast else (None, "fast=False")
             )
+            self._fast = fast
             if self._fast is None:
                 log.debug("encoding with tokenizers, not tiktoken: %s", why)
         return self._fast
@@ -231,7 +234,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = safe_json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise TokenizerError(f"{path} is not valid JSON: {error}") from error
     return data if isinstance(data, dict) else {}

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from theseus.core import safe_json
 from theseus.data.tokenizers.base import CONFIG_FILE, Corpus, Tokenizer, read_config
 
 HF_FILE = "tokenizer.json"
@@ -39,7 +40,7 @@ def _saved_kind(directory: Path) -> str | None:
     if not path.is_file():
         return None
     try:
-        saved = json.loads(path.read_text())
+        saved = safe_json.loads(path.read_text())
     except json.JSONDecodeError:
         return None
     kind = saved.get("kind") if isinstance(saved, dict) else None

@@ -86,7 +86,7 @@ class VolcanoBackend(Backend):
             try:
                 import json
 
-                reason = json.loads(error.body).get("message") or reason
+                reason = json.loads(error.body or "").get("message") or reason
             except (TypeError, ValueError):
                 pass
             raise DispatchError(f"{self.name}: {what}: {error.status} {reason}") from error
@@ -211,9 +211,12 @@ class VolcanoBackend(Backend):
         }
 
     def _bootstrap(self, sub: Submission, bundle_sha: str) -> str:
+        """Each pod's bootstrap; it checks that the PVC's mount point is mounted (the root is
+        under it: the config refuses one that is not) before it starts."""
         return script(
             sub, self.config, bundle_dir=f"{WORK}/bundles/{bundle_sha[:16]}",
             launch_dir=f"{WORK}/launches/{sub.name}", root=self._root(), workdir=WORK,
+            mount=self.config.root_mount or self.config.mount_path,
         )  # fmt: skip
 
     def plan(self, sub: Submission) -> str:

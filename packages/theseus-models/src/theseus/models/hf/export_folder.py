@@ -60,6 +60,7 @@ def check_target(out: Path, overwrite: bool, key: str = "hf.dir") -> None:
     if out.exists() and not out.is_dir():
         raise ModelError(f"{key}: {out} is a file, not a folder; choose a folder to export into")
     if not out.is_dir():
+        check_creatable(out, key)
         return
     try:
         held = sorted(entry.name for entry in out.iterdir())
@@ -71,6 +72,21 @@ def check_target(out: Path, overwrite: bool, key: str = "hf.dir") -> None:
             f"{key}: {out} is not empty ({listing}); export into an empty folder, or set "
             "hf.overwrite=true to replace the model files there"
         )
+
+
+def check_creatable(out: Path, key: str) -> None:
+    """Refuse, in one line, a folder ``out`` that cannot be made: the nearest of its parents
+    that exists is a file, or a folder this process may not write into."""
+    parent = out.absolute().parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ModelError(
+            f"{key}: {out} cannot be made: {parent} is a file, not a folder; choose a folder "
+            "to export into"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ModelError(f"{key}: {out} cannot be made: {parent} is not writable")
 
 
 @contextmanager

@@ -3,9 +3,9 @@ folder is named in one line before anything heavy is imported."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from theseus.core import safe_json
 from theseus.core.requirements import require
 from theseus.models.errors import ModelError
 
@@ -35,7 +35,7 @@ def read_config(directory: str | Path) -> dict:
     if not path.is_file():
         raise ModelError(f"{directory}: no config.json (not a transformers checkpoint directory)")
     try:
-        hf = json.loads(path.read_bytes().decode("utf-8"))
+        hf = safe_json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise ModelError(f"{path} is not a JSON config ({' '.join(str(error).split())})") from error
     if not isinstance(hf, dict):
