@@ -208,7 +208,12 @@ def run(
         ),
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="resolve, plan and report memory; run nothing")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="resolve, plan and report memory; run nothing (the config as given: a run "
+            "of that name is neither read nor resumed)",
+        ),
     ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="with --dry-run: print the plan as one JSON object")
@@ -240,6 +245,7 @@ def run(
         fresh=fresh,
         branch=branch,
         configs=configs or [],
+        dry_run=dry_run,
     )
     if dry_run:
         _dry_run(prepared, as_json, target)
