@@ -154,6 +154,7 @@ def config(
 
     regs = _registries()
     tree = config_for(job_spec(job, regs), regs, overrides or [], configs=configs or [])
+    tree.check()  # what `run` refuses (a model that cannot be built) is refused here too
     if save is not None:
         path = Path(save)
         path.parent.mkdir(parents=True, exist_ok=True)
