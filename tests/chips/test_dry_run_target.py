@@ -151,7 +151,7 @@ WITHOUT_AOT = "import theseus.core.chips.environment as e\ne.installed = lambda 
             [*JOB, "--dry-run", "--target", "v5p-8"],
             WITHOUT_AOT,
             "error: --target v5p-8 compiles with libtpu, which is not installed: uv sync "
-            "--all-packages --group aot (pip: pip install 'theseus-core[aot]')",
+            "--all-packages --inexact --group aot (pip: pip install 'theseus-core[aot]')",
         ),
         (
             [*JOB, "--dry-run", "--target", "h100x8"],

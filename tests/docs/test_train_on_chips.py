@@ -213,6 +213,31 @@ def test_the_64_chip_launch_trains_in_proportion_to_its_9000_steps():
             assert planned[same] == launched[same], (target, same)
 
 
+def test_without_its_logger_the_64_chip_plan_says_metrics_stay_in_the_run_folder(tmp_path):
+    """As the page says: the target forwards WANDB_API_KEY; a launch that leaves wandb off
+    is planned with one warning line saying where the metrics go and how to turn it on."""
+    from theseus.core.plugins import registries
+    from theseus.dispatch import config
+    from theseus.dispatch.submit import recipe_lines, resolve_tree
+
+    (launch,) = [c for c in theseus_commands() if kind(c) == "submit" and "v5p" in c]
+    kept = [w for w in launch[2:] if "=" in w and not w.startswith("logging.")]
+    file = tmp_path / "dispatch.yaml"
+    file.write_text(yaml.safe_dump(dispatch_config()))
+    regs = registries()
+    schemas = {name: component.config for name, component in regs.dispatch_targets.items()}
+    target = config.load(file, schemas).targets["v5p"]
+    name, tree = resolve_tree(regs, launch[1], kept, "llama8b")
+    warnings = [line for line in recipe_lines(tree, regs, target, name) if "warning" in line]
+    assert warnings == [
+        "warning     WANDB_API_KEY is forwarded but logging.loggers leaves wandb off: metrics go "
+        "only to the run folder (add 'logging.loggers=[wandb]')"
+    ]
+    every = [w for w in launch[2:] if "=" in w and not w.startswith("-")]
+    name, tree = resolve_tree(regs, launch[1], every, "llama8b")
+    assert not [line for line in recipe_lines(tree, regs, target, name) if "warning" in line]
+
+
 def moved(args: list[str], base: Path) -> list[str]:
     """A page command with its machine paths moved under ``base``."""
     out = []
