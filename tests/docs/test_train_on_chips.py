@@ -2,7 +2,7 @@
 below, and each kind that can run here runs.
 
 * plans (``theseus run ... --dry-run --target T``): both run as written, the real 8B (the
-  H100 plan in 10-35 s on 2 cores, the v5p-128 plan in 30-170 s: marked slow), and print the
+  H100 plan in 10-35 s on 2 cores, the v5p-128 plan in 30-280 s: marked slow), and print the
   per-chip memory, step estimate and training recipe the page quotes;
 * the 64-chip launch trains with a recipe in proportion to its 9000 steps (its warm-up,
   decay and evaluation), as its plan prints it, and its metrics reach the logger whose key
