@@ -26,7 +26,9 @@ def require_aot() -> None:
     """Skip without the aot group; in CI (``THESEUS_REQUIRE_AOT=1``) fail instead."""
     if aot_installed():
         return
-    message = "the aot dependency group is not installed (uv sync --all-packages --group aot)"
+    message = (
+        "the aot dependency group is not installed (uv sync --all-packages --inexact --group aot)"
+    )
     if os.environ.get("THESEUS_REQUIRE_AOT") == "1":
         pytest.fail(message)
     pytest.skip(message)

@@ -33,6 +33,10 @@ def test_user_mistakes_print_one_line_and_exit_2(root):
         ("run", "nope/job"): "unknown job 'nope/job'",
         ("run", "example/fit-line", "--name", "../x"): "run name '../x' is invalid",
         ("config", "example/fit-line", "optimizer.name=nadam"): "unknown optimizer 'nadam'",
+        # the model checks `run` makes: 8 key/value heads cannot serve 30 query heads
+        ("config", "llama/train/pretrain", "model.n_heads=30", "model.n_kv_heads=8"): (
+            "model.n_kv_heads=8 must divide model.n_heads=30"
+        ),
     }
     for args, expected in cases.items():
         result = theseus(*args, "--root", str(root)) if args[0] == "run" else theseus(*args)

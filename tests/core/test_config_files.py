@@ -272,13 +272,13 @@ def test_run_help_shows_examples():
     done = theseus("run", "--help", env=env_with(COLUMNS="120"))
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    assert "Examples:" in text
+    assert "Examples, in this order" in text  # tests/core/test_help_examples.py runs them
     for example in (
-        "theseus run gpt/train/pretrain model.preset=tiny",
-        "-c base.yaml -c small.yaml",
+        "theseus config gpt/train/pretrain model.preset=tiny",
+        "--save tiny.yaml",
+        "theseus run gpt/train/pretrain -c tiny.yaml",
         "--fresh",
-        "--branch gpt-train-pretrain@200",
+        "--branch gpt-train-pretrain@10",
         "--dry-run",
-        "--save my.yaml",
     ):
         assert example in text, example

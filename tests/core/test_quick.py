@@ -44,6 +44,14 @@ def test_typos_and_wrong_types_raise_on_assignment(root):
         with pytest.raises(ConfigTypeError, match="'task.steps' expects int, got 'ten'"):
             q.config.task.steps = "ten"
         assert q.config.task.steps == 300  # unchanged by the failed assignments
+        # the README's "typed: a string here is an error", for a number's text too
+        q.config.optimizer.name = "adamw"
+        for text in ("0.1", "fast"):
+            with pytest.raises(ConfigTypeError, match=f"expects float, got '{text}' \\(str\\)"):
+                q.config.optimizer.learning_rate = text
+        with pytest.raises(ConfigTypeError, match="'task.steps' expects int, got '10'"):
+            q.config.task.steps = "10"
+        assert q.config.optimizer.learning_rate == 6e-4 and q.config.task.steps == 300
         assert hasattr(q.config.task, "steps") and not hasattr(q.config.task, "stepz")
         assert q.config.node.task.points == 256  # the OmegaConf tree underneath
 

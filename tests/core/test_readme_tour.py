@@ -3,12 +3,15 @@ section's four commands, unchanged, in one root. Each step's wall time is printe
 numbers a person would look at are asserted:
 
 * the main job learns: its last validation loss is 1.5 nats under the loss of a uniform
-  guess over the BPE vocabulary (ln 8192 = 9.01 nats), and half a nat under its first;
+  guess over the BPE vocabulary (ln 8192 = 9.01 nats), and half a nat under its first, and
+  within 0.2 of the one the README says to expect;
 * SFT learns addition: greedy exact match on held-out two-digit problems (none of them in the
   training set, ``theseus.core.addition``) is at least ``EXACT_MATCH``. Chance is about one
   in 199 (sums run from 0 to 198), so the threshold is far above it;
-* DPO learns the preference on held-out pairs: the validation reward accuracy and margin at
-  the last evaluation are above those at the first, and the accuracy is above one half;
+* DPO learns the preference on held-out pairs: the validation reward margin at the last
+  evaluation is above that at the first, and the accuracy is above one half;
+* the fine-tuned model answers the README's question as the README shows, from theseus
+  (``generate.chat=true``) and from ``transformers`` (the export's chat template);
 * GRPO (docs/grpo.md's example, from the SFT run's step 400) ends at least ``GRPO_RISE``
   above the same run with its rewards shuffled across completions (the control: the same
   start, the same samples' lengths, no information in the rewards), and does not lose held-out
@@ -49,10 +52,24 @@ GRPO = (
 BPE_VOCAB = 8192
 
 
+def readme() -> str:
+    return (REPO / "README.md").read_text()
+
+
+def fine_tuning_section() -> str:
+    return readme().split("## Fine-tuning", 1)[1].split("\n## ", 1)[0]
+
+
 def fine_tuning_blocks() -> list[list[str]]:
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Fine-tuning", 1)[1].split("\n## ", 1)[0]
-    return [block.splitlines() for block in re.findall(r"```bash\n(.+?)\n```", section, re.S)]
+    return [
+        block.splitlines()
+        for block in re.findall(r"```bash\n(.+?)\n```", fine_tuning_section(), re.S)
+    ]
+
+
+def shown_answer() -> str:
+    """The line the README says the question prints."""
+    return re.search(r"It prints `([^`]+)`", fine_tuning_section()).group(1)
 
 
 def fine_tuning_lines() -> list[str]:
@@ -96,6 +113,8 @@ def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     (main,) = training_runs(root)
     val = [r["val/loss"] for r in metrics(root, main) if "val/loss" in r]
     assert val[-1] < math.log(BPE_VOCAB) - 1.5 and val[-1] < val[0] - 0.5, val
+    expected = float(re.search(r"validation loss ends at about ([\d.]+)", readme()).group(1))
+    assert abs(val[-1] - expected) <= 0.2, (val, expected)
 
     lines = fine_tuning_lines()
     names = ["base", "sft", "dpo", "export"]
@@ -119,6 +138,10 @@ def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     assert len(accuracy) >= 2 and accuracy[-1] > 0.5 + 3 * 0.5 / math.sqrt(128), accuracy
     assert (tmp_path / "dpo-hf" / "config.json").is_file()
     check_the_export_comes_back(env, tmp_path, root)
+    (asking,) = fine_tuning_blocks()[2]
+    answered = run_line(asking, env, tmp_path)[1].strip().splitlines()
+    assert answered[0] == shown_answer(), answered  # "What is 47+38? -> 85", printed once
+    assert answered.count(answered[0]) == 1, answered
 
     held_out = {}
     for name, extra in [("grpo", ""), ("grpo-control", " grpo.shuffle_rewards=true")]:
@@ -136,7 +159,8 @@ def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
 
 def check_the_export_comes_back(env: dict, cwd: Path, root: Path) -> None:
     """The README's second block: the export imports back as a run, and loads in
-    ``transformers`` when the parity group is installed (its install line is not run)."""
+    ``transformers`` when the parity group is installed (its install line is not run),
+    which answers the README's question in the export's chat template."""
     importing, install, loading = fine_tuning_blocks()[1]
     assert "hf/import" in importing and "pip install" in install, (importing, install)
     run_line(importing, env, cwd)
@@ -146,5 +170,5 @@ def check_the_export_comes_back(env: dict, cwd: Path, root: Path) -> None:
     except ImportError:
         return
     _, out = run_line(loading, env, cwd)
-    ids = [int(n) for n in re.findall(r"\d+", out.strip().splitlines()[-1])]
-    assert ids[:6] == list(b"12+34="), out  # the byte tokenizer's ids are the bytes
+    # the question asked through the export's chat template, answered as theseus answers it
+    assert out.strip().splitlines()[-1] == shown_answer().split(" -> ")[1], out

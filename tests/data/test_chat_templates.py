@@ -432,3 +432,36 @@ def test_sft_tokenize_job_records_the_template(tmp_path, folders, name):
             text,
         )
         assert learned == [text.split("<|assistant|>")[1].removesuffix("<|endoftext|>")]
+
+
+# ---------------------------------------------------------------------------- the built-in one
+BUILTIN_CHATS = [
+    [{"role": "user", "content": "What is 47+38?"}, {"role": "assistant", "content": "85"}],
+    [
+        {"role": "system", "content": "Add."},
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "é+2?"},
+        {"role": "assistant", "content": "no"},
+    ],
+]
+
+
+def test_the_builtin_template_in_jinja_renders_and_masks_as_the_builtin_one():
+    """What an export writes as ``chat_template``: read by the same tokenizer as a Hugging
+    Face folder, its chats are the built-in template's ids and loss masks, and a generation
+    prompt is the one ``generate.chat=true`` gives; a role it has no marker for is refused."""
+    from theseus.data.tokenizers.byte import ByteTokenizer
+    from theseus.data.tokenizers.byte_json import byte_tokenizer_json
+    from theseus.data.tokenizers.chat_template import builtin_source
+
+    byte = ByteTokenizer()
+    folder = HFTokenizer(byte_tokenizer_json(), chat_template=byte.chat_template_source())
+    assert folder.chat_template == builtin_source("<|endoftext|>")
+    assert encode_chats(folder, BUILTIN_CHATS) == encode_chats(byte, BUILTIN_CHATS)
+    question = BUILTIN_CHATS[0][:1]
+    assert folder.chat_prompt(question) == byte.chat_prompt(question)
+    assert byte.decode(byte.chat_prompt(question)) == "<|user|>What is 47+38?<|end|><|assistant|>"
+    assert byte.chat_stops() == [byte.special_id("<|end|>")] and folder.chat_stops() == []
+    with pytest.raises(ChatTemplateError, match="has the roles system, user, assistant, not tool"):
+        encode_chats(folder, [[{"role": "tool", "content": "x"}]])

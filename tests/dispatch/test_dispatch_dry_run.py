@@ -70,6 +70,25 @@ def test_a_tpu_dry_run_needs_no_credentials(offline, use_gcloud):
     assert not offline.state.exists()
 
 
+def test_a_slice_is_asked_for_whole_and_a_host_by_whole_workers(offline):
+    """A v5p-128 VM starts its 16 workers whatever --chips says: 48 (12 workers) and 50
+    (no whole number of 4-chip workers) are refused in one line; so is 12 GPUs on hosts of
+    8 (a worker takes its host's 8)."""
+    offline.write({"v5p": tpu(use_gcloud=False), "box": {**SSH, "nodes": 2}})
+    for chips in ("48", "50"):
+        done = offline("submit", JOB, "--to", "v5p", "--chips", chips, "--dry-run", check=False)
+        assert done.returncode == 2 and done.stderr.strip() == (
+            "error: target v5p (gcp-tpu): is one slice of 64 v5p chip(s) on 16 worker(s), all "
+            f"of which a launch starts: ask for --chips 64 (or leave it out), not --chips {chips}"
+        ), done.stderr
+    done = offline("submit", JOB, "--to", "box", "--chips", "12", "--dry-run", check=False)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "error: target box (ssh): gives each worker its node's 8 h100 chip(s), so --chips 12 "
+        "is no whole number of workers (ask for 8 or 16)"
+    ), done.stderr
+    assert not offline.state.exists()
+
+
 def test_an_ssh_dry_run_connects_to_nothing(offline):
     offline.write({"box": SSH})
     done = offline("submit", JOB, "--to", "box", "--dry-run")

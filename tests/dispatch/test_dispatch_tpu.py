@@ -4,6 +4,8 @@ the "workers" are the loopback sshd, so the launch on them is real."""
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
 from dispatch_helpers import VENV_PYTHON, login, run_status, wait_for
@@ -106,3 +108,42 @@ def test_tpu_cancel_stops_workers_and_deletes_vm(sshds, tpu, cli, tmp_path):
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert not tpu.nodes
+
+
+def test_the_launch_starts_the_workers_the_plan_lists(sshds, tpu, cli, tmp_path):
+    """A v4-16 VM has 2 workers: the plan (no --chips: the slice whole) lists 2, and the
+    launch starts processes 0 and 1 of 2, one per worker (each worker's own log says so).
+    The workers run ``/bin/true`` as their Python: the launch is what is tested."""
+    gcloud_env(cli, tmp_path)
+    target = tpu_target(
+        sshds, tpu, tmp_path, accelerator_type="v4-16", chip="v4", chips_per_node=4, nodes=2,
+        python="/bin/true", use_gcloud=False,
+    )  # fmt: skip
+    cli.write({"tpu": target})
+    plan = cli("submit", JOB, "--name", "pair", "--dry-run").stdout
+    (listed,) = re.findall(r"^workers  (\d+), a process each with 4 v4 chip\(s\)", plan, re.M)
+    cli("submit", JOB, "--name", "pair")
+    handle = cli.record("pair")["handle"]
+    launch = Path(handle["launch_dir"])
+    workers = range(len(handle["addresses"]))
+    wait_for(lambda: all((launch / f"exit.{i}").exists() for i in workers), 60, what="exits")
+    started = [
+        re.search(r"theseus: process (\d+) of (\d+)", (launch / f"log.{i}").read_text()).groups()
+        for i in workers
+    ]
+    assert int(listed) == len(handle["pids"]) == 2, (plan, handle)
+    assert started == [("0", "2"), ("1", "2")], started
+
+    # a slice has its chips: half of it is refused in one line, before anything is made
+    done = cli("submit", JOB, "--to", "tpu", "--chips", "4", "--name", "half", check=False)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "error: target tpu (gcp-tpu): is one slice of 8 v4 chip(s) on 2 worker(s), all of "
+        "which a launch starts: ask for --chips 8 (or leave it out), not --chips 4"
+    )
+    # a target whose nodes miss the VM's workers plans 1 and would start 2: refused at the
+    # launch, the VM it created deleted
+    cli.write({"tpu": {**target, "nodes": 1, "chips_per_node": 8}})
+    done = cli("submit", JOB, "--name", "mismatch", check=False)
+    assert done.returncode == 2, done.stderr
+    assert "TPU VM theseus-mismatch (v4-16) has 2 worker(s), and the plan 1" in done.stderr
+    assert "theseus-mismatch" not in tpu.nodes and "theseus-half" not in tpu.nodes

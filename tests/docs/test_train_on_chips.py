@@ -2,8 +2,11 @@
 below, and each kind that can run here runs.
 
 * plans (``theseus run ... --dry-run --target T``): both run as written, the real 8B (the
-  H100 plan in about 35 s on 2 cores, the v5p-128 plan in about 150 s: marked slow), and
-  print the per-chip memory and step estimate the page quotes;
+  H100 plan in 10-35 s on 2 cores, the v5p-128 plan in 30-280 s: marked slow), and print the
+  per-chip memory, step estimate and training recipe the page quotes;
+* the 64-chip launch trains with a recipe in proportion to its 9000 steps (its warm-up,
+  decay and evaluation), as its plan prints it, and its metrics reach the logger whose key
+  the target forwards;
 * tokenizations: run on fineweb-shaped parquet rows with a small ``tokenizer.json``, their
   ``/mnt/shared``, ``/data`` and ``/shared`` paths moved under a temporary folder; the folder
   written is the one the matching ``submit`` command's data settings name;
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from theseus.core.plan import recipe_summary
 
 from tests.chips.compiling import require_aot
 
@@ -179,7 +183,59 @@ def test_the_plan_runs_as_written_and_prints_the_quoted_memory(
     assert abs(plan["peak_bytes"] / GIB - page_gib) <= 0.01 * page_gib, (plan, page_gib)
     page_ms = float(quoted("estimate", target).split()[1])
     assert abs(plan["step_seconds_estimate"] * 1000 - page_ms) <= 0.02 * page_ms, plan
+    for line in recipe_summary.lines(plan["recipe"]):  # how it trains, as the page quotes
+        assert quoted(line[:12].strip(), target) == line, line
     assert not (tmp_path / "runs").exists()  # nothing ran
+
+
+def test_the_64_chip_launch_trains_in_proportion_to_its_9000_steps():
+    """The page's v5p submit: a warm-up of 1% of its steps (not 10 steps of 9000), a cosine
+    decay over all of them, 20 evaluations (not one every 25 steps), its metrics to the
+    logger whose key the target forwards; no warning. Each plan command prints the recipe of
+    the submit it plans."""
+    (launch,) = [c for c in theseus_commands() if kind(c) == "submit" and "v5p" in c]
+    config = resolved(launch)
+    found = recipe_summary.summary(config)
+    steps = found["steps"]
+    assert steps == 9000 and found["schedule_steps"] == steps
+    assert 0.005 * steps <= found["warmup_steps"] <= 0.05 * steps, found
+    assert found["schedule"] == "cosine" and found["decay"].endswith(f"at step {steps}")
+    assert 10 <= steps / found["eval_every"] <= 50, found
+    assert found["warnings"] == [], found
+    forwarded = dispatch_config()["targets"]["v5p"]["secrets"]
+    assert forwarded == ["WANDB_API_KEY"] and config.logging.loggers == ["wandb"]
+    for target, plan in plans().items():
+        submit = next(c for c in theseus_commands() if kind(c) == "submit-dry-run"
+                      and resolved(c).training.global_batch_size == resolved(plan).training.global_batch_size)  # fmt: skip
+        planned = recipe_summary.summary(resolved(plan))
+        launched = recipe_summary.summary(resolved(submit))
+        for same in ("steps", "learning_rate", "warmup_steps", "decay", "eval_every"):
+            assert planned[same] == launched[same], (target, same)
+
+
+def test_without_its_logger_the_64_chip_plan_says_metrics_stay_in_the_run_folder(tmp_path):
+    """As the page says: the target forwards WANDB_API_KEY; a launch that leaves wandb off
+    is planned with one warning line saying where the metrics go and how to turn it on."""
+    from theseus.core.plugins import registries
+    from theseus.dispatch import config
+    from theseus.dispatch.submit import recipe_lines, resolve_tree
+
+    (launch,) = [c for c in theseus_commands() if kind(c) == "submit" and "v5p" in c]
+    kept = [w for w in launch[2:] if "=" in w and not w.startswith("logging.")]
+    file = tmp_path / "dispatch.yaml"
+    file.write_text(yaml.safe_dump(dispatch_config()))
+    regs = registries()
+    schemas = {name: component.config for name, component in regs.dispatch_targets.items()}
+    target = config.load(file, schemas).targets["v5p"]
+    name, tree = resolve_tree(regs, launch[1], kept, "llama8b")
+    warnings = [line for line in recipe_lines(tree, regs, target, name) if "warning" in line]
+    assert warnings == [
+        "warning     WANDB_API_KEY is forwarded but logging.loggers leaves wandb off: metrics go "
+        "only to the run folder (add 'logging.loggers=[wandb]')"
+    ]
+    every = [w for w in launch[2:] if "=" in w and not w.startswith("-")]
+    name, tree = resolve_tree(regs, launch[1], every, "llama8b")
+    assert not [line for line in recipe_lines(tree, regs, target, name) if "warning" in line]
 
 
 def moved(args: list[str], base: Path) -> list[str]:

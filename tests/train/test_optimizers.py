@@ -267,7 +267,10 @@ def _at(tree, path):
 
 def expected_lr(name: str, config, peak: float, total: int, step: int) -> float:
     """The learning rate each schedule's documentation promises, in float64."""
-    warmup = max(0, min(getattr(config, "warmup_steps", 0), total))
+    warmup = getattr(config, "warmup_steps", 0)
+    if warmup < 0:  # derived from the span: 1% of it, at least 10 steps
+        warmup = max(10, round(total / 100))
+    warmup = max(0, min(warmup, total))
     if step < warmup and name in ("constant", "linear-warmup", "cosine", "wsd"):
         return peak * step / warmup  # linear from 0
     if name in ("constant", "linear-warmup"):
@@ -320,6 +323,20 @@ def test_schedule_follows_its_formula(name, overrides):
     # float32 (eps 1.2e-7) through a few ops, a cosine at most: 1e-6 of the peak is slack
     # enough for rounding and far below any difference of a step or a phase.
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * peak)
+
+
+@pytest.mark.parametrize("name", ["cosine", "wsd"])
+def test_the_default_warmup_is_a_share_of_the_run(name):
+    """Warm-up 1% of the steps, at least 10: a 100-step run warms up over 10 steps (as it
+    did before the warm-up scaled), 1000 steps over 10, 9000 over 90 (not 10)."""
+    peak = 1e-3
+    config = train_config(f"schedule.name={name}", f"optimizer.learning_rate={peak}")
+    assert config.schedule.warmup_steps == -1  # the default: derived
+    for total, warmup in ((100, 10), (1000, 10), (9000, 90), (5, 5)):
+        schedule = build_schedule(REGISTRIES, config.schedule, peak, total)
+        last_rising = float(schedule(jnp.asarray(warmup - 1, jnp.int32)))
+        assert last_rising == pytest.approx(peak * (warmup - 1) / warmup, rel=1e-5), total
+        assert float(schedule(jnp.asarray(warmup, jnp.int32))) == pytest.approx(peak, rel=1e-5)
 
 
 # ---------------------------------------------------------------------- tiny training runs

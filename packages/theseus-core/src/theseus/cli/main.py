@@ -154,6 +154,7 @@ def config(
 
     regs = _registries()
     tree = config_for(job_spec(job, regs), regs, overrides or [], configs=configs or [])
+    tree.check()  # what `run` refuses (a model that cannot be built) is refused here too
     if save is not None:
         path = Path(save)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,14 +176,16 @@ def config(
 
 
 RUN_EXAMPLES = """\
-Examples:
-  theseus run gpt/train/pretrain model.preset=tiny training.total_steps=200
-  theseus run gpt/train/pretrain -c base.yaml -c small.yaml training.seed=1
-  theseus run gpt/train/pretrain training.total_steps=400  # same run: resume
-  theseus run gpt/train/pretrain --fresh  # start that run over
-  theseus run gpt/train/pretrain --name low-lr --branch gpt-train-pretrain@200
-  theseus run gpt/train/pretrain --config my.yaml --dry-run  # config, memory
-  theseus config gpt/train/pretrain model.preset=tiny --save my.yaml
+Examples, in this order in an empty folder (each runs as written):
+  theseus config gpt/train/pretrain model.preset=tiny data.tokenizer=byte \\
+      data.max_documents=100 training.total_steps=10 --save tiny.yaml
+  theseus run gpt/train/pretrain -c tiny.yaml --dry-run  # config, plan
+  theseus run gpt/train/pretrain -c tiny.yaml
+  theseus run gpt/train/pretrain training.total_steps=20 \\
+      training.schedule_on_resume=stretch  # the same run: resumed, longer
+  theseus run gpt/train/pretrain --name low-lr \\
+      --branch gpt-train-pretrain@10 optimizer.learning_rate=3e-4
+  theseus run gpt/train/pretrain -c tiny.yaml --fresh  # start it over
 """
 
 
@@ -208,7 +211,12 @@ def run(
         ),
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="resolve, plan and report memory; run nothing")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="resolve, plan and report memory; run nothing (the config as given: a run "
+            "of that name is neither read nor resumed)",
+        ),
     ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="with --dry-run: print the plan as one JSON object")
@@ -240,6 +248,7 @@ def run(
         fresh=fresh,
         branch=branch,
         configs=configs or [],
+        dry_run=dry_run,
     )
     if dry_run:
         _dry_run(prepared, as_json, target)

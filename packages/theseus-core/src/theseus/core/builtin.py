@@ -51,7 +51,11 @@ def theseus_register_loggers(register):
     register(
         Component("tensorboard", NoOptions, f"{target}:TensorBoardLogger", "TensorBoard scalars")
     )
-    register(Component("wandb", NoOptions, f"{target}:WandbLogger", "Weights & Biases"))
+    wandb = Component(
+        "wandb", NoOptions, f"{target}:WandbLogger", "Weights & Biases",
+        extra={"secrets": ("WANDB_API_KEY",)},
+    )  # fmt: skip
+    register(wandb)
 
 
 @hookimpl

@@ -400,6 +400,14 @@ class ConfigTree:
                 f"job {self.spec.key} needs values for: {listing} (set them as key=value)"
             )
 
+    def check(self) -> None:
+        """Build every group that holds all its values as its typed object, so that the
+        group's own checks (``__post_init__``: a model whose heads do not divide) run as
+        when a job takes the config; a group still missing values is ``validate``'s."""
+        for group in self.node.keys():
+            if not OmegaConf.missing_keys(self.node[group]):
+                OmegaConf.to_object(self.node[group])
+
     # ------------------------------------------------------------------ output
     def keys(self) -> Iterator[str]:
         for key, _ in self._leaves():
@@ -546,7 +554,9 @@ class ConfigView:
 
     ``q.config.training.per_device_batch_size = 8`` goes through here: unknown keys,
     wrong types and component swaps (``q.config.optimizer.name = "lion"``) are handled
-    by the tree. ``view.node`` is the underlying OmegaConf ``DictConfig``.
+    by the tree. Python gives values as they are: a string for a number or a bool
+    (``"0.1"``) is refused, where the command line and YAML files, which give text, have
+    ``"3e-3"`` read as a number. ``view.node`` is the underlying OmegaConf ``DictConfig``.
     """
 
     __slots__ = ("_tree", "_path")
@@ -571,7 +581,14 @@ class ConfigView:
         return value
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self._tree.set(self._key(name), value)
+        key = self._key(name)
+        expected = self._tree._field_type(key)
+        if isinstance(value, str) and expected in (int, float, bool):  # Python gives numbers
+            raise ConfigTypeError(
+                f"config key {key!r} expects {expected.__name__}, got {value!r} (str): give "
+                "the value itself, not its text"
+            )
+        self._tree.set(key, value)
 
     __getitem__ = __getattr__
     __setitem__ = __setattr__

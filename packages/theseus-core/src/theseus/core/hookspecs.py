@@ -128,7 +128,9 @@ def theseus_register_loggers(register: Callable[..., None]) -> None:
     resolved config as a nested dict (``<run>/config.yaml``). Its module is imported only
     when the user enables it (``logging.loggers=[name]``). A class taking ``run_dir`` alone
     (the earlier contract) is still built that way. ``theseus.core.train.loggers`` has the
-    details and the built-in TensorBoard and W&B loggers.
+    details and the built-in TensorBoard and W&B loggers. ``extra={"secrets": (NAME, ...)}``
+    names the environment variables holding its credentials: the plan of a submit whose
+    target forwards one of them while the logger is off says so.
     """
 
 

@@ -223,6 +223,7 @@ def prepare(
     branch: str | None = None,
     registries: Registries | None = None,
     configs: Iterable[ConfigSource] = (),
+    dry_run: bool = False,
 ) -> PreparedRun:
     """Resolve a run: a new one, the same name again (resume), ``fresh`` or a ``branch``.
 
@@ -232,6 +233,9 @@ def prepare(
 
     ``configs`` (YAML files or mappings) apply left to right before ``overrides``; on a
     resume or a branch they apply over the saved config, like overrides.
+
+    ``dry_run``: the config as given, for a plan: a run of that name is neither read,
+    checked nor resumed (a branch still starts from its parent's saved config).
     """
     registries = registries or default_registries()
     spec = job_spec(key, registries)
@@ -241,10 +245,10 @@ def prepare(
     name = check_run_name(name)
     run_dir = RunDir(root, name)
     overrides, configs = list(overrides), list(configs)
-    if leads_the_run():  # a folder that lost its records is never written into
+    if leads_the_run() and not dry_run:  # a folder that lost its records is never written into
         check_records(run_dir, fresh)
     if branch is not None:
-        if run_dir.exists() and not fresh:
+        if run_dir.exists() and not fresh and not dry_run:
             raise JobError(
                 f"run {name!r} already exists under {root}: branch into a new --name, or add "
                 "--fresh to replace it"
@@ -260,7 +264,7 @@ def prepare(
         tree = config_for(spec, registries, overrides, base, configs, root=str(root))
         check_branch_steps(spec, tree, branch, parent, at)
         return PreparedRun(spec, tree, root, name, registries, parent=branch, fresh=fresh)
-    if run_dir.exists() and not fresh:
+    if run_dir.exists() and not fresh and not dry_run:
         record = run_dir.read_record()
         if record.get("key") != key:
             raise JobError(

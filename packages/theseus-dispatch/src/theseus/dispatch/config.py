@@ -30,7 +30,7 @@ import typing
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from theseus.core import safe_yaml
@@ -174,6 +174,9 @@ class VolcanoTargetConfig(TargetConfig):
 
 @dataclass(kw_only=True)
 class GcpTpuTargetConfig(TargetConfig, SSHConfig):
+    #: one slice: a launch starts every worker of the VM, so a run takes all ``nodes``
+    whole_slice: ClassVar[bool] = True
+
     project: str = _opt(help="GCP project", shape="name")
     zone: str = _opt(help="zone, e.g. us-central2-b", shape="name")
     accelerator_type: str = _opt(help="TPU accelerator type, e.g. v5litepod-8", shape="name")

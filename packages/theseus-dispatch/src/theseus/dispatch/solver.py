@@ -21,24 +21,62 @@ class NoTargetError(TheseusError):
 
 
 def nodes_for(target: Any, request: Request) -> int:
+    """The workers a run takes: ``--nodes``, else the workers ``--chips`` fill, else one
+    (a slice: all of its workers)."""
     if request.nodes:
         return request.nodes
     if request.chips:
         return math.ceil(request.chips / target.chips_per_node)
-    return 1
+    return target.nodes if is_slice(target) else 1
+
+
+def is_slice(target: Any) -> bool:
+    """Whether the target is one slice of chips (a TPU VM), whose every worker a launch
+    starts: a run takes the slice whole."""
+    return bool(getattr(target, "whole_slice", False))
 
 
 def static_reason(target: Any, request: Request) -> str | None:
     if request.chip and request.chip.lower() != target.chip.lower():
         return f"offers {target.chip}, not {request.chip}"
+    if is_slice(target):
+        return slice_reason(target, request)
+    per_node = target.chips_per_node
+    if request.chips and request.chips % per_node:  # a worker takes all its node's chips
+        fewer, more = request.chips // per_node * per_node, -(-request.chips // per_node) * per_node
+        counts = " or ".join(str(n) for n in (fewer, more) if n)
+        return (
+            f"gives each worker its node's {per_node} {target.chip} chip(s), so --chips "
+            f"{request.chips} is no whole number of workers (ask for {counts})"
+        )
     nodes = nodes_for(target, request)
+    if request.chips and request.nodes and request.chips != nodes * per_node:
+        return (
+            f"--chips {request.chips} on --nodes {nodes}: each worker has {per_node} chip(s), "
+            f"so {nodes} worker(s) have {nodes * per_node}"
+        )
     if nodes > target.nodes:
         return f"offers at most {target.nodes} node(s), needs {nodes}"
-    if request.chips:
-        per_node = math.ceil(request.chips / nodes)
-        if per_node > target.chips_per_node:
-            return f"offers {target.chips_per_node} chip(s) per node, needs {per_node}"
     return None
+
+
+def slice_reason(target: Any, request: Request) -> str | None:
+    """A slice has the chips it has: ``--chips`` and ``--nodes`` may only name them all."""
+    whole = target.nodes * target.chips_per_node
+    asked = [
+        f"--{flag} {value}"
+        for flag, value, full in (
+            ("chips", request.chips, whole),
+            ("nodes", request.nodes, target.nodes),
+        )
+        if value and value != full
+    ]
+    if not asked:
+        return None
+    return (
+        f"is one slice of {whole} {target.chip} chip(s) on {target.nodes} worker(s), all of "
+        f"which a launch starts: ask for --chips {whole} (or leave it out), not {' '.join(asked)}"
+    )
 
 
 def solve(

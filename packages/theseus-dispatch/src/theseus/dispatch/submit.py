@@ -16,6 +16,7 @@ from theseus.dispatch.solver import solve
 from theseus.dispatch.targets.base import ACTIVE, FINISHED, Request
 
 if TYPE_CHECKING:
+    from theseus.core.config import ConfigTree
     from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,14 @@ def resolve(
     registries: Registries, job: str, overrides: list[str], name: str | None
 ) -> tuple[str, str]:
     """Validate the job and overrides here (strict config) -> (run name, config YAML)."""
+    name, tree = resolve_tree(registries, job, overrides, name)
+    return name, tree.to_yaml()
+
+
+def resolve_tree(
+    registries: Registries, job: str, overrides: list[str], name: str | None
+) -> tuple[str, ConfigTree]:
+    """(run name, the validated config tree) of the job and overrides."""
     from theseus.core.jobs import check_run_name, default_run_name, unique_run_name
     from theseus.core.runner import config_for, job_spec
 
@@ -33,7 +42,7 @@ def resolve(
     tree.validate()
     if name is None:  # a one-shot job's runs never share a name (the target's root is remote)
         name = default_run_name(job) if spec.resumes else unique_run_name(job, None)
-    return check_run_name(name), tree.to_yaml()
+    return check_run_name(name), tree
 
 
 def read_secrets(target_name: str, names: list[str]) -> dict[str, str]:
@@ -58,7 +67,8 @@ def submit_run(
     name: str | None,
     dry_run: bool,
 ) -> dict[str, Any] | None:
-    run_name, config_yaml = resolve(session.registries, job, overrides, name)
+    run_name, tree = resolve_tree(session.registries, job, overrides, name)
+    config_yaml = tree.to_yaml()
     from theseus.dispatch import leaks, script_values
 
     # before any target is asked anything: what the command line brings, against the secrets
@@ -90,7 +100,8 @@ def submit_run(
     script_values.check_submission(sub, target, target_name)
     backend = session.backend(target_name)
     if dry_run:  # contacts nothing: no live check, no status of an earlier submission
-        _print_plan(backend, sub, target, config_yaml)
+        recipe = recipe_lines(tree, session.registries, target, run_name)
+        _print_plan(backend, sub, target, config_yaml, recipe)
         return None
     _refuse_if_active_elsewhere(session, run_name, target_name)
 
@@ -120,13 +131,37 @@ def submit_run(
     return handle
 
 
-def _print_plan(backend: Any, sub: Submission, target: Any, config_yaml: str) -> None:
+def recipe_lines(tree: ConfigTree, registries: Registries, target: Any, name: str) -> list[str]:
+    """How a training run trains, as its plan says (none for another job): the schedule,
+    evaluation and where its metrics go on the target, and what is sized for a short run."""
+    from theseus.core.plan.recipe_summary import lines, summary
+
+    groups = ("training", "optimizer", "schedule", "eval", "checkpoint", "logging")
+    if not all(group in tree.schemas for group in groups):
+        return []
+    config = tree.to_object()
+    forwarded = set(target.secrets)
+    idle = {
+        logger: secret
+        for logger, component in registries.loggers.items()
+        for secret in component.extra.get("secrets", ())
+        if secret in forwarded and logger not in config.logging.loggers
+    }
+    metrics_at = f"{target.root}/runs/{name}/metrics.jsonl"
+    return lines(summary(config, metrics_at, idle))
+
+
+def _print_plan(
+    backend: Any, sub: Submission, target: Any, config_yaml: str, recipe: list[str]
+) -> None:
     """``--dry-run``: the plan, made from the config file and this workspace alone."""
     from theseus.dispatch.bundle import find_workspace, workspace_files
 
     workspace = find_workspace()
     files = workspace_files(workspace)
     typer.echo(backend.plan(sub))
+    if recipe:
+        typer.echo("--- how it trains\n" + "\n".join(recipe))
     typer.echo(
         f"--- live check: not made (a dry run contacts no host or API and reads no "
         f"credentials); `theseus submit` without --dry-run asks {sub.target} [{target.type}] "

@@ -14,6 +14,12 @@ class GenerateConfig:
     prompts: list[str] = option(
         help="prompts; with no tokenizer, whitespace-separated token ids", factory=lambda: ["1 2 3"]
     )
+    chat: bool = option(
+        False,
+        "each prompt is a user's message, put in the chat template the run was fine-tuned "
+        "with (the one hf/export writes), the assistant's turn opened; the answer ends at "
+        "the template's end of turn",
+    )
     tokenizer: str = option(
         "", "tokenizer.json to encode/decode; '' = the run's, or <hf_dir>/tokenizer.json if any"
     )

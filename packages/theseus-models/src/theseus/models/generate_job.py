@@ -3,6 +3,9 @@
 The model comes from a training run (``generate.run=RUN[@STEP]``: its checkpoint and its
 tokenizer, see :func:`theseus.core.train.opening.tokenizer_dir`), from a Hugging Face folder
 (``generate.hf_dir``), or from Python callers (``context.extra["model"]`` or ``["state"]``).
+With ``generate.chat=true`` each prompt is a user's message in the tokenizer's chat template
+(the one the run's chat data was rendered with, and ``hf/export`` writes), and the answer
+stops at the template's end of turn. Each result is printed once, on standard output.
 """
 
 from __future__ import annotations
@@ -53,6 +56,23 @@ def load_text(path: Path, registries: Registries) -> Text:
             f"no installed plugin reads the tokenizer in {path} (pip install theseus-data)"
         )
     return Text(lambda p: list(found.encode(p)), found.decode, found.vocab_size)
+
+
+def chat_prompts(
+    path: Path | None, prompts: list[str], registries: Registries
+) -> tuple[list[list[int]], list[int]]:
+    """(each prompt as a user's message in the tokenizer's chat template, the assistant's
+    turn opened; the ids that end an answer in that template)."""
+    if path is None:
+        raise ModelError("generate.chat=true needs a tokenizer: set generate.tokenizer=PATH")
+    loaded = registries.hook.theseus_load_tokenizer(path=str(path))
+    if not callable(getattr(loaded, "chat_prompt", None)):
+        raise ModelError(
+            f"generate.chat=true: no installed plugin gives the tokenizer in {path} a chat "
+            "template (pip install theseus-data)"
+        )
+    ids = [loaded.chat_prompt([{"role": "user", "content": prompt}]) for prompt in prompts]
+    return ids, list(loaded.chat_stops())
 
 
 def as_list(ids: Any) -> list[int]:
@@ -125,16 +145,20 @@ class GenerateJob(Job):
             raise ModelError(f"tokenizer {g.tokenizer!r} does not exist")
         model, tokenizer_path, default_stops = self.load()
         text = load_text(tokenizer_path, self.context.registries) if tokenizer_path else None
-        if text is not None:
-            if hasattr(model, "check_vocab"):
-                model.check_vocab(text.vocab_size)
+        ends: list[int] = []  # a chat answer's end of turn
+        if text is not None and hasattr(model, "check_vocab"):
+            model.check_vocab(text.vocab_size)
+        if g.chat:
+            prompts, ends = chat_prompts(tokenizer_path, g.prompts, self.context.registries)
+        elif text is not None:
             prompts = [text.encode(p) for p in g.prompts]
         else:
             try:
                 prompts = [[int(t) for t in p.split()] for p in g.prompts]
             except ValueError as error:
                 raise ModelError(f"no tokenizer: prompts must be token ids ({error})") from error
-        stops = list(g.stop_tokens) or default_stops  # default: the end-of-sequence token(s)
+        # default: the end-of-sequence token(s), and in a chat the end of the turn
+        stops = list(g.stop_tokens) or [*default_stops, *ends]
         outputs = generate(
             model,
             prompts,
@@ -145,10 +169,15 @@ class GenerateJob(Job):
             seed=g.seed,
             stop_tokens=stops,
         )
+        if g.chat:  # the answer, without the token that ended its turn
+            outputs = [o[:-1] if o and o[-1] in stops else o for o in outputs]
         texts = [text.decode(o) if text is not None else " ".join(map(str, o)) for o in outputs]
         with (self.run.path / "generations.jsonl").open("w") as f:
-            for prompt, ids, out in zip(g.prompts, outputs, texts, strict=True):
-                f.write(json.dumps({"prompt": prompt, "ids": ids, "text": out}) + "\n")
-                log.info("%s -> %s", prompt, out)
+            for index, (prompt, ids, out) in enumerate(zip(g.prompts, outputs, texts, strict=True)):
+                record = {"prompt": prompt, "ids": ids, "text": out}
+                if g.chat:
+                    record["prompt_ids"] = prompts[index]
+                f.write(json.dumps(record) + "\n")
+                log.debug("%s -> %s", prompt, out)  # the run's log; the terminal shows it once
                 print(f"{prompt} -> {out}")
         return texts

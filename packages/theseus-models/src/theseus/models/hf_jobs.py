@@ -20,7 +20,8 @@ else is refused, before the run folder is made.
 
 ``theseus run hf/export hf.run=RUN[@STEP] hf.dir=OUT`` writes config.json, model.safetensors
 (float32) and the run's tokenizer (tokenizer.json, a tokenizer_config.json that
-``AutoTokenizer`` reads), which ``AutoModelForCausalLM.from_pretrained(OUT)`` loads.
+``AutoTokenizer`` reads, with the run's ``chat_template``), which
+``AutoModelForCausalLM.from_pretrained(OUT)`` loads.
 
 A LoRA run's checkpoints hold its adapters alone, so exporting one says how: ``hf.merge=true``
 writes that same folder with the adapters folded into the weights; ``hf.peft=true`` writes
@@ -233,6 +234,7 @@ def write_tokenizer(folder: Path, out: Path, specials: dict[str, Any], max_len: 
     theirs = read_json_object(folder / "tokenizer_config.json")
     if (folder / "tokenizer_config.json").is_file() and "kind" not in theirs:
         copy_files(TOKENIZER_FILES, folder, out)  # a Hugging Face folder already
+        add_chat_template(folder, out)
         return
     from tokenizers import Tokenizer
 
@@ -247,6 +249,24 @@ def write_tokenizer(folder: Path, out: Path, specials: dict[str, Any], max_len: 
         token_id = specials.get(f"{kind}_token_id")
         if isinstance(token_id, int) and tk.id_to_token(token_id) is not None:
             config[f"{kind}_token"] = tk.id_to_token(token_id)
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    add_chat_template(folder, out)
+
+
+def add_chat_template(folder: Path, out: Path) -> None:
+    """The run's chat template as the export's ``chat_template`` (``tokenizer_config.json``):
+    the template its chat data was rendered with (a Hugging Face one, or the built-in
+    ``<|role|>content<|end|>`` in jinja), so that ``apply_chat_template`` prompts the model
+    as it was trained. A folder that has a template keeps its own."""
+    config = read_json_object(out / "tokenizer_config.json")
+    if config.get("chat_template") or (out / "chat_template.jinja").is_file():
+        return
+    loaded = registries().hook.theseus_load_tokenizer(path=str(folder))
+    source = getattr(loaded, "chat_template_source", None)
+    if not callable(source):
+        log.info("the run's tokenizer (in %s) names no chat template: the export has none", folder)
+        return
+    config["chat_template"] = source()
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 

@@ -18,7 +18,7 @@ from theseus.core.chips.environment import installed, quiet_libtpu
 from theseus.core.chips.gpu_config import gpu_target_config
 from theseus.core.chips.targets import Target, TargetError, parse_target
 
-INSTALL = "uv sync --all-packages --group aot (pip: pip install 'theseus-core[aot]')"
+INSTALL = "uv sync --all-packages --inexact --group aot (pip: pip install 'theseus-core[aot]')"
 
 
 def check_installed(target: Target) -> None:

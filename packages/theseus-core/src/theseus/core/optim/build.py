@@ -10,12 +10,14 @@ documented on ``OptimizerBase`` and ``ScheduleBase`` in ``theseus.core.optim.con
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from theseus.core.optim.balance import with_balance_biases
+from theseus.core.optim.configs import warmup_steps
 from theseus.core.optim.optimizers import decay_mask, placeable_state
 
 if TYPE_CHECKING:
@@ -26,8 +28,13 @@ def build_schedule(
     registries: Registries, schedule_config: Any, peak_lr: float, total_steps: int
 ) -> optax.Schedule:
     """The schedule named by ``schedule.name``, peaking at ``peak_lr``, over
-    ``schedule.total_steps`` steps when that is set, else over the run's ``total_steps``."""
+    ``schedule.total_steps`` steps when that is set, else over the run's ``total_steps``;
+    a derived warm-up (``schedule.warmup_steps=-1``) becomes its count over that span."""
     span = getattr(schedule_config, "total_steps", 0) or total_steps
+    if getattr(schedule_config, "warmup_steps", 0) < 0:
+        schedule_config = dataclasses.replace(
+            schedule_config, warmup_steps=warmup_steps(schedule_config, span)
+        )
     return registries.schedules.get(schedule_config.name).load()(schedule_config, peak_lr, span)
 
 

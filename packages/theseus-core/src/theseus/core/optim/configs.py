@@ -101,6 +101,26 @@ class MuonConfig(OptimizerBase):
     )
 
 
+#: ``schedule.warmup_steps=-1``: the warm-up is this fraction of the steps the schedule
+#: spans, and at least ``MIN_WARMUP_STEPS`` (a 100-step run warms up over 10, a 9,000-step
+#: one over 90)
+WARMUP_FRACTION = 0.01
+MIN_WARMUP_STEPS = 10
+DERIVED_WARMUP_HELP = (
+    f"linear warmup from 0 over this many steps (-1: {WARMUP_FRACTION:.0%} of the steps the "
+    f"schedule spans, at least {MIN_WARMUP_STEPS})"
+)
+
+
+def warmup_steps(config: Any, span: int) -> int:
+    """The warm-up of schedule ``config`` over ``span`` steps: its ``warmup_steps``, or
+    (-1) the share of ``span`` it derives; never more than ``span``."""
+    given = int(getattr(config, "warmup_steps", 0))
+    if given < 0:
+        given = max(MIN_WARMUP_STEPS, round(WARMUP_FRACTION * span))
+    return max(0, min(given, span))
+
+
 @dataclass
 class ScheduleBase:
     """The options every schedule has; a registered schedule's config subclasses it.
@@ -112,7 +132,8 @@ class ScheduleBase:
     ``optimizer.learning_rate``; ``total_steps`` the steps the schedule spans: the run's
     length, or this group's ``total_steps`` when it is set (a resume with
     ``training.schedule_on_resume=continue`` sets it to keep the old length). Honour
-    ``warmup_steps``.
+    ``warmup_steps``: ``build`` always sees a count (a ``-1`` the config may declare, "derive
+    it from the span", is replaced by :func:`warmup_steps` first).
     """
 
     warmup_steps: int = option(0, "linear warmup from 0 over this many steps", ge=0)
@@ -130,13 +151,13 @@ class ConstantConfig(ScheduleBase):
 
 @dataclass
 class CosineConfig(ScheduleBase):
-    warmup_steps: int = option(10, "linear warmup from 0 over this many steps", ge=0)
+    warmup_steps: int = option(-1, DERIVED_WARMUP_HELP, ge=-1)
     final_fraction: float = option(0.1, "final learning rate as a fraction of the peak", ge=0, le=1)
 
 
 @dataclass
 class WSDConfig(ScheduleBase):
-    warmup_steps: int = option(10, "linear warmup from 0 over this many steps", ge=0)
+    warmup_steps: int = option(-1, DERIVED_WARMUP_HELP, ge=-1)
     decay_fraction: float = option(
         0.2, "fraction of the steps spent in the final decay", ge=0, le=1
     )

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import optax
+from theseus.core.optim.configs import warmup_steps
 
 
 def _warmup(config: Any, total_steps: int) -> int:
-    return max(0, min(config.warmup_steps, total_steps))
+    return warmup_steps(config, total_steps)
 
 
 def constant(config: Any, peak_lr: float, total_steps: int) -> optax.Schedule:

@@ -25,6 +25,7 @@ from theseus.core.errors import TheseusError
 from theseus.core.plan.fit_advice import advise
 from theseus.core.plan.plan_format import format_report, size
 from theseus.core.plan.progress import Clock
+from theseus.core.plan.recipe_summary import summary
 from theseus.core.plugins import registries
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
@@ -103,6 +104,7 @@ def plan(
 
         setup = make(config)
     result = report(setup, source, target or "", clock)
+    result["recipe"] = summary(config)
     if result.get("fits") is False and result.get("hbm_bytes"):
         log.info("dry run: the step does not fit; looking for a change that makes it fit")
         with clock.part("fit search"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from theseus.core.plan import recipe_summary
+
 GiB = 1024**3
 
 
@@ -112,6 +114,8 @@ def format_report(r: dict[str, Any]) -> str:
             f"estimate    {r['step_seconds_estimate'] * 1e3:.4g} ms/step, predicted MFU "
             f"{100 * r['predicted_mfu']:.1f}%, {collectives_line(r)} ({r['estimate_method']})"
         )
+    if "recipe" in r:
+        lines += recipe_summary.lines(r["recipe"])
     if "seconds" in r:
         lines.append(time_line(r))
     return "\n".join(lines)

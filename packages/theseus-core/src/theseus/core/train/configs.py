@@ -136,10 +136,27 @@ class LoggingConfig:
     )
 
 
+#: ``eval.every=-1``: evaluate this many times in a run, but not more often than every
+#: ``MIN_EVAL_EVERY`` steps (a 100-step run every 25 steps, a 9,000-step one every 450)
+EVALUATIONS_PER_RUN = 20
+MIN_EVAL_EVERY = 25
+
+
+def eval_every(every: int, steps: int) -> int:
+    """``eval.every`` for a run of ``steps`` steps: as given, or (-1) derived from it."""
+    if every >= 0:
+        return every
+    return max(MIN_EVAL_EVERY, round(steps / EVALUATIONS_PER_RUN))
+
+
 @dataclass
 class EvalConfig:
     every: int = option(
-        25, "validation loss every this many steps (0: only at the end)", resume_safe=True, ge=0
+        -1,
+        f"validation loss every this many steps (-1: {EVALUATIONS_PER_RUN} times in the run, "
+        f"at least {MIN_EVAL_EVERY} steps apart; 0: only at the end)",
+        resume_safe=True,
+        ge=-1,
     )
     batches: int = option(
         4, "validation batches per evaluation (a fixed set)", resume_safe=True, ge=1
@@ -223,6 +240,10 @@ class TrainJobConfig:
 
     def __post_init__(self) -> None:
         """Every group's numbers within their declared ranges (also for a config built in
-        Python rather than by the config tree, which checks each value as it is set)."""
+        Python rather than by the config tree, which checks each value as it is set); a
+        cadence derived from the run's length (``eval.every=-1``) becomes its count."""
         for group in dataclasses.fields(self):
             check_config(getattr(self, group.name), group.name)
+        every = eval_every(self.eval.every, self.training.steps())
+        if every != self.eval.every:
+            self.eval = dataclasses.replace(self.eval, every=every)

@@ -73,6 +73,25 @@ class Tokenizer:
         """The id of a special token, or None when this vocabulary has no such token."""
         return None
 
+    # ------------------------------------------------------------------ chat
+    def chat_template_source(self) -> str:
+        """The chat template chat data is rendered with, as Hugging Face jinja."""
+        from theseus.data.tokenizers.chat_template import template_source
+
+        return template_source(self)
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """The ids that prompt a model to answer ``messages``, in the chat template."""
+        from theseus.data.tokenizers.chat_template import prompt_ids
+
+        return prompt_ids(self, messages)
+
+    def chat_stops(self) -> list[int]:
+        """The ids that end an answer in the chat template, besides end-of-document."""
+        from theseus.data.tokenizers.chat_template import stop_ids
+
+        return stop_ids(self)
+
     # ------------------------------------------------------------------ description
     def describe(self) -> dict[str, Any]:
         """Saved in metadata.json; ``fingerprint`` identifies the exact vocabulary."""

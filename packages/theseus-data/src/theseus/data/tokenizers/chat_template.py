@@ -102,6 +102,35 @@ def render_chat(
     return text + ROLE_TOKENS["assistant"] if add_generation_prompt else text
 
 
+def template_source(tokenizer: Tokenizer) -> str:
+    """The tokenizer's template as Hugging Face jinja (what an export writes as
+    ``chat_template``): its own, else the built-in one in jinja (:func:`builtin_source`)."""
+    source = getattr(tokenizer, "chat_template", None)
+    return source or builtin_source(tokenizer.decode([tokenizer.eos_id]))
+
+
+def prompt_ids(tokenizer: Tokenizer, messages: Sequence[Message]) -> list[int]:
+    """The ids a model is prompted with to answer ``messages``: the conversation in the
+    tokenizer's template with the assistant's turn opened (``add_generation_prompt``),
+    encoded as chat data is (the built-in markers as their special ids)."""
+    source = getattr(tokenizer, "chat_template", None)
+    if source:
+        template = HFTemplate(source, getattr(tokenizer, "chat_tokens", {}))
+        return list(tokenizer.encode(template.render(messages, add_generation_prompt=True)))
+    ids, _ = encode_builtin(tokenizer, [messages])[0]
+    return ids[:-1] + marker(tokenizer, ROLE_TOKENS["assistant"])  # no end of document
+
+
+def stop_ids(tokenizer: Tokenizer) -> list[int]:
+    """The ids that end an answer besides the end-of-document one: the built-in template's
+    ``<|end|>`` (a Hugging Face template ends a turn with its eos, or what the model's
+    generation config names)."""
+    if getattr(tokenizer, "chat_template", None):
+        return []
+    end = tokenizer.special_id(END_OF_TURN)
+    return [end] if end is not None else []
+
+
 def _announce(tokenizer: Tokenizer) -> None:
     which = template_id(tokenizer)
     if which not in _announced:
@@ -121,6 +150,25 @@ def marker(tokenizer: Tokenizer, token: str) -> list[int]:
 def render_text(messages: Sequence[Message]) -> str:
     """The built-in template as text (for display and for prompting at generation time)."""
     return "".join(f"{ROLE_TOKENS[m['role']]}{m['content']}{END_OF_TURN}" for m in messages)
+
+
+def builtin_source(eos: str) -> str:
+    """The built-in template as a Hugging Face jinja template: :func:`render_text`'s turns,
+    then ``eos`` (the end of a document, as chat data ends), or ``<|assistant|>`` with
+    ``add_generation_prompt``. A role it has no marker for is refused."""
+    markers = "{" + ", ".join(f"{role!r}: {token!r}" for role, token in ROLE_TOKENS.items()) + "}"
+    known = ", ".join(ROLE_TOKENS)
+    return (
+        f"{{% set markers = {markers} %}}"
+        "{% for message in messages %}"
+        "{% if message['role'] not in markers %}"
+        f"{{{{ raise_exception('the chat template has the roles {known}, not ' + message['role']) }}}}"
+        "{% endif %}"
+        f"{{{{ markers[message['role']] + message['content'] + {END_OF_TURN!r} }}}}"
+        "{% endfor %}"
+        f"{{% if add_generation_prompt %}}{{{{ {ROLE_TOKENS['assistant']!r} }}}}"
+        f"{{% else %}}{{{{ {eos!r} }}}}{{% endif %}}"
+    )
 
 
 def encode_builtin(

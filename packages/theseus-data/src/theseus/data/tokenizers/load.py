@@ -51,10 +51,11 @@ def find_tokenizer(path: str | os.PathLike) -> Tokenizer | None:
     """The tokenizer at ``path``, or None when ``path`` holds none theseus-data can read.
 
     ``path`` is a tokenizer saved by a tokenize job (a dataset's ``tokenizer/``), a
-    directory holding a ``tokenizer.json``, or a ``.json`` tokenizer file.
+    directory holding a ``tokenizer.json``, or a ``.json`` tokenizer file (with the chat
+    template of the folder it is in, if any).
     """
     from theseus.data.errors import TokenizerError
-    from theseus.data.tokenizers.huggingface import HFTokenizer
+    from theseus.data.tokenizers.huggingface import HFTokenizer, read_chat_template
 
     path = Path(path).expanduser()
     if path.is_dir():
@@ -63,8 +64,9 @@ def find_tokenizer(path: str | os.PathLike) -> Tokenizer | None:
         path = path / HF_FILE
     if not (path.is_file() and path.suffix == ".json"):
         return None
+    template, tokens = read_chat_template(path.parent)
     try:
-        return HFTokenizer(path.read_text())
+        return HFTokenizer(path.read_text(), chat_template=template, chat_tokens=tokens)
     except TokenizerError:
         raise
     except Exception as error:  # the Rust parser's errors have no common type

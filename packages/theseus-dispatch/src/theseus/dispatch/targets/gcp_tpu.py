@@ -246,6 +246,12 @@ class TpuBackend(Backend):
             node = api.create(name, self.create_timeout) or api.get(name)
         try:
             addresses = self._addresses(node)
+            if len(addresses) != sub.nodes:  # the plan's workers, or no launch
+                raise DispatchError(
+                    f"TPU VM {name} ({self.config.accelerator_type}) has {len(addresses)} "
+                    f"worker(s), and the plan {sub.nodes}: set target {self.name!r}'s nodes "
+                    f"to {len(addresses)} (and chips_per_node to its chips per worker)"
+                )
             handle = hosts.launch_on(
                 self.shells(addresses), self.config, sub, bundle, secrets, addresses
             )
