@@ -30,6 +30,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 import time
 import traceback
@@ -79,14 +80,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--train-micro-prompts",
         type=int,
-        default=0,
-        help="prompts per training micro-batch (x generations rows); 0: the whole step",
+        default=1,
+        help="prompts per training micro-batch (x generations rows; Tunix's smallest is 1)",
     )
     parser.add_argument(
         "--rollout-micro-prompts",
         type=int,
         default=0,
-        help="prompts per rollout call (x generations rows); 0: the whole step",
+        help="prompts per rollout call (x generations rows); 0: the most whose KV cache "
+        "fits --kv-budget-gib",
+    )
+    parser.add_argument(
+        "--kv-budget-gib",
+        type=float,
+        default=4.5,
+        help="KV cache of one rollout call, for --rollout-micro-prompts 0 (a v5e chip: 4.5)",
     )
     parser.add_argument(
         "--remat", choices=["none", "block", "decoder"], default="none", help="Tunix RematConfig"
@@ -206,11 +214,30 @@ def build_model(hf_dir: Path, hf: dict[str, Any], mesh, param_dtype, remat: str,
     return model, architecture
 
 
+def model_kv_bytes_per_token(hf: dict[str, Any]) -> int:
+    """Bytes of bfloat16 keys and values one token takes in Tunix's KV cache."""
+    head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
+    return hf["num_hidden_layers"] * 2 * hf["num_key_value_heads"] * head_dim * 2
+
+
+def prompts_per_rollout_call(prompts: int, generations: int, row_bytes: int, budget: float) -> int:
+    """The most prompts (a divisor of `prompts`) whose rows' KV cache fits `budget` bytes.
+
+    Tunix's sampler holds the KV cache of a whole call, and its decode loop a copy as large:
+    on a v5e chip (15.75 GiB) XLA refused 128 rows x 552 tokens of Qwen3-0.6B (8.1 GiB of
+    cache) and 64 x 1064, and compiled 64 x 552 and 32 x 1064 (3.8 GiB, peak 8.3 GiB).
+    """
+    fitting = [n for n in range(1, prompts + 1) if prompts % n == 0]
+    fitting = [n for n in fitting if n * generations * row_bytes <= budget]
+    return max(fitting, default=1)
+
+
 class StepTimes:
     """Per global step, the spans Tunix's perf tracer recorded (an export function for it)."""
 
-    def __init__(self, device_timeline: str) -> None:
+    def __init__(self, device_timeline: str, on_step) -> None:
         self.device_timeline = device_timeline
+        self.on_step = on_step  # called after each step (the harness writes its JSON so far)
         self.tracer = None
         self.steps: list[dict[str, float]] = []
 
@@ -242,6 +269,7 @@ class StepTimes:
                 "train_micro_steps": len(spans(device, "peft_train_step")),
             }
         )
+        self.on_step(self.steps)
         return {}
 
 
@@ -329,9 +357,27 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         top_k=None,
         eos_tokens=[vocab],
     )
-    train_micro = args.train_micro_prompts or prompt_count
-    rollout_micro = args.rollout_micro_prompts or prompt_count
-    optimizer = optax.adamw(args.learning_rate, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
+    train_micro = args.train_micro_prompts
+    kv_bytes_per_row = (prompt_len + args.new_tokens) * model_kv_bytes_per_token(hf)
+    rollout_micro = args.rollout_micro_prompts or prompts_per_rollout_call(
+        prompt_count, args.generations, kv_bytes_per_row, args.kv_budget_gib * 2**30
+    )
+    result.update(
+        train_micro_prompts=train_micro,
+        rollout_micro_prompts=rollout_micro,
+        remat=args.remat,
+        param_dtype=args.param_dtype,
+    )
+    for name, value in (("train", train_micro), ("rollout", rollout_micro)):
+        if prompt_count % value:
+            raise SystemExit(
+                f"tunix_grpo: --{name}-micro-prompts {value} does not divide {prompt_count} prompts"
+            )
+    # theseus's AdamW defaults: b2 0.95, decoupled weight decay 0.1, global-norm clip 1.
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(1.0),
+        optax.adamw(args.learning_rate, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1),
+    )
     training_config = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=optimizer,
         eval_every_n_steps=10**9,
@@ -353,7 +399,11 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         training_config=training_config,
         rollout_config=rollout_config,
     )
-    times = StepTimes(perf_trace.create_device_timeline_id(device))
+
+    def write_so_far(steps: list[dict[str, float]]) -> None:
+        write_result(args.out, {**result, "per_step": steps, "partial": f"{len(steps)} steps"})
+
+    times = StepTimes(perf_trace.create_device_timeline_id(device), write_so_far)
     cluster = rl_cluster_lib.RLCluster(
         actor=model,
         reference=None,
@@ -400,8 +450,8 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         "learn_s: actor_training group; learn_device_s: peft_train_step device spans); "
         "wall_generate_s/wall_update_s: wall clocks around RLCluster.generate/update_actor",
         f"GRPO: beta 0 (no reference model), 1 iteration, epsilon 0.2, loss 'grpo' "
-        f"(sequence-mean-token-mean); AdamW lr {args.learning_rate} fixed, b2 0.95, wd 0.1, "
-        "no gradient clipping",
+        f"(sequence-mean-token-mean); AdamW lr {args.learning_rate} fixed, b2 0.95, wd 0.1 "
+        "(on every weight), global-norm clip 1",
         f"weights {args.param_dtype}; AdamW moments in the weights' dtype; KV cache bfloat16",
         f"sampling: temperature 1.0, no top-k/top-p (jax.random.categorical); "
         f"end id {vocab} (= vocab size) so no rollout stops early; pad id {pad}",
@@ -409,6 +459,14 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         f"prompts: {prompt_count} addition chats left-padded to {prompt_len} tokens; "
         f"training micro-batch {train_micro} prompts, rollout call {rollout_micro} prompts",
     ]
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    """Whole or not at all (a run killed by a timeout keeps the last steps' file)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".tmp")
+    partial.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    os.replace(partial, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -434,8 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         result["error"] = f"{type(error).__name__}: {error}"[:2000]
         result["traceback"] = traceback.format_exc()[-4000:]
         status = 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    write_result(args.out, result)
     summary = {k: result.get(k) for k in ("step_s", "sample_s", "learn_s", "decode_tokens_per_s")}
     print(f"tunix_grpo: {json.dumps(summary)} {result.get('error', '')} -> {args.out}")
     return status
