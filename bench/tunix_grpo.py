@@ -452,7 +452,8 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         f"GRPO: beta 0 (no reference model), 1 iteration, epsilon 0.2, loss 'grpo' "
         f"(sequence-mean-token-mean); AdamW lr {args.learning_rate} fixed, b2 0.95, wd 0.1 "
         "(on every weight), global-norm clip 1",
-        f"weights {args.param_dtype}; AdamW moments in the weights' dtype; KV cache bfloat16",
+        f"weights {args.param_dtype}; AdamW moments in the weights' dtype; KV cache in the "
+        "compute dtype",
         f"sampling: temperature 1.0, no top-k/top-p (jax.random.categorical); "
         f"end id {vocab} (= vocab size) so no rollout stops early; pad id {pad}",
         "rewards: 1 if the completion starts with the right sum, plus its share of digits",
