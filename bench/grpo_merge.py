@@ -1,0 +1,78 @@
+"""Join the GRPO device calls' results into ``bench/results/grpo_tpu.json``.
+
+Reads ``bench/results/grpo_call*/``: ``decode_call*.json`` (``bench/decode_tpu.py``: the
+compiled decoding loop against the HBM roofline, and the host loop it replaced),
+``grpo_call*.json`` / ``theseus_*.json`` (``bench/grpo_tpu.py``: theseus's GRPO runs) and
+``tunix_*.json`` (``bench/tunix_grpo.py``: Tunix 0.1.7's GRPOLearner), and writes one file
+in the issue's schema: ``{"device", "commit", "cases": [{"shape", "new_tokens",
+"theseus": {...}, "peer": {...}}], "decode": [...]}``. A side that no call measured is
+``null`` with the reason in ``missing``.
+
+    python bench/grpo_merge.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def load(pattern: str) -> list[tuple[str, dict]]:
+    found = []
+    for path in sorted(RESULTS.glob(f"grpo_call*/{pattern}")):
+        found.append((path.parent.name, json.loads(path.read_text())))
+    return found
+
+
+def main() -> None:
+    decode = []
+    for call, report in load("decode_call*.json"):
+        for case in report.get("cases", []):
+            if "error" not in case:
+                decode.append({"call": call, **case})
+    cases: dict[tuple[str, int], dict] = {}
+    for call, report in [*load("grpo_call*.json"), *load("theseus_*.json")]:
+        for case in report.get("cases", []):
+            key = (case["shape"], case["new_tokens"])
+            cases.setdefault(key, {"shape": key[0], "new_tokens": key[1]})
+            cases[key]["theseus"] = {"call": call, **case["theseus"]}
+    for call, result in load("tunix_*.json"):
+        if "step_s" not in result:
+            continue
+        shape = "qwen3_06b" if "Qwen3" in result.get("architecture", "") else "llama_12x768"
+        key = (shape, result["new_tokens"])
+        cases.setdefault(key, {"shape": key[0], "new_tokens": key[1]})
+        cases[key]["peer"] = {
+            "call": call,
+            "name": f"tunix {result['version']}",
+            "step_s": result["step_s"],
+            "sample_s": result["sample_s"],
+            "learn_s": result["learn_s"],
+            "decode_tokens_per_s": result["decode_tokens_per_s"],
+            "notes": result.get("notes", []),
+        }
+    for case in cases.values():
+        case.setdefault("theseus", None)
+        case.setdefault("peer", None)
+        if case["theseus"] is None:
+            case["missing"] = (
+                "theseus's run at this shape was refused on the chip (the bench did not give "
+                "the GRPO run model.max_seq_len, which a run started from a checkpoint does "
+                "not inherit) and the session's device time was spent"
+            )
+    out = {
+        "device": "TPU v5 lite",
+        "commit": "decode: 9099342 (kernel v2), 86f0720 (kernel v1); GRPO: 6240d88",
+        "vocabulary": "GRPO cases: the byte tokenizer (262 tokens) on both sides; decode: "
+        "each model's own (Qwen3 151,936; GPT 50,304)",
+        "cases": list(cases.values()),
+        "decode": decode,
+    }
+    (RESULTS / "grpo_tpu.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in out.items() if k != "decode"}, indent=1)[:2000])
+
+
+if __name__ == "__main__":
+    main()
