@@ -258,7 +258,7 @@ def _dry_run(prepared, as_json: bool, target: str | None = None) -> None:
     job_class = prepared.spec.load()
     prepared.typed_config(job_class)  # missing or invalid values are errors here already
     typer.echo(prepared.tree.annotated_yaml(), nl=False)
-    if getattr(job_class.dry_run, "__func__", None) is not Job.dry_run.__func__:
+    if getattr(job_class.dry_run, "__func__", None) is not getattr(Job.dry_run, "__func__", None):
         typer.echo("")
         prepared.dry_run(False, target)
 

@@ -54,7 +54,8 @@ class Range:
 
     def phrase(self) -> str:
         """The range in words, for error messages: ``at least 1``, ``in [0, 1)``."""
-        if self.high is None:
+        high = self.high
+        if high is None:
             if self.ge is not None:
                 return "0 or more" if self.ge == 0 else f"at least {_number(self.ge)}"
             if self.gt is not None:
@@ -62,9 +63,7 @@ class Range:
             return "a finite number"
         if self.low is None:
             return (
-                f"at most {_number(self.le)}"
-                if self.le is not None
-                else f"less than {_number(self.lt)}"
+                f"at most {_number(high)}" if self.le is not None else f"less than {_number(high)}"
             )
         return f"in {self.interval()}"
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from theseus.core.registry import Registries
 
 
-def _registries(registries: Registries) -> Any:
+def _registries(registries: Registries | None) -> Any:
     if registries is not None:
         return registries
     from theseus.core.plugins import registries as default_registries

@@ -180,11 +180,11 @@ def _check_type(where: str, value: Any, tp: Any) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        inner = (
+        item_where = (
             (lambda k: f"{where[:-1]}.{k}'") if where.endswith("'") else (lambda k: f"{where}.{k}")
         )
         return {
-            _check_type(f"{where} key", k, args[0]): _check_type(inner(k), v, args[1])
+            _check_type(f"{where} key", k, args[0]): _check_type(item_where(k), v, args[1])
             for k, v in value.items()
         }
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -211,9 +211,8 @@ def _check_no_control(where: str, value: Any) -> None:
     elif isinstance(value, list):
         for item in value:
             _check_no_control(where, item)
-    elif isinstance(value, str) and _CONTROL.search(value):
-        found = _CONTROL.search(value).group(0)
-        raise ConfigError(f"{where} holds a control character ({found!r}); use one line")
+    elif isinstance(value, str) and (found := _CONTROL.search(value)):
+        raise ConfigError(f"{where} holds a control character ({found.group(0)!r}); use one line")
 
 
 def build_target(name: str, raw: Any, schemas: dict[str, type], path: Path | str) -> Any:

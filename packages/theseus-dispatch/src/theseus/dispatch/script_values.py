@@ -27,10 +27,9 @@ class ScriptValueError(DispatchError):
 
 def check_plain(where: str, value: Any) -> None:
     """No control character in ``value`` (str), or one line naming ``where``."""
-    if isinstance(value, str) and _CONTROL.search(value):
-        found = _CONTROL.search(value).group(0)
+    if isinstance(value, str) and (found := _CONTROL.search(value)):
         raise ScriptValueError(
-            f"{where} holds a control character ({found!r}); a value written into a "
+            f"{where} holds a control character ({found.group(0)!r}); a value written into a "
             "generated script may not (it would end the line it is on)"
         )
 

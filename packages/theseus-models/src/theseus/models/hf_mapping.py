@@ -8,13 +8,18 @@ reshape, split, stack: no arithmetic), so HF -> theseus -> HF is bit-exact. A fa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
 
 ParamPath = tuple[str | int, ...]
+
+
+def param_path(keys: Iterable[Hashable]) -> ParamPath:
+    """A parameter's path in a flattened ``nnx`` state (attribute names and list indices)."""
+    return tuple(key if isinstance(key, int) else str(key) for key in keys)
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,9 @@ def merged_model(model: Any) -> Any:
     import jax
     import jax.numpy as jnp
     from flax import nnx
+    from theseus.core.train.state import split_params
 
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, params, rest = split_params(model)
     params = jax.tree.map(
         lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x, params
     )

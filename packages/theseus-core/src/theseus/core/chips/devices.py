@@ -90,7 +90,7 @@ def without_disk_cache() -> Iterator[None]:
     constructed with a Client"), so a cached entry only costs disk and a warning."""
     import jax
 
-    previous = jax.config.jax_enable_compilation_cache
+    previous = jax.config.values["jax_enable_compilation_cache"]
     jax.config.update("jax_enable_compilation_cache", False)
     try:
         yield

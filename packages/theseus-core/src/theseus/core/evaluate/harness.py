@@ -98,13 +98,14 @@ def evaluate(
     manager = task_manager(tasks, include_path)  # an unknown task fails before the model loads
     if target is not None:
         model = adapter(target=target, max_gen_toks=max_gen_toks)
-    else:
-        if isinstance(model_args, str):
-            from lm_eval.utils import simple_parse_args_string
+    elif model_args is not None:
+        from lm_eval.utils import simple_parse_args_string
 
-            model_args = simple_parse_args_string(model_args)
+        parsed: dict[str, Any] = (
+            simple_parse_args_string(model_args) if isinstance(model_args, str) else model_args
+        )
         extra = {"batch_size": batch_size} if batch_size else {}
-        model = adapter(**{"max_gen_toks": max_gen_toks, **dict(model_args), **extra})
+        model = adapter(**{"max_gen_toks": max_gen_toks, **parsed, **extra})
     saved = random.getstate(), np.random.get_state()  # lm-eval seeds the global generators
     try:
         results = lm_eval.simple_evaluate(

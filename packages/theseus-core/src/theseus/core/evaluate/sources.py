@@ -54,7 +54,7 @@ def examples(name: str, config: Any, limit: int = 0) -> list[dict]:
     """The raw rows of evaluation ``name``: ``config.files`` if set, else the hub dataset."""
     rows = _local(config.files) if config.files else _hub(name, config)
     caps = [int(n) for n in (limit, getattr(config, "limit", 0)) if int(n) > 0]
-    out = []
+    out: list[dict] = []
     for row in rows:
         if caps and len(out) >= min(caps):
             break

@@ -254,7 +254,8 @@ class RootView:
                 if payload is not None:
                     problems.append(f"{path.name} has no 'results' mapping")
                 continue
-            source = payload.get("source") if isinstance(payload.get("source"), dict) else {}
+            source = payload.get("source")
+            source = source if isinstance(source, dict) else {}
             evaluations.append(
                 {
                     "step": step if step is not None else source.get("step"),

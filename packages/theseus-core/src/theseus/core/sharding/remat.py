@@ -62,7 +62,7 @@ def _per_head_mixing(prim: Any, *args: Any, **params: Any) -> bool:
     inside the backward's fusion costs less than keeping its output."""
     if prim is not jax.lax.dot_general_p or len(args) < 2:
         return False
-    lhs, rhs = (getattr(a, "shape", ()) for a in args[:2])
+    lhs, rhs = (tuple(getattr(a, "shape", ())) for a in args[:2])
     return len(lhs) >= 4 and len(rhs) == 2 and rhs[0] == rhs[1] <= 256
 
 

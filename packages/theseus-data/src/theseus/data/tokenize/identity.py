@@ -59,11 +59,18 @@ def tokenizer_identity(tokenizer: dict[str, Any]) -> dict[str, Any]:
     raise TokenizerNotReady(f"tokenizer.path {given!r}: no such tokenizer.json file")
 
 
+def as_plain(value: Any) -> Any:
+    """A config dataclass instance as a dict; anything else as it is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
 def identity_settings(name: str, data: Any, tokenizer: Any) -> dict[str, Any]:
     """What makes the output of ``data/tokenize/<name>`` with these typed config groups."""
-    options = dataclasses.asdict(data) if dataclasses.is_dataclass(data) else dict(data)
+    options = dict(as_plain(data))
     kept = {k: v for k, v in options.items() if k not in RUNTIME_ONLY}
-    described = dataclasses.asdict(tokenizer) if dataclasses.is_dataclass(tokenizer) else tokenizer
+    described = as_plain(tokenizer)
     return {
         "format_version": fmt.FORMAT_VERSION,
         "dataset": name,

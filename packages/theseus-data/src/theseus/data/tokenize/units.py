@@ -202,7 +202,7 @@ def write_unit(
     if mask is not None:
         arrays["mask"] = mask
     with open(tmp, "wb") as handle:
-        np.savez(handle, **arrays)
+        np.savez(handle, allow_pickle=False, **arrays)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)

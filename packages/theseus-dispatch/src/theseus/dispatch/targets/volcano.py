@@ -86,7 +86,7 @@ class VolcanoBackend(Backend):
             try:
                 import json
 
-                reason = json.loads(error.body).get("message") or reason
+                reason = json.loads(error.body or "").get("message") or reason
             except (TypeError, ValueError):
                 pass
             raise DispatchError(f"{self.name}: {what}: {error.status} {reason}") from error
@@ -244,7 +244,7 @@ class VolcanoBackend(Backend):
             bundle.data[start : start + PART_BYTES]
             for start in range(0, max(len(bundle.data), 1), PART_BYTES)
         ]
-        configmaps = [
+        configmaps: list[dict[str, Any]] = [
             {
                 "metadata": {"name": f"{name}-launch", "labels": labels},
                 "data": {

@@ -159,7 +159,7 @@ MTP_LAYER = re.compile(r"model\.layers\.(\d+)\.")
 def IGNORED(c: DeepseekV3Config, key: str) -> bool:  # noqa: N802  (the hf modules' protocol)
     """The multi-token-prediction layers (``model.layers.<n_layers + i>``), not read."""
     found = MTP_LAYER.match(key)
-    return bool(found) and int(found.group(1)) >= c.n_layers
+    return found is not None and int(found.group(1)) >= c.n_layers
 
 
 def mlp_rules(c: DeepseekV3Config, ours: ParamPath, theirs: str) -> list[Rule]:

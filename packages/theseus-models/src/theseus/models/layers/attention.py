@@ -163,10 +163,13 @@ class Attention(nnx.Module):
         )
         kw["std"] = std if out_std is None else out_std
         self.o_proj = Linear((H, V), (D,), ("heads", "head_dim"), ("embed",), bias=out_bias, **kw)
+        self.q_norm: RMSNorm | None
+        self.k_norm: RMSNorm | None
         if qk_norm_eps is not None:
-            norm = dict(eps=qk_norm_eps, axis_name="head_dim", offset=qk_norm_offset, dtype=dtype)
-            self.q_norm = RMSNorm(K, **norm)
-            self.k_norm = RMSNorm(K, **norm)
+            norm = partial(
+                RMSNorm, eps=qk_norm_eps, axis_name="head_dim", offset=qk_norm_offset, dtype=dtype
+            )
+            self.q_norm, self.k_norm = norm(K), norm(K)
         else:
             self.q_norm = self.k_norm = None
         self.rope = rope
@@ -185,7 +188,7 @@ class Attention(nnx.Module):
         return self.q_proj(x_BxTxD), self.k_proj(x_BxTxD), self.v_proj(x_BxTxD)
 
     def normalize_qk(self, q: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
-        if self.q_norm is None:
+        if self.q_norm is None or self.k_norm is None:
             return q, k
         return self.q_norm(q), self.k_norm(k)
 
@@ -379,16 +382,22 @@ class Attention(nnx.Module):
         if name == "reference":
             return self.attend_in_blocks(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info)
         args = (q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info.q_segment, info.k_segment)
-        kw = dict(window=self.sliding_window, scale=self.scale)
+        window, scale = self.sliding_window, self.scale
         if name == "flash":
             size = self.flash_block
-            return flash_attention(*args, **kw, block_q=size, block_k=size)
+            return flash_attention(*args, window=window, scale=scale, block_q=size, block_k=size)
         if name == "cudnn":
-            return per_shard(partial(cudnn_attention, **kw), *args)
+            return per_shard(partial(cudnn_attention, window=window, scale=scale), *args)
         blocks = self.kernel.blocks
         if not isinstance(blocks, SplashBlocks):  # no chip's table: sized for this length
             blocks = splash_blocks("", q_BxHxTxK.shape[2], self.head_dim)
-        kernel = partial(splash_attention, **kw, blocks=blocks, interpret=self.kernel_interpret)
+        kernel = partial(
+            splash_attention,
+            window=window,
+            scale=scale,
+            blocks=blocks,
+            interpret=self.kernel_interpret,
+        )
         return per_shard(kernel, *args)
 
     def __call__(

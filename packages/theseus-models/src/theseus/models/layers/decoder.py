@@ -29,7 +29,13 @@ from theseus.core.sharding.remat import policy as remat_policy
 from theseus.models.config import compute_dtype
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
 from theseus.models.layers.attention import Attention, KVCache, LayerCache, MaskInfo
-from theseus.models.layers.block import LAYER_METADATA, Block, layer_of, stack_blocks
+from theseus.models.layers.block import (
+    LAYER_METADATA,
+    Block,
+    LayerIndex,
+    layer_of,
+    stack_blocks,
+)
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.moe import MoE
@@ -61,6 +67,10 @@ class DecoderLM(nnx.Module):
     config_class: ClassVar[type[Any]]  # the family's config dataclass
     block_cls: ClassVar[type] = Block
     scan_layers: ClassVar[bool] = True  # False: blocks that differ per layer, in a Python loop
+    # a model imported from (or exported to) Hugging Face (``hf/checkpoint.py``): its
+    # family's name and config.json's bos/eos/pad ids, as (key, id) pairs
+    family: str
+    special_tokens: tuple[tuple[str, Any], ...]
 
     def __init__(
         self, config: Any, *, rngs: nnx.Rngs, execution: ExecutionPlan | None = None
@@ -70,13 +80,13 @@ class DecoderLM(nnx.Module):
                 f"{type(self).__name__} is built from a {self.config_class.__name__} "
                 f"(or a subclass), not a {type(config).__name__}"
             )
-        self.check_config(config)
+        self.config = config
+        self.check_config()
         if config.vocab_size <= 0:
             raise ModelError(
                 f"vocab_size={config.vocab_size}: set model.vocab_size (the trainer fills it "
                 "from the tokenized data)"
             )
-        self.config = config
         self.dtype = jnp.dtype(compute_dtype(config.dtype))
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
@@ -100,19 +110,19 @@ class DecoderLM(nnx.Module):
 
     # ------------------------------------------------------------------ what a family provides
 
-    def check_config(self, config: Any) -> None:
-        """Raise a ModelError naming the values a family cannot build."""
+    def check_config(self) -> None:
+        """Raise a ModelError naming the values of ``self.config`` a family cannot build."""
 
     def make_norm(self, dim: int) -> nnx.Module:
         raise NotImplementedError
 
-    def make_attention(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_attention(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         raise NotImplementedError
 
-    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         raise NotImplementedError
 
-    def make_block(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_block(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         """Block ``index``: norm, attention, norm, MLP (attention first: the init order).
 
         With ``scan_layers`` this runs once for all layers, under ``nnx.vmap``: ``index`` is

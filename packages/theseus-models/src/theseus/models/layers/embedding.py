@@ -95,7 +95,7 @@ class Embedding(nnx.Module):
         num: int,
         dim: int,
         *,
-        axes: tuple[str, str] = ("vocab", "embed"),
+        axes: tuple[str | None, str | None] = ("vocab", "embed"),
         std: float = 0.02,
         dtype=jnp.float32,
         rngs: nnx.Rngs,

@@ -167,8 +167,9 @@ def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights)
     M, P = expert_M.shape[0], plan.devices
     every = jnp.ones((M,), bool)
     if P == 1:  # the experts are all here: the layer's own computation on these tokens
-        options = {"capacity": None, "grouping": plan.grouping}
-        return routed_rows(x_nxD, token_M, expert_M, every, weights, **options)[0]
+        return routed_rows(
+            x_nxD, token_M, expert_M, every, weights, capacity=None, grouping=plan.grouping
+        )[0]
     peer_M = expert_M // local_experts
     # row of each assignment in the send buffer: slab of its peer, in assignment order
     send_M, _, _, _ = assign_rows(peer_M, every, P, M, M)

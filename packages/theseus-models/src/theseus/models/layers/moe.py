@@ -149,7 +149,12 @@ class MoE(nnx.Module):
 
     def expert_weights(self) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(w_gate, w_up, w_down)`` (ExDxF, ExDxF, ExFxD) in the compute dtype."""
-        return tuple(w[...].astype(self.dtype) for w in (self.w_gate, self.w_up, self.w_down))
+        dtype = self.dtype
+        return (
+            self.w_gate[...].astype(dtype),
+            self.w_up[...].astype(dtype),
+            self.w_down[...].astype(dtype),
+        )
 
     def expert_ffn(self, x: jax.Array, matmul: Matmul) -> jax.Array:
         """The experts' SwiGLU on their rows; ``matmul(x, w_ExIxO)`` picks each row's expert."""

@@ -16,6 +16,7 @@ from typing import Any
 from flax import nnx
 from theseus.models.errors import ModelError
 from theseus.models.layers import Attention, DecoderLM, RMSNorm, RoPE, SwiGLU
+from theseus.models.layers.block import LayerIndex
 from theseus.models.layers.rope import Llama3Scaling
 from theseus.models.llama.config import LlamaConfig
 
@@ -26,7 +27,8 @@ class Llama(DecoderLM):
     attention_cls = Attention
     mlp_cls = SwiGLU
 
-    def check_config(self, config: LlamaConfig) -> None:
+    def check_config(self) -> None:
+        config = self.config
         if config.rope_scaling not in ("none", "llama3"):
             raise ModelError(f"rope_scaling={config.rope_scaling!r}: use 'none' or 'llama3'")
         if not config.head_dim and config.d_model % config.n_heads:
@@ -53,7 +55,7 @@ class Llama(DecoderLM):
             )
         return RoPE(self.head_dim, c.rope_theta, scaling)
 
-    def attention_options(self, index: int) -> dict[str, Any]:
+    def attention_options(self, index: LayerIndex) -> dict[str, Any]:
         """Keyword arguments of layer ``index``'s attention (a family changes a few; under
         ``scan_layers`` ``index`` is traced and must not choose them)."""
         c = self.config
@@ -69,7 +71,7 @@ class Llama(DecoderLM):
             dtype=self.dtype,
         )
 
-    def make_attention(self, index: int, rngs: nnx.Rngs) -> Attention:
+    def make_attention(self, index: LayerIndex, rngs: nnx.Rngs) -> Attention:
         c = self.config
         return self.attention_cls(
             c.d_model,
@@ -80,7 +82,7 @@ class Llama(DecoderLM):
             rngs=rngs,
         )
 
-    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         c = self.config
         return self.mlp_cls(
             c.d_model,
