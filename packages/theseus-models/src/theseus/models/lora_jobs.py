@@ -29,6 +29,7 @@ from theseus.core.rundir import RunDir, write_atomic
 from theseus.core.runner import config_for, job_spec
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.opening import open_run
+from theseus.core.train.state import split_params
 from theseus.core.train.step_zero import write_step_zero
 from theseus.core.train.weights import placed_like
 from theseus.models.errors import ModelError
@@ -54,7 +55,6 @@ def merged_model(model: Any) -> Any:
     import jax
     import jax.numpy as jnp
     from flax import nnx
-    from theseus.core.train.state import split_params
 
     graphdef, params, rest = split_params(model)
     params = jax.tree.map(

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from theseus.core.components import Choice, JobSpec
 from theseus.core.hookspecs import hookimpl
 from theseus.models.families import FAMILIES
+from theseus.models.generate_config import GenerateConfig
+from theseus.models.hf_jobs_config import ExportConfig, ImportConfig, MergeConfig
 
 if TYPE_CHECKING:
     from theseus.core.registry import Registries
@@ -27,9 +29,6 @@ def theseus_register_models(register: Any) -> None:
 
 @hookimpl
 def theseus_register_jobs(register: Any, registries: Registries) -> None:
-    from theseus.models.generate_config import GenerateConfig
-    from theseus.models.hf_jobs_config import ExportConfig, ImportConfig, MergeConfig
-
     # every registered model generates, third-party ones included (all models are
     # registered before any job): with a KV cache when it has one, else by full forwards
     for name in registries.models.names():

@@ -12,6 +12,8 @@ kernel is assumed to reach the same share of the chip's peak (labelled so in the
 
 from __future__ import annotations
 
+from theseus.core.chips.specs import chip_of_device_kind
+
 # device kind -> head_dim -> [(seq_len, TFLOP/s)], lengths ascending; between two lengths the
 # rate is interpolated in log(length), outside the nearest measured rate is taken
 SPLASH_TFLOPS: dict[str, dict[int, list[tuple[int, float]]]] = {
@@ -32,8 +34,6 @@ MEASURED_ON = "TPU v5 lite"  # the chip whose rates stand in for TPUs never meas
 
 def peak_ratio(device_kind: str) -> float | None:
     """1 on a measured chip; a TPU's peak over the measured chip's; None otherwise."""
-    from theseus.core.chips.specs import chip_of_device_kind
-
     if device_kind in SPLASH_TFLOPS:
         return 1.0
     chip, measured = chip_of_device_kind(device_kind), chip_of_device_kind(MEASURED_ON)

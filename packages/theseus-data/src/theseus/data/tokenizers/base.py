@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from theseus.data.errors import TokenizerError
+
 CONFIG_FILE = "tokenizer_config.json"
 
 EOS = "<|endoftext|>"
@@ -93,7 +95,6 @@ def write_config(directory: Path, data: dict[str, Any]) -> None:
 
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     path = Path(directory) / CONFIG_FILE
-    from theseus.data.errors import TokenizerError
 
     if not path.exists():
         raise TokenizerError(f"{path} does not exist: not a saved theseus tokenizer")

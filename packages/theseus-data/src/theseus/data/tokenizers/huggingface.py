@@ -25,6 +25,7 @@ from theseus.data.tokenizers.base import (
     SPECIAL_TOKENS,
     Corpus,
     Tokenizer,
+    read_config,
     sha256_text,
     write_config,
 )
@@ -119,8 +120,6 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def load(cls, directory: Path) -> HFTokenizer:
-        from theseus.data.tokenizers.base import read_config
-
         saved = read_config(directory)
         return cls(
             (Path(directory) / "tokenizer.json").read_text(),

@@ -7,14 +7,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from theseus.core.plugins import registries
+from theseus.data.errors import TokenizerError
 from theseus.data.tokenizers.base import CONFIG_FILE, Corpus, Tokenizer, read_config
+from theseus.data.tokenizers.huggingface import HFTokenizer
 
 HF_FILE = "tokenizer.json"
 
 
 def _kind_class(kind: str) -> Any:
-    from theseus.core.plugins import registries
-
     return registries().tokenizers.get(kind).load()
 
 
@@ -52,9 +53,6 @@ def find_tokenizer(path: str | os.PathLike) -> Tokenizer | None:
     ``path`` is a tokenizer saved by a tokenize job (a dataset's ``tokenizer/``), a
     directory holding a ``tokenizer.json``, or a ``.json`` tokenizer file.
     """
-    from theseus.data.errors import TokenizerError
-    from theseus.data.tokenizers.huggingface import HFTokenizer
-
     path = Path(path).expanduser()
     if path.is_dir():
         if _saved_kind(path) is not None:
