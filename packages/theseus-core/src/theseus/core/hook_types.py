@@ -35,7 +35,12 @@ class TrainingSetup(Protocol):
     """A run's training setup (``theseus.core.train.setup.TrainSetup``), as a hook sees it."""
 
     config: Any  # the job's typed config (a ``TrainJobConfig``)
-    model_config: Any  # the model's config, its vocabulary and dtype filled in
+
+    @property
+    def model_config(self) -> Any:
+        """The model's config, its vocabulary filled in."""
+        ...
+
     total_steps: int
     flops_per_token: float
 

@@ -129,6 +129,50 @@ def at_level(execution: ExecutionPlan, level: str) -> ExecutionPlan:
     return replace(execution, remat=RematChoice(level, "measured by sharding.remat=auto"))
 
 
+def with_remat(
+    execution: ExecutionPlan,
+    config: TrainJobConfig,
+    layout: Layout,
+    state: TrainState,
+    model: ModelBuilder,
+    rest: Any,
+    chunks: int,
+) -> ExecutionPlan:
+    """``execution`` with its remat level: ``sharding.remat``, or for ``auto`` the most
+    kept that fits the chip beside ``state`` (``remat_choice``)."""
+    remat = decide_remat(
+        config.sharding.remat,
+        layout,
+        state,
+        abstract_batch(config, layout),
+        lambda level: cross_entropy(model.graphdef(at_level(execution, level)), rest, chunks),
+        compute_dtype=execution.compute_dtype,
+        layers=getattr(model.config, "n_layers", 1),
+    )
+    return replace(execution, remat=remat)
+
+
+def optimization(
+    config: TrainJobConfig, registries: Registries
+) -> tuple[optax.Schedule, optax.GradientTransformation]:
+    """The learning-rate schedule over the run's steps, and the optimizer that follows it."""
+    schedule = build_schedule(
+        registries, config.schedule, config.optimizer.learning_rate, config.training.steps()
+    )
+    return schedule, build_optimizer(registries, config.optimizer, schedule)
+
+
+def objectives(
+    recipe: Recipe, model: ModelBuilder, graphdef: Any, rest: Any, chunks: int
+) -> tuple[Objective, Objective | None]:
+    """The step's objective and the validation's: the recipe's own for both, else
+    next-token cross entropy (in ``chunks`` pieces for the step, whole for validation)."""
+    if recipe.objective is None:
+        return cross_entropy(graphdef, rest, chunks), None
+    made = recipe.objective(model_fn(graphdef, rest), model.adapted)
+    return made, made
+
+
 def adapt(registries: Registries, model_class: type, config: TrainJobConfig) -> type:
     """``model_class`` with LoRA adapters, from the plugin that adds them."""
     adapted = registries.hook.theseus_adapt_model(model_class=model_class, lora=config.lora)
@@ -177,8 +221,7 @@ class TrainSetup:
     config: TrainJobConfig
     registries: Registries
     layout: Layout
-    model_config: Any
-    model_class: type
+    builder: ModelBuilder  # the model's class (with adapters for LoRA), config and seed
     batch: BatchPlan  # rows per process, per device and micro-step (checked once)
     flops_per_token: float
     execution: ExecutionPlan  # kernel, context split, expert routing, remat, compute dtype
@@ -211,48 +254,31 @@ class TrainSetup:
         fields) needs, built once, mesh first: ``layout`` (default: the config's mesh over
         every device; a target's compile-only devices for a plan), then ``batch`` (the run's
         :func:`plan_batch` on it), then the model's execution plan, the model and the steps."""
-        training = config.training
         layout = layout or job_layout(config)
         batch = batch or plan_batch(config, recipe.layout, layout)
         if batch.batch_shards != layout.batch_shards:
             raise ValueError(f"{batch} was planned for another mesh than {layout.sizes}")
-        schedule = build_schedule(
-            registries, config.schedule, config.optimizer.learning_rate, training.steps()
-        )
-        optimizer = build_optimizer(registries, config.optimizer, schedule)
+        schedule, optimizer = optimization(config, registries)
         configured = model_config(config, vocab_size, layout.platform, registries)
         model = model_builder(config, registries, configured)
-        probe, flops_per_token = model.probe(training.seq_len, config.model.name)
+        probe, flops_per_token = model.probe(config.training.seq_len, config.model.name)
         execution = first_plan(probe, config, layout, configured)
         frozen = frozen_role(model.adapted, recipe.reference)
         rest = model.rest(probe)
         make_state = model.fresh_state(optimizer, frozen, config.lora.base_dtype)
         abstract = jax.eval_shape(make_state)
         shardings = abstract.shardings(layout)  # refuses shapes the mesh cannot divide
-        chunks = loss_chunks(
-            batch.per_device, training.seq_len, configured.vocab_size, layout.context
-        )
+        seq_len, vocab = config.training.seq_len, configured.vocab_size
+        chunks = loss_chunks(batch.per_device, seq_len, vocab, layout.context)
         state = abstract.abstract(shardings)
-        remat = decide_remat(
-            config.sharding.remat,
-            layout,
-            state,
-            abstract_batch(config, layout),
-            lambda level: cross_entropy(model.graphdef(at_level(execution, level)), rest, chunks),
-            compute_dtype=execution.compute_dtype,
-            layers=getattr(configured, "n_layers", 1),
-        )
-        execution = replace(execution, remat=remat)
+        execution = with_remat(execution, config, layout, state, model, rest, chunks)
         graphdef = model.graphdef(execution)
-        made = (
-            recipe.objective(model_fn(graphdef, rest), model.adapted) if recipe.objective else None
-        )
+        objective, eval_objective = objectives(recipe, model, graphdef, rest, chunks)
         return cls(
             config=config,
             registries=registries,
             layout=layout,
-            model_config=configured,
-            model_class=model.model_class,
+            builder=model,
             batch=batch,
             flops_per_token=flops_per_token,
             execution=execution,
@@ -262,13 +288,18 @@ class TrainSetup:
             optimizer=optimizer,
             schedule=schedule,
             frozen=frozen,
-            objective=made or cross_entropy(graphdef, rest, chunks),
-            eval_objective=made,
+            objective=objective,
+            eval_objective=eval_objective,
             recipe=recipe,
             abstract_state=state,
             state_shardings=shardings,
             make_state=make_state,
         )
+
+    @property
+    def model_config(self) -> Any:
+        """The model's config as the run uses it (the data's vocabulary filled in)."""
+        return self.builder.config
 
     @property
     def total_steps(self) -> int:

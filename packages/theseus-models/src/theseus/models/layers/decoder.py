@@ -25,7 +25,6 @@ import jax.numpy as jnp
 from flax import nnx
 from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan
 from theseus.core.sharding.remat import checkpointed
-from theseus.core.sharding.remat import policy as remat_policy
 from theseus.models.config import compute_dtype
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
 from theseus.models.layers.attention import Attention, KVCache, LayerCache, MaskInfo
@@ -39,12 +38,6 @@ from theseus.models.layers.block import (
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.moe import MoE
-
-# What the scan keeps of each layer for the backward pass is the execution plan's remat
-# policy. Left alone, a scan would keep every intermediate in an L-stacked buffer, where an
-# unrolled program lets XLA fuse the cheap elementwise work into the backward instead: at
-# ``none`` the policy keeps the matmul outputs and the attention kernel's output and
-# recomputes the rest (norms, activations), that program's trade, as fast and with less memory.
 
 
 def document_positions(segment_ids_BxT: jax.Array) -> jax.Array:
@@ -314,16 +307,11 @@ class DecoderLM(nnx.Module):
             x_BxTxD, layer_cache, stats = block(x_BxTxD, positions_BxT, info, layer_cache)
             return x_BxTxD, (None if layer_cache is None else (layer_cache.k, layer_cache.v), stats)
 
-        level = self.execution.remat.level
+        # every block at the plan's remat level (in a scan: once per layer)
+        run = checkpointed(layer, self.execution.remat.level, scanned=self.stacked)
         if self.stacked:
-            # once per layer in the scan. The scan already keeps XLA from merging the
-            # recomputed forward with the forward pass, so remat's own barrier (prevent_cse)
-            # is not needed; without it the gradient's matmuls share the recompute's gathered
-            # kernels under fsdp (with the barrier, XLA:GPU gathered each attention kernel a
-            # third time per layer once the projections gather their own: layers/linear.py)
-            layer = nnx.remat(layer, policy=remat_policy(level), prevent_cse=False)
             scan = nnx.scan(
-                layer,
+                run,
                 unroll=min(getattr(self.config, "scan_unroll", 1), self.config.n_layers),
                 in_axes=(0, nnx.Carry, 0),
                 out_axes=(nnx.Carry, 0),
@@ -331,7 +319,7 @@ class DecoderLM(nnx.Module):
             )
             x_BxTxD, (kv, stats) = scan(self.blocks, x_BxTxD, kv)
             return x_BxTxD, kv, stats
-        outputs, run = [], checkpointed(layer, level)
+        outputs = []
         for i, block in enumerate(self.blocks):
             x_BxTxD, out = run(block, x_BxTxD, None if kv is None else (kv[0][i], kv[1][i]))
             outputs.append(out)
