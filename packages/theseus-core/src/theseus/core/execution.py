@@ -33,11 +33,28 @@ EXPERT_ROUTES = {
     "global": "one routing over the whole batch",
 }
 
+#: the platforms whose ``auto`` compute dtype is bfloat16 (JAX's names for NVIDIA/AMD GPUs
+#: and TPUs); float32 elsewhere
+HALF_PRECISION_PLATFORMS = ("gpu", "cuda", "rocm", "tpu")
+
 EXPERT_DISPATCHES = {
     "slabs": "all_to_all of fixed slabs",
     "ragged": "ragged_all_to_all of exactly the assignments",
     "ragged_gathered": "the ragged exchange from an all-gather (no ragged-all-to-all here)",
 }
+
+
+def compute_dtype(model_dtype: str, platform: str, override: str = "") -> tuple[str, str]:
+    """The dtype a model computes in on ``platform``, and the rule that chose it: ``override``
+    (``precision.compute_dtype``) when set, else ``model_dtype`` (``model.dtype``), whose
+    ``auto`` is bfloat16 on GPUs and TPUs and float32 elsewhere. The one place the choice is
+    made: the plan carries it, and the model computes in it."""
+    if override:
+        return override, "precision.compute_dtype"
+    if model_dtype != "auto":
+        return model_dtype, f"model.dtype={model_dtype}"
+    chosen = "bfloat16" if platform in HALF_PRECISION_PLATFORMS else "float32"
+    return chosen, f"model.dtype=auto on {platform}"
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,14 @@ class ModelBuilder:
         key = jax.random.fold_in(jax.random.key(self.seed), 0)
         return self.model_class(self.config, rngs=nnx.Rngs(params=key), execution=execution)
 
-    def probe(self, seq_len: int, name: str) -> tuple[Any, float]:
-        """The model built without a plan, abstract (nothing allocated), to be asked what it
-        can run; and its training FLOPs per token (counted on the traced model)."""
+    def probe(self, seq_len: int, name: str, execution: ExecutionPlan) -> tuple[Any, float]:
+        """The model built in the plan as decided so far (its compute dtype), abstract
+        (nothing allocated), to be asked what it can run; and its training FLOPs per token
+        (counted on the traced model)."""
         counted: dict[str, float] = {}
 
         def build_and_count() -> Any:
-            model = self.build()
+            model = self.build(execution)
             counted["flops"] = float(model.flops_per_token(seq_len))
             return model
 

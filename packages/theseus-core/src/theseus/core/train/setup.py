@@ -26,7 +26,7 @@ from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.placement import Layout
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.execution_choice import MeshFacts, dtype_rule, plan_execution
+from theseus.core.train.execution_choice import MeshFacts, dtype_plan, plan_execution
 from theseus.core.train.job_layout import job_layout
 from theseus.core.train.model_builder import ModelBuilder
 from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
@@ -108,20 +108,24 @@ def model_builder(config: TrainJobConfig, registries: Registries, configured: An
 
 
 def first_plan(
-    probe: Any, config: TrainJobConfig, layout: Layout, configured: Any
-) -> ExecutionPlan:
+    model: ModelBuilder, config: TrainJobConfig, layout: Layout
+) -> tuple[ExecutionPlan, Any, float]:
     """The execution plan but its remat level (decided from the state's size, after, by
-    ``decide_remat``; ``sharding.remat`` itself is checked when its config is built)."""
-    return plan_execution(
+    ``decide_remat``; ``sharding.remat`` itself is checked when its config is built), the
+    probe it was asked of (the model built abstract in the plan's compute dtype) and the
+    model's training FLOPs per token."""
+    dtype = dtype_plan(config, layout.platform)
+    probe, flops_per_token = model.probe(config.training.seq_len, config.model.name, dtype)
+    execution = plan_execution(
         probe,
         config.sharding,
         MeshFacts.of(layout),
         config.training.seq_len,
         config.model.name,
-        str(getattr(configured, "dtype", "float32")),
-        dtype_rule(config, layout.platform),
-        float(getattr(configured, "capacity_factor", 0.0) or 0.0),
+        dtype,
+        float(getattr(model.config, "capacity_factor", 0.0) or 0.0),
     )
+    return execution, probe, flops_per_token
 
 
 def at_level(execution: ExecutionPlan, level: str) -> ExecutionPlan:
@@ -185,20 +189,15 @@ def adapt(registries: Registries, model_class: type, config: TrainJobConfig) -> 
 
 
 def model_config(
-    config: TrainJobConfig,
-    vocab_size: int,
-    platform: str = "cpu",
-    registries: Registries | None = None,
+    config: TrainJobConfig, vocab_size: int, registries: Registries | None = None
 ) -> Any:
-    """The ``model`` group with the data's vocabulary and the precision override applied.
+    """The ``model`` group with the data's vocabulary.
 
     A ``model.vocab_size`` (given, or set by ``model.preset``) must be the tokenizer's
     ``vocab_size`` (:func:`~theseus.core.train.vocab.check_vocab`; ``registries`` names the
-    preset in its message).
-
-    ``model.dtype=auto`` becomes the dtype it means on ``platform``, the mesh's (bfloat16 on
-    GPUs and TPUs, float32 on CPUs: ``ModelConfig.dtype``'s rule), so a step compiled here
-    for a TPU target runs in the TPU's dtype.
+    preset in its message). The compute dtype is the execution plan's (:func:`first_plan`),
+    decided on the mesh's platform, so a step compiled here for a TPU target runs in the
+    TPU's dtype.
     """
     model, seq_len = config.model, config.training.seq_len
     check_vocab(config, vocab_size, registries)
@@ -206,12 +205,7 @@ def model_config(
         raise ConfigError(
             f"training.seq_len={seq_len} is longer than model.max_seq_len={model.max_seq_len}"
         )
-    overrides: dict[str, Any] = {"vocab_size": vocab_size}
-    if config.precision.compute_dtype:
-        overrides["dtype"] = config.precision.compute_dtype
-    elif getattr(model, "dtype", None) == "auto":
-        overrides["dtype"] = "bfloat16" if platform in ("gpu", "tpu") else "float32"
-    return replace(model, **overrides)
+    return replace(model, vocab_size=vocab_size)
 
 
 @dataclass
@@ -259,10 +253,9 @@ class TrainSetup:
         if batch.batch_shards != layout.batch_shards:
             raise ValueError(f"{batch} was planned for another mesh than {layout.sizes}")
         schedule, optimizer = optimization(config, registries)
-        configured = model_config(config, vocab_size, layout.platform, registries)
+        configured = model_config(config, vocab_size, registries)
         model = model_builder(config, registries, configured)
-        probe, flops_per_token = model.probe(config.training.seq_len, config.model.name)
-        execution = first_plan(probe, config, layout, configured)
+        execution, probe, flops_per_token = first_plan(model, config, layout)
         frozen = frozen_role(model.adapted, recipe.reference)
         rest = model.rest(probe)
         make_state = model.fresh_state(optimizer, frozen, config.lora.base_dtype)

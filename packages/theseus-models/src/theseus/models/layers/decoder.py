@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan
 from theseus.core.sharding.remat import checkpointed
-from theseus.models.config import compute_dtype
+from theseus.models.config import unplanned_execution
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
 from theseus.models.layers.attention import Attention, KVCache, LayerCache, MaskInfo
 from theseus.models.layers.block import (
@@ -80,11 +80,11 @@ class DecoderLM(nnx.Module):
                 f"vocab_size={config.vocab_size}: set model.vocab_size (the trainer fills it "
                 "from the tokenized data)"
             )
-        self.dtype = jnp.dtype(compute_dtype(config.dtype))
+        self.execution = execution or unplanned_execution(config)
+        self.dtype = jnp.dtype(self.execution.compute_dtype)  # the plan's, decided once
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
         self.blocks: Any = self.make_blocks(rngs)  # a stack under one module, or an nnx.List
-        self.execution = execution or ExecutionPlan(compute_dtype=self.dtype.name)
         if execution is not None:
             self.follow(execution)
         self.final_norm = self.make_norm(c.d_model)
