@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from jax.ad_checkpoint import print_saved_residuals
-from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan, RematChoice
+from theseus.core.execution import AttentionKernel, ExecutionPlan, RematChoice
 from theseus.core.sharding import remat
 from theseus.core.train import remat_choice
 from theseus.core.train.chunked_loss import CHUNK_BYTES, chunked_cross_entropy, loss_chunks
@@ -52,10 +52,10 @@ def test_fused_backward_in_the_interpreter_equals_reference():
     info = mask_info(B, T, packed=True)
     reference = layer(heads=H, kv_heads=1, head_dim=K, impl="reference")
     reference.query_block = 0
-    splash = layer(heads=H, kv_heads=1, head_dim=K, impl="splash")
-    splash.kernel_interpret = True
     blocks = SplashBlocks(256, 256, 128, 256, 256, 128, fused_bwd=True)
-    splash.use(AttentionKernel("splash", blocks=blocks), ContextSplit())
+    plan = ExecutionPlan(attention=AttentionKernel("splash", blocks=blocks))
+    splash = layer(heads=H, kv_heads=1, head_dim=K, impl="splash", execution=plan)
+    splash.kernel_interpret = True
     want = output_and_grads(reference, x, info)
     got = output_and_grads(splash, x, info)
     compare(got, want, {"out": T, "grad": B * T * H}, "splash, fused backward")

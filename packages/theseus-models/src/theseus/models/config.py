@@ -8,7 +8,7 @@ from theseus.core.components import option
 from theseus.core.errors import ConfigError
 from theseus.core.execution import ExecutionPlan, compute_dtype
 from theseus.core.ranges import first_problem
-from theseus.models.attention_choice import IMPLEMENTATIONS
+from theseus.models.attention_choice import IMPLEMENTATIONS, unplanned_kernel
 from theseus.models.config_checks import shape_problems
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -63,9 +63,11 @@ class ModelConfig:
 
 def unplanned_execution(config: ModelConfig) -> ExecutionPlan:
     """The plan of a model built without one (outside a training setup: an import, a test of
-    one model): the reference choices, and ``model.dtype`` as the one rule
-    (``theseus.core.execution.compute_dtype``) reads it on this process's backend."""
+    one model): ``model.attention`` as named (the reference stages for ``auto``), no mesh,
+    and ``model.dtype`` as the one rule (``theseus.core.execution.compute_dtype``) reads it
+    on this process's backend."""
     import jax
 
     dtype, rule = compute_dtype(config.dtype, jax.default_backend())
-    return ExecutionPlan(compute_dtype=dtype, dtype_rule=f"{rule}, no plan")
+    kernel = unplanned_kernel(config.attention)
+    return ExecutionPlan(attention=kernel, compute_dtype=dtype, dtype_rule=f"{rule}, no plan")

@@ -148,6 +148,9 @@ def plan_execution(
     dispatch, rule = dispatch_method(routing, sharding, mesh.platform, model_capacity)
     return replace(
         base or ExecutionPlan(),
+        mesh_axes=tuple(sizes.items()),
+        platform=mesh.platform,
+        device_kind=mesh.device_kind,
         attention=kernel,
         context=context,
         experts=routing,

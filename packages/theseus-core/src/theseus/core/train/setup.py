@@ -362,8 +362,15 @@ class TrainSetup:
         return self.layout.replicate(jax.random.key_data(jax.random.fold_in(root_key, 2)))
 
     def model(self, params: Any) -> Any:
-        """The model with these parameters (every parameter: see :meth:`full_params`)."""
-        return nnx.merge(self.graphdef, params, self.rest)
+        """The model with these parameters (every parameter: see :meth:`full_params`), for
+        use outside the step: built in the plan unsplit (``ExecutionPlan.unsplit``: whole
+        arrays, no mesh), as evaluations, time travel and generation run it."""
+        return nnx.merge(self.unsplit_graphdef, params, self.rest)
+
+    @cached_property
+    def unsplit_graphdef(self) -> nnx.GraphDef:
+        """The model's graph definition in the plan for whole arrays on one device."""
+        return self.builder.graphdef(self.execution.unsplit())
 
     def full_params(self, state: TrainState) -> Any:
         """The model's parameters in ``state``: the trained ones and a LoRA run's frozen base

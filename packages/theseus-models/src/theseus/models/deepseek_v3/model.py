@@ -95,6 +95,7 @@ class DeepseekV3(ExpertsDecoder):
             norm_eps=c.norm_eps,
             scale=(c.qk_nope_dim + c.qk_rope_dim) ** -0.5 * softmax_factor,
             implementation=c.attention,
+            execution=self.execution,
             std=c.init_std,
             out_std=self.out_std(),
             dtype=self.dtype,

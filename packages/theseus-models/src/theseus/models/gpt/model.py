@@ -75,6 +75,7 @@ class GPT(DecoderLM):
             out_bias=c.bias,
             rope=RoPE(head_dim, c.rope_theta) if c.positions == "rope" else None,
             implementation=c.attention,
+            execution=self.execution,
             std=c.init_std,
             out_std=self.out_std(),
             dtype=self.dtype,

@@ -30,6 +30,7 @@ padded to P (whole flash blocks).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import NamedTuple
 
@@ -48,13 +49,7 @@ from theseus.models.layers.flash import (
     pair_gradients,
     row_dot,
 )
-from theseus.models.layers.mesh_axes import (
-    axis_size,
-    batch_axes,
-    current_mesh,
-    spec,
-    tensor_axis_for,
-)
+from theseus.models.layers.mesh_axes import batch_axes, spec, tensor_axis_for
 
 METHODS = ("ring", "all_gather")
 
@@ -80,14 +75,16 @@ def context_attention(
     *,
     method: str,
     order: str,
+    sizes: Mapping[str, int],
     window: int = 0,
     block: int = 128,
 ) -> jax.Array:
     """softmax(q k^T / sqrt(K) + mask) v over the whole sequence, BxHxTxK, with T split over
-    the ``context`` axis of the mesh the step is traced under, in ``order``'s layout."""
+    the ``context`` axis of a mesh of these axis ``sizes`` (the execution plan's; the step is
+    traced under that mesh), in ``order``'s layout."""
     B, H, T, K = q_BxHxTxK.shape
     G = k_BxGxTxK.shape[1]
-    devices = axis_size(CONTEXT_AXIS)
+    devices = sizes.get(CONTEXT_AXIS, 1)
     chunk = check_sequence(T, devices, order)
     size = min(block, chunk)
     padded = -(-chunk // size) * size
@@ -100,7 +97,7 @@ def context_attention(
         Blocks(size, size, padded // size, padded // size, True, window),
         CONTEXT_AXIS,
     )
-    rows, heads = batch_axes(), tensor_axis_for(H, G)
+    rows, heads = batch_axes(sizes), tensor_axis_for(sizes, H, G)
     x_spec, seg_spec = spec(rows, heads, CONTEXT_AXIS, None), spec(rows, CONTEXT_AXIS)
 
     def local(q_bxhxtxK, k_bxgxtxK, v_bxgxtxK, q_seg_bxt, k_seg_bxt):
@@ -118,7 +115,6 @@ def context_attention(
 
     return jax.shard_map(
         local,
-        mesh=current_mesh(),
         in_specs=(x_spec, x_spec, x_spec, seg_spec, seg_spec),
         out_specs=x_spec,
         check_vma=False,

@@ -37,7 +37,6 @@ from theseus.models.layers.block import (
 )
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
-from theseus.models.layers.moe import MoE
 
 
 def document_positions(segment_ids_BxT: jax.Array) -> jax.Array:
@@ -85,8 +84,6 @@ class DecoderLM(nnx.Module):
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
         self.blocks: Any = self.make_blocks(rngs)  # a stack under one module, or an nnx.List
-        if execution is not None:
-            self.follow(execution)
         self.final_norm = self.make_norm(c.d_model)
         if c.tie_embeddings:
             self.lm_head = None
@@ -188,7 +185,7 @@ class DecoderLM(nnx.Module):
         """The kernel the attention layers would run at ``seq_len`` on ``platform`` (a chip
         of ``device_kind``, the heads split ``head_shards`` ways, the sequence split as
         ``context`` says): a question for the execution plan, nothing is stored. Layers that
-        override a stage run the reference stages beside it (``Attention.use``)."""
+        override a stage run the reference stages beside it (each layer is built with the plan)."""
         chosen = [
             (layer.choose(seq_len, platform, device_kind, head_shards, context), layer)
             for layer in self.attention_layers()
@@ -200,17 +197,6 @@ class DecoderLM(nnx.Module):
         if own and len(own) < len(chosen):
             return replace(kernel, why="layers that override a stage run reference")
         return kernel
-
-    def follow(self, execution: ExecutionPlan) -> None:
-        """Hand the plan's kernel, context split and expert routing to the layers (while
-        the model is built; the remat level is read when the blocks run)."""
-        for layer in self.attention_layers():
-            layer.use(execution.attention, execution.context)
-        for _, module in nnx.iter_graph(self.blocks):
-            if isinstance(module, MoE):
-                module.route_by(
-                    execution.experts, execution.expert_capacity, execution.expert_dispatch
-                )
 
     @property
     def kv_shape(self) -> tuple[int, int]:

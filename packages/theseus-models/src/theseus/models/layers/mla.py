@@ -24,14 +24,13 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from theseus.core.execution import ContextSplit
+from theseus.core.execution import ExecutionPlan
 from theseus.models.attention_choice import check_attention
 from theseus.models.layers.attention import (
     Attention,
     LayerCache,
     MaskInfo,
     heads_first,
-    unplanned_kernel,
 )
 from theseus.models.layers.flash import pad_axis
 from theseus.models.layers.linear import Linear
@@ -59,6 +58,7 @@ class MultiHeadLatentAttention(Attention):
         norm_eps: float = 1e-6,
         scale: float | None = None,
         implementation: str = "auto",
+        execution: ExecutionPlan | None = None,
         std: float = 0.02,
         out_std: float | None = None,
         dtype=jnp.float32,
@@ -87,7 +87,7 @@ class MultiHeadLatentAttention(Attention):
         self.dtype = dtype
         self.implementation = implementation
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
-        self.use(unplanned_kernel(implementation), ContextSplit())
+        self._run_as_planned(execution)
 
     # ------------------------------------------------------------------ the projections
 

@@ -71,6 +71,7 @@ class ExpertsDecoder(DecoderLM):
             norm_topk_prob=c.norm_topk_prob,
             capacity_factor=c.capacity_factor,
             grouping=c.moe_grouping,
+            execution=self.execution,
             std=c.init_std,
             out_std=self.out_std(),
             dtype=self.dtype,

@@ -66,6 +66,7 @@ class Llama(DecoderLM):
             qk_norm_eps=c.norm_eps if c.qk_norm else None,
             sliding_window=c.sliding_window,
             implementation=c.attention,
+            execution=self.execution,
             std=c.init_std,
             out_std=self.out_std(),
             dtype=self.dtype,
