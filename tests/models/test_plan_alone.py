@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from types import ModuleType
 
 import jax
 import jax.numpy as jnp
@@ -75,9 +76,9 @@ READERS = {"get_abstract_mesh", "current_mesh", "axis_size", "context_mesh", "co
 BUILT_AT = {"_run_as_planned", "__init__", "unplanned_execution"}
 
 
-def reads_in(module: object) -> list[str]:
+def reads_in(module: ModuleType) -> list[str]:
     """``function: reader`` for each call of a reader in the functions of ``module``."""
-    tree = ast.parse(inspect.getsource(module))  # type: ignore[arg-type]
+    tree = ast.parse(inspect.getsource(module))
     found = []
     for function in ast.walk(tree):
         if not isinstance(function, ast.FunctionDef):

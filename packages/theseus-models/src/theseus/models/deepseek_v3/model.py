@@ -96,23 +96,13 @@ class DeepseekV3(ExpertsDecoder):
             scale=(c.qk_nope_dim + c.qk_rope_dim) ** -0.5 * softmax_factor,
             implementation=c.attention,
             execution=self.execution,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            **self.init_options(rngs),
         )
 
     def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         c = self.config
         if index < c.first_dense_layers:
-            return SwiGLU(
-                c.d_model,
-                c.d_ff,
-                std=c.init_std,
-                out_std=self.out_std(),
-                dtype=self.dtype,
-                rngs=rngs,
-            )
+            return SwiGLU(c.d_model, c.d_ff, **self.init_options(rngs))
         return self.make_experts(
             SigmoidMoE,
             rngs,

@@ -76,10 +76,7 @@ class GPT(DecoderLM):
             rope=RoPE(head_dim, c.rope_theta) if c.positions == "rope" else None,
             implementation=c.attention,
             execution=self.execution,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            **self.init_options(rngs),
         )
 
     def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> MLP:
@@ -88,8 +85,5 @@ class GPT(DecoderLM):
             c.d_model,
             c.d_ff or 4 * c.d_model,
             bias=c.bias,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            **self.init_options(rngs),
         )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +37,15 @@ from theseus.models.layers.block import (
 )
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
+
+
+class LayerInit(TypedDict):
+    """The keyword arguments a layer is built with besides its shape (``init_options``)."""
+
+    std: float
+    out_std: float
+    dtype: Any
+    rngs: nnx.Rngs
 
 
 def document_positions(segment_ids_BxT: jax.Array) -> jax.Array:
@@ -166,6 +175,12 @@ class DecoderLM(nnx.Module):
     def out_std(self) -> float:
         """Init std of the projections into the residual stream (GPT-2's 1/sqrt(2 * layers))."""
         return self.config.init_std / math.sqrt(2 * self.config.n_layers)
+
+    def init_options(self, rngs: nnx.Rngs) -> LayerInit:
+        """What every layer of the model is built with: its init scales (``out_std`` for the
+        projections into the residual stream), the compute dtype and the random streams."""
+        c = self.config
+        return LayerInit(std=c.init_std, out_std=self.out_std(), dtype=self.dtype, rngs=rngs)
 
     def embed_tokens(self, tokens_BxT: jax.Array, positions_BxT: jax.Array) -> jax.Array:
         return self.embed(tokens_BxT)

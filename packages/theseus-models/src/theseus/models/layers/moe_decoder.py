@@ -72,10 +72,7 @@ class ExpertsDecoder(DecoderLM):
             capacity_factor=c.capacity_factor,
             grouping=c.moe_grouping,
             execution=self.execution,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            **self.init_options(rngs),
             **options,
         )
 

@@ -67,9 +67,6 @@ class Llama(DecoderLM):
             sliding_window=c.sliding_window,
             implementation=c.attention,
             execution=self.execution,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
         )
 
     def make_attention(self, index: LayerIndex, rngs: nnx.Rngs) -> Attention:
@@ -80,7 +77,7 @@ class Llama(DecoderLM):
             c.n_kv_heads or c.n_heads,
             self.head_dim,
             **self.attention_options(index),
-            rngs=rngs,
+            **self.init_options(rngs),
         )
 
     def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
@@ -89,8 +86,5 @@ class Llama(DecoderLM):
             c.d_model,
             c.d_ff,
             bias=c.mlp_bias,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            **self.init_options(rngs),
         )
