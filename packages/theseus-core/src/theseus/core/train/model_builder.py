@@ -21,7 +21,7 @@ from theseus.core.train.weights import FrozenRole
 @dataclass(frozen=True)
 class ModelBuilder:
     model_class: type
-    config: Any  # the model config the run uses (vocabulary and dtype filled in)
+    config: Any  # the model config the run uses (the data's vocabulary filled in)
     seed: int
     adapted: bool  # LoRA: only the adapters train, on a frozen base
 
