@@ -110,3 +110,20 @@ def test_the_layers_that_split_work_read_no_mesh_or_backend_while_traced():
     from theseus.models.layers import embedding
 
     assert reads_in(embedding)
+
+
+def test_a_family_that_builds_a_layer_without_the_plan_is_refused():
+    """A layer built without the model's plan would attend over its own share of a split
+    sequence only: the model refuses it, naming the layer."""
+    from theseus.models.errors import ModelError
+    from theseus.models.llama.model import Llama
+
+    class Unplanned(Llama):
+        def make_attention(self, index, rngs):
+            c = self.config
+            return Attention(c.d_model, c.n_heads, c.n_kv_heads, self.head_dim, rngs=rngs)
+
+    config = tiny("llama").config
+    with pytest.raises(ModelError, match="Attention layer was built without the model's"):
+        Unplanned(config, rngs=nnx.Rngs(0), execution=SPLIT)
+    assert Unplanned(config, rngs=nnx.Rngs(0)).attention_layers()  # no plan: nothing to split

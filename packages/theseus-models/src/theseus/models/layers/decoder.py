@@ -37,6 +37,7 @@ from theseus.models.layers.block import (
 )
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.linear import Linear
+from theseus.models.layers.moe import MoE
 
 
 class LayerInit(TypedDict):
@@ -93,6 +94,7 @@ class DecoderLM(nnx.Module):
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
         self.blocks: Any = self.make_blocks(rngs)  # a stack under one module, or an nnx.List
+        self.check_planned()
         self.final_norm = self.make_norm(c.d_model)
         if c.tie_embeddings:
             self.lm_head = None
@@ -184,6 +186,24 @@ class DecoderLM(nnx.Module):
 
     def embed_tokens(self, tokens_BxT: jax.Array, positions_BxT: jax.Array) -> jax.Array:
         return self.embed(tokens_BxT)
+
+    def check_planned(self) -> None:
+        """Every attention and expert layer built with the model's plan (a family passes
+        ``execution=self.execution``): one built without it would not split its work over
+        the mesh as the step does. A ModelError naming the layer otherwise."""
+        plan = self.execution
+        for _, layer in nnx.iter_graph(self.blocks):
+            if isinstance(layer, Attention) and layer.context == plan.context:
+                planned = layer.mesh_sizes == plan.mesh_axes
+            elif isinstance(layer, MoE):
+                planned = layer.mesh_sizes == plan.mesh_axes
+            else:
+                planned = not isinstance(layer, Attention)
+            if not planned:
+                raise ModelError(
+                    f"{type(self).__name__}: its {type(layer).__name__} layer was built without "
+                    "the model's execution plan; build it with execution=self.execution"
+                )
 
     def attention_layers(self) -> list[Attention]:
         """Every attention layer (a stack's one module stands for all its layers)."""
