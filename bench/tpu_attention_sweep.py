@@ -7,6 +7,8 @@ set, and XLA's reference attention where its scores fit. TFLOP/s count the causa
 the square: forward ``2 * 2 * B * H * T^2 / 2 * K``, backward 2.5 times that.
 
     python bench/tpu_attention_sweep.py OUT.json          # on the TPU (bench/tpu_device.sh)
+        # also writes the chip's fastest blocks and their rates into theseus-core's
+        # chips/measured.json, which the splash kernel and the step estimate read
     SWEEP_LENGTHS=256 SWEEP_REPEATS=1 JAX_PLATFORMS=cpu python bench/tpu_attention_sweep.py x.json
         # a CPU smoke run in the Pallas interpreter
 """
@@ -20,6 +22,7 @@ import sys
 import time
 from dataclasses import asdict
 from functools import partial
+from pathlib import Path
 
 LENGTHS = [
     int(t)
@@ -155,7 +158,69 @@ def write(path: str, rows: list[dict]) -> dict:
     return result
 
 
+# ---------------------------------------------------------------------- the tables theseus reads
+
+MEASURED_FILE = (
+    Path(__file__).resolve().parents[1]
+    / "packages/theseus-core/src/theseus/core/chips/measured.json"
+)
+
+
+def canonical(blocks: dict) -> dict:
+    """A block set as the tables keep it: a fused backward has no dq pass, so its dq blocks
+    are written as its dkv blocks (the kernel reads neither)."""
+    if blocks["fused_bwd"]:
+        return {**blocks, "q_dq": blocks["q_dkv"], "kv_dq": blocks["kv_dkv"]}
+    return dict(blocks)
+
+
+def fastest(rows: list[dict]) -> dict[tuple[int, int], dict]:
+    """(head_dim, seq_len) -> the sweep's fastest kernel row (forward + backward) there."""
+    best: dict[tuple[int, int], dict] = {}
+    for row in rows:
+        if not isinstance(row["blocks"], dict) or "seconds" not in row:
+            continue  # the XLA reference, or a block set the kernel refused
+        key = (row["head_dim"], row["seq_len"])
+        if key not in best or row["seconds"] < best[key]["seconds"]:
+            best[key] = row
+    return best
+
+
+def tables(rows: list[dict]) -> tuple[dict, dict]:
+    """The chip's rows of measured.json's ``splash_blocks`` (head_dim -> the fastest blocks up
+    to a length, lengths with the same winner merged, the last for any longer) and
+    ``splash_rates`` (head_dim -> [length, TFLOP/s of those blocks])."""
+    best = fastest(rows)
+    blocks: dict[str, list[dict]] = {}
+    rates: dict[str, list[list[float]]] = {}
+    for dim in sorted({d for d, _ in best}):
+        lengths = sorted(t for d, t in best if d == dim)
+        kept: list[dict] = []
+        for t in lengths:
+            chosen = canonical(best[dim, t]["blocks"])
+            if kept and kept[-1]["blocks"] == chosen:
+                kept[-1]["up_to"] = t
+            else:
+                kept.append({"up_to": t, "blocks": chosen})
+        kept[-1]["up_to"] = None
+        blocks[str(dim)] = kept
+        rates[str(dim)] = [[t, round(best[dim, t]["tflops"], 1)] for t in lengths]
+    return blocks, rates
+
+
+def write_measured(result: dict, path: Path = MEASURED_FILE) -> None:
+    """This chip's splash tables in theseus's measured.json (other chips and tables kept)."""
+    data = json.loads(path.read_text())
+    blocks, rates = tables(result["rows"])
+    data["splash_blocks"]["chips"][result["device"]] = blocks
+    data["splash_rates"]["chips"][result["device"]] = rates
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/results/tpu_attention_sweep.json"
-    run(out)
+    result = run(out)
     print("wrote", out)
+    if result["device"].startswith("TPU"):  # not a CPU smoke run in the interpreter
+        write_measured(result)
+        print("wrote", MEASURED_FILE)

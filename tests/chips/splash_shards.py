@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from theseus.core.execution import AttentionKernel, ExecutionPlan
 from theseus.core.sharding.config import ShardingConfig
 from theseus.core.sharding.placement import Layout
 from theseus.models.layers.attention import Attention, MaskInfo
@@ -33,8 +34,22 @@ STRATEGIES = {
 }
 
 
-def make_layer(impl: str) -> Attention:
-    layer = Attention(D, H, G, K, rope=RoPE(K, 10000.0), implementation=impl, rngs=nnx.Rngs(0))
+def make_layer(impl: str, layout: Layout | None = None) -> Attention:
+    """The layer running ``impl``; with ``layout``, planned for its mesh (the kernel per shard
+    of it, as a setup's plan says)."""
+    plan = None
+    if layout is not None:
+        plan = ExecutionPlan(attention=AttentionKernel(impl), mesh_axes=tuple(layout.sizes.items()))
+    layer = Attention(
+        D,
+        H,
+        G,
+        K,
+        rope=RoPE(K, 10000.0),
+        implementation=impl,
+        execution=plan,
+        rngs=nnx.Rngs(0),
+    )
     layer.kernel_interpret = True
     layer.query_block = 0  # the reference over the whole square: the plainest oracle
     return layer
@@ -79,9 +94,10 @@ def main() -> None:
     want = output_and_grads(make_layer("reference"), x, info, None)
     for name, config in STRATEGIES.items():
         layout = Layout(config)
-        got = output_and_grads(make_layer("splash"), x, info, layout)
+        got = output_and_grads(make_layer("splash", layout), x, info, layout)
+        planned = make_layer("splash", layout)
         with jax.set_mesh(layout.mesh):  # did the kernel go through shard_map?
-            traced = jax.make_jaxpr(lambda x: make_layer("splash")(x, info.q_slot, info)[0])(x)
+            traced = jax.make_jaxpr(lambda x, layer=planned: layer(x, info.q_slot, info)[0])(x)
         result = {"strategy": name, "mesh": dict(layout.mesh.shape)}
         result["per_shard"] = "shard_map" in str(traced)
         for kind, g, w, n in [("out", got[0], want[0], T)] + [

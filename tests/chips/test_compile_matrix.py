@@ -77,7 +77,7 @@ def test_llama_flash_compiles_for_v5p_8():
 def test_llama_cudnn_compiles_for_h100x8(strategy):
     extra = FSDP_TP if strategy == "fsdp+tp" else ["sharding.strategy=fsdp"]
     setup = target_setup("llama", "h100x8", tiny("llama", *extra))
-    assert setup.attention == "cudnn" and setup.model_config.dtype == "bfloat16"
+    assert setup.attention == "cudnn" and setup.execution.compute_dtype == "bfloat16"
     text = compile_train(setup).as_text()
     assert f'{CUDNN}ScaleBiasSoftmax"' in text and f'{CUDNN}ScaleBiasSoftmaxBackward"' in text
     if strategy == "fsdp+tp":

@@ -37,7 +37,7 @@ def tolerance(want: np.ndarray, terms: int) -> float:
     return MARGIN * EPS * np.sqrt(terms) * float(np.abs(want).max())
 
 
-def layer(cls=Attention, *, heads=4, kv_heads=4, head_dim=8, window=0, impl="auto"):
+def layer(cls=Attention, *, heads=4, kv_heads=4, head_dim=8, window=0, impl="auto", execution=None):
     rope = RoPE(head_dim, 10000.0)
     return cls(
         D,
@@ -47,6 +47,7 @@ def layer(cls=Attention, *, heads=4, kv_heads=4, head_dim=8, window=0, impl="aut
         rope=rope,
         sliding_window=window,
         implementation=impl,
+        execution=execution,
         rngs=nnx.Rngs(0),
     )
 

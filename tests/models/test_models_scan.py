@@ -107,3 +107,31 @@ def test_the_cache_is_scanned_with_the_layers():
     assert cache.k.shape[0] == 3 and int(cache.index) == 12
     # each layer wrote its own keys
     assert not np.allclose(cache.k[0, :, :, :12], cache.k[1, :, :, :12])
+
+
+def test_scanned_and_looped_blocks_are_checkpointed_by_one_function():
+    """Both forms of the stack take their remat from ``remat.checkpointed``: in a scan every
+    level is its policy without remat's barrier (the scan is one), in a loop ``none`` is the
+    function itself and every other level its policy behind the barrier."""
+    import inspect
+
+    from theseus.core.sharding.remat import LEVELS, POLICIES, checkpointed
+    from theseus.models.layers.decoder import DecoderLM
+
+    source = inspect.getsource(DecoderLM.run_blocks)
+    assert "checkpointed(" in source
+    assert "nnx.remat" not in source and "jax.checkpoint" not in source
+
+    def block(w: jax.Array, x: jax.Array) -> jax.Array:
+        return jnp.tanh(x @ w)
+
+    w, x = jnp.ones((3, 3)), jnp.ones((2, 3))
+    for level in LEVELS:
+        for scanned in (True, False):
+            eqns = jax.make_jaxpr(checkpointed(block, level, scanned=scanned))(w, x).eqns
+            if level == "none" and not scanned:
+                assert [e.primitive.name for e in eqns] == ["dot_general", "tanh"]
+                continue
+            (remat,) = eqns
+            assert remat.params["policy"] is POLICIES[level], (level, scanned)
+            assert remat.params["prevent_cse"] is not scanned, (level, scanned)

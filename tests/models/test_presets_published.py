@@ -112,9 +112,9 @@ def test_a_vocabulary_given_explicitly_trains_that_vocabulary(root):
     from theseus.core.train.setup import model_config
 
     config = train_config(root, "model.preset=1b", "model.vocab_size=8192")
-    assert model_config(config, 8192, "cpu", registries()).vocab_size == 8192
+    assert model_config(config, 8192, registries()).vocab_size == 8192
     with pytest.raises(ConfigError, match="model.vocab_size=8192 disagrees with the tokenizer"):
-        model_config(config, 384, "cpu", registries())
+        model_config(config, 384, registries())
 
 
 def test_the_run_refuses_in_one_line_after_tokenizing(root):

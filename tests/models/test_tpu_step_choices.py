@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from flax import nnx
 from jax.ad_checkpoint import print_saved_residuals
-from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan, RematChoice
+from theseus.core.execution import AttentionKernel, ExecutionPlan, RematChoice
 from theseus.core.sharding import remat
 from theseus.core.train import remat_choice
 from theseus.core.train.chunked_loss import CHUNK_BYTES, chunked_cross_entropy, loss_chunks
 from theseus.core.train.step import summed_loss
 from theseus.models.layers.rope import RoPE, rotate
-from theseus.models.splash_blocks import DEFAULT, LONG, SHORT, SplashBlocks, splash_blocks
+from theseus.models.splash_blocks import DEFAULT, SplashBlocks, splash_blocks
 
 from tests.models.conftest import VOCAB, tiny
 from tests.models.test_attention_impls import compare, layer, mask_info, output_and_grads
@@ -33,13 +33,15 @@ MARGIN = 4.0
 
 
 def test_the_table_picks_measured_blocks_and_clamps_them_to_the_sequence():
-    assert splash_blocks("TPU v5 lite", 2048, 64) == LONG
-    assert splash_blocks("TPU v5 lite", 512, 64) == SHORT
-    assert splash_blocks("TPU v5 lite", 16384, 128) == LONG
+    long = splash_blocks("TPU v5 lite", 2048, 64)
+    assert (long.q, long.kv, long.kv_compute, long.fused_bwd) == (1024, 1024, 512, True)
+    short = splash_blocks("TPU v5 lite", 512, 64)
+    assert (short.q, short.kv, short.kv_compute, short.fused_bwd) == (512, 512, 512, True)
+    assert splash_blocks("TPU v5 lite", 16384, 128) == long
     assert not splash_blocks("TPU v5 lite", 32768, 64).fused_bwd  # its dq partials: 8.6 GB
     assert splash_blocks("TPU v5 lite", 200, 64).q == 256  # clamped to the padded length
     assert splash_blocks("a chip never measured", 4096, 64) == DEFAULT
-    clamped = LONG.clamped(384)
+    clamped = long.clamped(384)
     assert (clamped.q, clamped.kv, clamped.kv_compute, clamped.padded_to) == (384, 384, 384, 384)
     assert SplashBlocks(1024, 1024, 512).clamped(256).kv_compute == 256
 
@@ -50,10 +52,10 @@ def test_fused_backward_in_the_interpreter_equals_reference():
     info = mask_info(B, T, packed=True)
     reference = layer(heads=H, kv_heads=1, head_dim=K, impl="reference")
     reference.query_block = 0
-    splash = layer(heads=H, kv_heads=1, head_dim=K, impl="splash")
-    splash.kernel_interpret = True
     blocks = SplashBlocks(256, 256, 128, 256, 256, 128, fused_bwd=True)
-    splash.use(AttentionKernel("splash", blocks=blocks), ContextSplit())
+    plan = ExecutionPlan(attention=AttentionKernel("splash", blocks=blocks))
+    splash = layer(heads=H, kv_heads=1, head_dim=K, impl="splash", execution=plan)
+    splash.kernel_interpret = True
     want = output_and_grads(reference, x, info)
     got = output_and_grads(splash, x, info)
     compare(got, want, {"out": T, "grad": B * T * H}, "splash, fused backward")

@@ -37,13 +37,7 @@ def gradients(family: str, layout: Layout) -> dict[str, Any]:
         _, params, _ = nnx.split(tiny(family, vocab_size=parity.VOCAB), nnx.Param, ...)
         return TrainState.fresh(params, optax.identity())
 
-    shardings = jax.eval_shape(fresh).shardings(layout)
-    state = jax.jit(fresh, out_shardings=shardings)()
-    grad_fn = jax.jit(
-        jax.grad(lambda p, f, b: objective(p, f, b, None), has_aux=True),
-        in_shardings=(shardings.params, shardings.frozen, layout.batch_sharding),
-        out_shardings=(layout.grad_shardings(state.params), layout.replicated),
-    )
+    state, _, grad_fn = parity.placed(layout, fresh, objective)
     grads, (ce, count, _) = grad_fn(
         state.params, state.frozen, layout.place_batch(parity.batch_of(0))
     )

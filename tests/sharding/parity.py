@@ -101,13 +101,7 @@ def run(layout: Layout, remat: str = "none", dpo: bool = False, lora: bool = Fal
         frozen = jax.tree.map(jnp.copy, params) if dpo else frozen
         return TrainState.fresh(params, optimizer, frozen)
 
-    shardings = jax.eval_shape(fresh).shardings(layout)
-    state = jax.jit(fresh, out_shardings=shardings)()
-    grad_fn = jax.jit(
-        jax.grad(lambda p, f, b: objective(p, f, b, None), has_aux=True),
-        in_shardings=(shardings.params, shardings.frozen, layout.batch_sharding),
-        out_shardings=(layout.grad_shardings(state.params), layout.replicated),
-    )
+    state, shardings, grad_fn = placed(layout, fresh, objective)
     first = layout.place_batch(batch_of(0))
     grads, (ce, count, _) = grad_fn(state.params, state.frozen, first)
     out = {
@@ -220,6 +214,19 @@ def main(scenarios: list[str]) -> None:
             ),
             flush=True,
         )
+
+
+def placed(layout: Layout, fresh: Any, objective: Any) -> tuple[TrainState, TrainState, Any]:
+    """The state ``fresh()`` makes, placed by ``layout``, its shardings, and the jitted
+    gradient of ``objective`` on a placed batch (in the layout's gradient shardings)."""
+    shardings = jax.eval_shape(fresh).shardings(layout)
+    state = jax.jit(fresh, out_shardings=shardings)()
+    grad_fn = jax.jit(
+        jax.grad(lambda p, f, b: objective(p, f, b, None), has_aux=True),
+        in_shardings=(shardings.params, shardings.frozen, layout.batch_sharding),
+        out_shardings=(layout.grad_shardings(state.params), layout.replicated),
+    )
+    return state, shardings, grad_fn
 
 
 if __name__ == "__main__":

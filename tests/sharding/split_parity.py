@@ -38,6 +38,8 @@ import math  # noqa: E402
 import re  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
+from functools import partial  # noqa: E402
+from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -130,7 +132,7 @@ def attention_case(
     def split(q, k, v, s, w):
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
             out = context_attention(
-                q, k, v, s, s, method=method, order=order, window=window, block=4
+                q, k, v, s, s, method=method, order=order, sizes=sizes, window=window, block=4
             )
         return jnp.sum(out * w), out
 
@@ -206,12 +208,22 @@ def option_value(options: list[str], name: str) -> float | None:
     return None
 
 
-def moe_layer(options: list[str]):
+def moe_layer(options: list[str], execution: Any = None):
+    """The layer, built in ``execution`` (a plan of a mesh; none: one device)."""
     from theseus.models.layers.moe import MoE
 
     grouping = "ragged_dot" if "ragged_dot" in options else "tiles"
     factor = option_value(options, "capacity") or 0.0
-    moe = MoE(16, 8, 8, 2, capacity_factor=factor, grouping=grouping, rngs=nnx.Rngs(0))
+    moe = MoE(
+        16,
+        8,
+        8,
+        2,
+        capacity_factor=factor,
+        grouping=grouping,
+        execution=execution,
+        rngs=nnx.Rngs(0),
+    )
     if "unbalanced" in options:  # with x[..., 0] = 3 (moe_scenario), expert 3's logit gains 30
         moe.router.kernel[...] = moe.router.kernel[...].at[0, 3].add(10.0)
     return moe
@@ -223,6 +235,7 @@ EXPERT_SPECS["w_down"] = ("expert", None, "fsdp")
 
 def moe_scenario(text: str) -> dict:
     """Outputs, gradients and router statistics of the layer split over ``expert``."""
+    from theseus.core.execution import ExecutionPlan
     from theseus.core.sharding.placement import path_name
     from theseus.core.train.execution_choice import expert_routing
 
@@ -231,11 +244,16 @@ def moe_scenario(text: str) -> dict:
     option = rest[0] if rest else ""
     sizes = sizes_of(mesh_text, ("data", "fsdp", "expert", "tensor"))
     mesh = mesh_of(sizes)
-    moe = moe_layer(options)
+    moe = moe_layer(options)  # on one device: the whole batch routed at once
     room = option_value(options, "ragged")
     # as a setup's plan would say (on CPU, the ragged exchange runs from an all-gather)
-    dispatch = "slabs" if room is None else "ragged_gathered"
-    moe.route_by(expert_routing(sizes, has_experts=True), room or 0.0, dispatch)
+    plan = ExecutionPlan(
+        experts=expert_routing(sizes, has_experts=True),
+        expert_capacity=room or 0.0,
+        expert_dispatch="slabs" if room is None else "ragged_gathered",
+        mesh_axes=tuple((a, sizes.get(a, 1)) for a in MESH_AXES),
+    )
+    split_graphdef = nnx.split(moe_layer(options, plan))[0]
     x = jax.random.normal(jax.random.key(1), (8, 6, 16))
     if "unbalanced" in options:  # every token's first choice: expert 3 (see moe_layer)
         x = x.at[..., 0].set(3.0)
@@ -247,7 +265,7 @@ def moe_scenario(text: str) -> dict:
     seen = valid[..., None] if room is not None else jnp.ones_like(valid)[..., None]
     w = w * seen
 
-    def loss(params, x, valid, w):
+    def loss(params, x, valid, w, graphdef=graphdef):
         y, stats = nnx.merge(graphdef, params).forward_with_stats(x, valid)
         return jnp.sum(y * w), (y, stats)
 
@@ -270,7 +288,8 @@ def moe_scenario(text: str) -> dict:
 
     def split(params, x, valid, w):
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-            return jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(params, x, valid, w)
+            split_loss = partial(loss, graphdef=split_graphdef)
+            return jax.value_and_grad(split_loss, argnums=(0, 1), has_aux=True)(params, x, valid, w)
 
     def weight_sharding(path, _):
         spec = EXPERT_SPECS.get(path_name(path).split(".")[-1], ())

@@ -24,34 +24,42 @@ from tests.sharding.conftest import REPO
 from tests.sharding.test_multihost import env_with, free_port
 
 
+def env(devices: int, **extra: str) -> dict[str, str]:
+    """A scenario process's environment: its simulated devices, and no persistent compile
+    cache (XLA:CPU has run a collective program read back from the cache with a device
+    never reaching its collective: the processes then wait for each other for ever)."""
+    return env_with(devices, JAX_ENABLE_COMPILATION_CACHE="false", **extra)
+
+
 def run(out, devices: int, *overrides: str, processes: int = 1) -> dict:
     command = [sys.executable, "-m", "tests.sharding.rollout_parity", str(out), *overrides]
     if processes == 1:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=900, cwd=REPO, env=env_with(devices)
+            command, capture_output=True, text=True, timeout=900, cwd=REPO, env=env(devices)
         )
         assert done.returncode == 0, done.stderr[-3000:]
     else:
         port = free_port()
+        logs = [out.with_suffix(f".{index}.log") for index in range(processes)]
         group = [
             subprocess.Popen(
                 command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdout=log.open("w"),  # files, not pipes: a full pipe would stall a process
+                stderr=subprocess.STDOUT,  # that its partner then waits for in a collective
                 text=True,
                 cwd=REPO,
-                env=env_with(
+                env=env(
                     devices,
                     THESEUS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
                     THESEUS_NUM_PROCESSES=str(processes),
                     THESEUS_PROCESS_ID=str(index),
                 ),
             )
-            for index in range(processes)
+            for index, log in enumerate(logs)
         ]
-        for process in group:
-            _, err = process.communicate(timeout=900)
-            assert process.returncode == 0, err[-3000:]
+        for process, log in zip(group, logs, strict=True):
+            process.wait(timeout=900)
+            assert process.returncode == 0, log.read_text()[-3000:]
     return json.loads(out.read_text())
 
 

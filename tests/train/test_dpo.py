@@ -87,6 +87,13 @@ def test_lora_dpo_uses_the_base_as_reference(shared_root, sft):
     # the adapters start at zero output: the policy is the base, the reference exactly
     assert train[0]["train/loss"] == pytest.approx(LOG2, abs=1e-6)
     assert any(r["train/rewards/margin"] != 0.0 for r in train[1:])  # the adapters train
+    # merged, it is a DPO run at step 0 (its config keeps the dpo group; step zero is set
+    # up with DPO's recipe)
+    merged = run_cli(shared_root, "run", "lora/merge", "merge.run=dpo-lora", "--name", "dpo-merged")
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    folder = shared_root / "runs" / "dpo-merged"
+    assert json.loads((folder / "job.json").read_text())["key"] == "gpt/train/dpo"
+    assert "dpo:" in (folder / "config.yaml").read_text().splitlines()
 
 
 def test_simpo_needs_no_reference_and_an_odd_batch_is_refused(shared_root, sft):

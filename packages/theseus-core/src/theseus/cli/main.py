@@ -16,7 +16,11 @@ from typing import Annotated
 
 import typer
 from theseus.core.chips.environment import default_to_cpu
+from theseus.core.console import background_note, install
+from theseus.core.environment import explain
 from theseus.core.errors import JobError, TheseusError
+from theseus.core.jobs import Job
+from theseus.core.plugins import registries
 
 app = typer.Typer(
     name="theseus",
@@ -84,8 +88,6 @@ RootOption = Annotated[
 
 
 def _registries():
-    from theseus.core.plugins import registries
-
     return registries()
 
 
@@ -262,12 +264,11 @@ def _dry_run(prepared, as_json: bool, target: str | None = None) -> None:
     if as_json or target:  # the job's plan alone (one JSON object with --json)
         prepared.dry_run(as_json, target)
         return
-    from theseus.core.jobs import Job
 
     job_class = prepared.spec.load()
     prepared.typed_config(job_class)  # missing or invalid values are errors here already
     typer.echo(prepared.tree.annotated_yaml(), nl=False)
-    if getattr(job_class.dry_run, "__func__", None) is not Job.dry_run.__func__:
+    if getattr(job_class.dry_run, "__func__", None) is not getattr(Job.dry_run, "__func__", None):
         typer.echo("")
         prepared.dry_run(False, target)
 
@@ -296,7 +297,6 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.ERROR)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font cache, built once
     default_to_cpu()  # the aot extra's compilers on a machine without accelerators: quiet CPU
-    from theseus.core.console import install
 
     console, restore = (None, lambda: None) if verbose else install(_console_handler())
     from theseus.core import stop
@@ -327,7 +327,6 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(error.exit_code)
         if type(error).__name__ == "Abort":
             sys.exit(130)
-        from theseus.core.environment import explain
 
         problem = explain(error)  # a full disk, a read-only root: one line, exit 2
         if problem is None:
@@ -349,9 +348,6 @@ def _console_handler() -> logging.Handler:
 
 def _note(console, error: BaseException | None = None) -> None:
     """The one line saying that background exceptions went to the run's log, if any."""
-    from theseus.core.console import background_note
-    from theseus.core.environment import explain
-
     if console is None or (error is not None and explain(error) is not None):
         return
     note = background_note(console)

@@ -56,7 +56,8 @@ def split_trainable(params: nnx.State, adapted: bool) -> tuple[nnx.State, nnx.St
     parameter and an empty state."""
     if not adapted:
         return params, nnx.State({})
-    return params.split(Adapter, ...)
+    trainable, frozen = params.split(Adapter, ...)
+    return trainable, frozen
 
 
 def cast_frozen(frozen: nnx.State, dtype: str) -> nnx.State:

@@ -9,8 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from theseus.core.components import Component, JobSpec
+from theseus.core.evaluate.builtin import register_evaluations
+from theseus.core.evaluate.harness import command
+from theseus.core.evaluate.job import register_evaluate_jobs
 from theseus.core.hookspecs import hookimpl
+from theseus.core.inspect import commands, rebuild
 from theseus.core.optim import configs as oc
+from theseus.core.recipes.jobs import register_training_jobs
+from theseus.core.serve.command import serve
 
 OPTIM = "theseus.core.optim.optimizers"
 SCHED = "theseus.core.optim.schedules"
@@ -60,8 +66,6 @@ def theseus_register_loggers(register):
 
 @hookimpl
 def theseus_register_evaluations(register):
-    from theseus.core.evaluate.builtin import register_evaluations
-
     register_evaluations(register)
 
 
@@ -79,19 +83,13 @@ def theseus_register_rewards(register):
 
 @hookimpl
 def theseus_register_commands(register):
-    from theseus.core.inspect import commands
-
     register("runs", commands.runs)
     register("show", commands.show)
     register("plot", commands.plot)
     register("inspect", commands.inspect)
-    from theseus.core.inspect import rebuild
-
     register("rebuild-record", rebuild.command)
-    from theseus.core.evaluate.harness import command
 
     register("lm-eval", command())  # lm-evaluation-harness with --model theseus
-    from theseus.core.serve.command import serve
 
     register("serve", serve)  # a read-only web view of the root (theseus-core[serve])
 
@@ -107,9 +105,7 @@ def theseus_register_jobs(register, registries):
             resumes=False,
         )
     )
-    from theseus.core.recipes.jobs import register_training_jobs
 
     register_training_jobs(register, registries)
-    from theseus.core.evaluate.job import register_evaluate_jobs
 
     register_evaluate_jobs(register, registries)

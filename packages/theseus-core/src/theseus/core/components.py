@@ -116,3 +116,17 @@ class JobSpec:
 
     def load(self) -> Any:
         return load_target(self.target)
+
+
+def per_model_job(
+    model: str, verb: str, target: str, description: str, group: tuple[str, type]
+) -> JobSpec:
+    """``<model>/<verb>``: a one-shot job on one registered model (its ``model`` group locked
+    to it) with its own config group ``group`` (name, schema)."""
+    return JobSpec(
+        key=f"{model}/{verb}",
+        target=target,
+        description=description,
+        groups={"model": Choice("models", model, locked=True), group[0]: group[1]},
+        resumes=False,
+    )

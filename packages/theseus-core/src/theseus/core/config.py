@@ -322,6 +322,7 @@ class ConfigTree:
         base = key.rsplit(".", 1)[0] if prefix is None else prefix
         siblings = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
         close = closest_name(part, siblings)
+        suggestion: str | None
         if close is not None:
             suggestion = f"{base}.{close}" if base else close
             suggestion = f"{suggestion}.{rest}" if rest else suggestion
@@ -433,7 +434,9 @@ class ConfigTree:
         return config_type(**groups)
 
     def to_container(self) -> dict[str, Any]:
-        return OmegaConf.to_container(self.node, resolve=True, throw_on_missing=False)
+        container = OmegaConf.to_container(self.node, resolve=True, throw_on_missing=False)
+        assert isinstance(container, dict)  # the tree's root is a mapping of groups
+        return {str(key): value for key, value in container.items()}
 
     def to_yaml(self) -> str:
         return OmegaConf.to_yaml(self.node)
@@ -517,13 +520,15 @@ def _structured(schema: Any, value: Mapping) -> DictConfig:
             )
             raise ConfigKeyError(f"{schema.__name__} has no key {key!r}{hint}")
     try:
-        return OmegaConf.merge(
+        merged = OmegaConf.merge(
             OmegaConf.structured(schema), {k: _coerce(hints[k], v) for k, v in value.items()}
         )
     except oc_errors.ValidationError as error:
         where = getattr(error, "full_key", None) or "?"
         reason = str(error).splitlines()[0]
         raise ConfigTypeError(f"{schema.__name__}.{where}: {reason}") from None
+    assert isinstance(merged, DictConfig)  # a dataclass schema merges into a mapping
+    return merged
 
 
 def _flow(value: Any) -> str:

@@ -15,7 +15,15 @@ the ambient mesh or the backend what to run, and no model is changed after it is
   slabs, or ragged: exactly the assignments);
 * ``remat``: what the backward pass recomputes, and why (each block runs through
   ``theseus.core.sharding.remat.checkpointed`` at its level);
-* ``compute_dtype``: the dtype the model computes in, and the rule that chose it.
+* ``compute_dtype``: the dtype the model computes in, and the rule that chose it;
+* ``mesh_axes``, ``platform``, ``device_kind``: the mesh the step runs on (its axes and their
+  sizes, in order) and its chips: what a layer that splits its work over the mesh (context
+  attention, the experts' exchange, a kernel run per shard) needs to know of it.
+
+Layers are built with the plan (each takes it in its constructor) and read nothing else about
+where they run: no mesh in context, no backend, while they are traced. ``unsplit`` is the
+same plan for whole arrays on one device (a model used outside the step: evaluations, time
+travel, generation).
 
 No JAX here: a leaf module that configs, plugins and the dry run may import.
 """
@@ -23,7 +31,7 @@ No JAX here: a leaf module that configs, plugins and the dry run may import.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 EXPERT_ROUTES = {
     "none": "no experts (a dense model)",
@@ -33,11 +41,28 @@ EXPERT_ROUTES = {
     "global": "one routing over the whole batch",
 }
 
+#: the platforms whose ``auto`` compute dtype is bfloat16 (JAX's names for NVIDIA/AMD GPUs
+#: and TPUs); float32 elsewhere
+HALF_PRECISION_PLATFORMS = ("gpu", "cuda", "rocm", "tpu")
+
 EXPERT_DISPATCHES = {
     "slabs": "all_to_all of fixed slabs",
     "ragged": "ragged_all_to_all of exactly the assignments",
     "ragged_gathered": "the ragged exchange from an all-gather (no ragged-all-to-all here)",
 }
+
+
+def compute_dtype(model_dtype: str, platform: str, override: str = "") -> tuple[str, str]:
+    """The dtype a model computes in on ``platform``, and the rule that chose it: ``override``
+    (``precision.compute_dtype``) when set, else ``model_dtype`` (``model.dtype``), whose
+    ``auto`` is bfloat16 on GPUs and TPUs and float32 elsewhere. The one place the choice is
+    made: the plan carries it, and the model computes in it."""
+    if override:
+        return override, "precision.compute_dtype"
+    if model_dtype != "auto":
+        return model_dtype, f"model.dtype={model_dtype}"
+    chosen = "bfloat16" if platform in HALF_PRECISION_PLATFORMS else "float32"
+    return chosen, f"model.dtype=auto on {platform}"
 
 
 @dataclass(frozen=True)
@@ -98,6 +123,32 @@ class ExecutionPlan:
     remat: RematChoice = field(default_factory=RematChoice)
     compute_dtype: str = "float32"
     dtype_rule: str = "as configured"
+    # the mesh the step runs on: (axis, size) in the mesh's order; empty: none (one device)
+    mesh_axes: tuple[tuple[str, int], ...] = ()
+    platform: str = ""  # its chips' platform (cpu, gpu, tpu); "": this process's backend
+    device_kind: str = ""
+
+    def axis_size(self, name: str) -> int:
+        """Devices the mesh axis ``name`` spans (1 without a mesh or that axis)."""
+        return dict(self.mesh_axes).get(name, 1)
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.mesh_axes)
+
+    def unsplit(self) -> ExecutionPlan:
+        """This plan for whole arrays on one device, outside the step's mesh: the sequence
+        not split (its kernel on whole sequences), one routing over the batch, no mesh."""
+        kernel = replace(self.attention, context="none")
+        experts = "none" if self.experts == "none" else "global"
+        return replace(
+            self,
+            attention=kernel,
+            context=ContextSplit(),
+            experts=experts,
+            expert_ways=1,
+            mesh_axes=(),
+        )
 
     def expert_line(self) -> str:
         """``all_to_all over expert=32, capacity factor 1.25 (...)`` or the routing alone."""

@@ -35,10 +35,25 @@ class TrainingSetup(Protocol):
     """A run's training setup (``theseus.core.train.setup.TrainSetup``), as a hook sees it."""
 
     config: Any  # the job's typed config (a ``TrainJobConfig``)
-    model_config: Any  # the model's config, its vocabulary and dtype filled in
     graphdef: Any  # the model's graph (its execution plan inside), for ``nnx.merge``
     rest: Any  # the model's state that is not a parameter
     layout: Any  # the mesh and its shardings (``theseus.core.sharding.placement.Layout``)
+    abstract_state: Any  # the train state as abstract arrays with their shardings
+
+    @property
+    def model_class(self) -> type:
+        """The model's class (with adapters for LoRA)."""
+        ...
+
+    def full_params(self, state: Any) -> Any:
+        """The model's parameters in ``state`` (a LoRA run's base included)."""
+        ...
+
+    @property
+    def model_config(self) -> Any:
+        """The model's config, its vocabulary filled in."""
+        ...
+
     total_steps: int
     flops_per_token: float
 

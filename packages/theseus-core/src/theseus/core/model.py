@@ -29,7 +29,7 @@ can generate. ``docs/plugins.md`` builds a complete model plugin.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from theseus.core.errors import PluginError
 
@@ -38,8 +38,9 @@ STAT_PREFIX = "stat/"  # aux entries a model reports for logging only (not added
 
 class ModelConfig(Protocol):
     """The fields of a model family's config that core reads (see the module docstring);
-    the config tree adds ``name``, the registered model the group chose."""
+    the config tree adds ``name``, the registered model the group chose. A dataclass."""
 
+    __dataclass_fields__: ClassVar[dict[str, Any]]
     name: str
     preset: str
     vocab_size: int

@@ -92,16 +92,17 @@ class Range:
 
     def phrase(self) -> str:
         """The range in words, for error messages: ``at least 1``, ``in [0, 1)``."""
-        if self.high is None:
+        high = self.high
+        if high is None:
             if self.ge is not None:
                 return "0 or more" if self.ge == 0 else f"at least {_number(self.ge)}"
             if self.gt is not None:
                 return f"greater than {_number(self.gt)}"
             return "a finite number"
         if self.low is None:
-            if self.le is not None:
-                return f"at most {_number(self.le)}"
-            return f"less than {_number(self.high)}"
+            return (
+                f"at most {_number(high)}" if self.le is not None else f"less than {_number(high)}"
+            )
         return f"in {self.interval()}"
 
     def problem(self, value: Any) -> str | None:

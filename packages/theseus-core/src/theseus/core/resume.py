@@ -25,7 +25,7 @@ from typing import Any
 
 from theseus.core.config import ConfigTree, flatten
 from theseus.core.errors import JobError
-from theseus.core.rundir import RunDir
+from theseus.core.rundir import RunDir, read_record
 
 
 class ResumeRefusedError(JobError):
@@ -127,8 +127,6 @@ def check_records(run: RunDir, fresh: bool) -> None:
             "with --fresh to start it over (the folder is replaced)"
         )
     if not run.config_path.exists():
-        from theseus.core.rundir import read_record
-
         try:
             record = read_record(run.record_path)
         except JobError:

@@ -17,8 +17,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from theseus.core import safe_json
+from theseus.core import safe_json, safe_yaml
 from theseus.core.errors import JobError
+from theseus.core.regular_files import read_small
 
 
 def now() -> str:
@@ -110,8 +111,6 @@ def checkpoint_step(
 
 def read_record(record_path: Path) -> dict[str, Any]:
     """A run's ``job.json`` as a dict; ``JobError`` naming the file if it is not one."""
-    from theseus.core.regular_files import read_small
-
     try:
         data = read_small(record_path)  # a FIFO or a huge file is named, never waited on
     except FileNotFoundError as error:
@@ -207,7 +206,6 @@ class RunDir:
     def read_config(self) -> dict[str, Any]:
         """The saved ``config.yaml`` as a mapping; a ``JobError`` naming the file if not."""
         import yaml
-        from theseus.core import safe_yaml
 
         path = self.config_path
         try:

@@ -14,6 +14,7 @@ import yaml
 from theseus.core import safe_yaml, stop
 from theseus.core.components import JobSpec
 from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
+from theseus.core.console import RunLogHandler
 from theseus.core.environment import check_root
 from theseus.core.errors import JobError, PreemptedError, TheseusError
 from theseus.core.init_sources import fill_from_init_sources
@@ -203,7 +204,6 @@ JOB_LINE = "run %s: job %s, attempt %d"  # the first line each attempt writes to
 
 def _file_handler(path: Path) -> logging.Handler:
     path.parent.mkdir(parents=True, exist_ok=True)
-    from theseus.core.console import RunLogHandler
 
     handler = RunLogHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -15,6 +15,7 @@ from theseus.data.datasets.preference import AdditionPreferenceConfig, Preferenc
 from theseus.data.datasets.stdlib import StdlibConfig
 from theseus.data.datasets.text_files import TextFilesConfig
 from theseus.data.tokenize.options import job_schema
+from theseus.data.tokenizers import find_tokenizer
 from theseus.data.tokenizers.byte import ByteConfig
 from theseus.data.tokenizers.huggingface import BPEConfig, HFConfig
 from theseus.data.tokenizers.tiktoken_tokenizer import TiktokenConfig
@@ -131,6 +132,4 @@ def theseus_prepare_dataset(
 
 @hookimpl
 def theseus_load_tokenizer(path: str) -> Tokenizer | None:
-    from theseus.data.tokenizers import find_tokenizer
-
     return find_tokenizer(path)

@@ -20,15 +20,18 @@ from typing import TYPE_CHECKING, Any
 from theseus.core.data import format as fmt
 from theseus.core.data.config import DataConfig
 from theseus.core.jobs import Prerequisite
+from theseus.core.plugins import registries as default_registries
+from theseus.core.runner import config_for, job_spec
+from theseus.data.tokenize.identity import TokenizerNotReady, identity_settings, output_dir
+from theseus.data.tokenize.migrate import migrate_root
 
 if TYPE_CHECKING:
     from theseus.core.registry import Registries
 
 
-def _registries(registries: Registries) -> Any:
+def _registries(registries: Registries | None) -> Any:
     if registries is not None:
         return registries
-    from theseus.core.plugins import registries as default_registries
 
     return default_registries()
 
@@ -94,9 +97,6 @@ def output_of(
     """The folder the tokenize job ``key`` with ``overrides`` writes ("" while the tokenizer
     file it reads does not exist yet: a mixture's shared tokenizer before the first dataset
     is tokenized)."""
-    from theseus.core.runner import config_for, job_spec
-    from theseus.data.tokenize.identity import TokenizerNotReady, identity_settings, output_dir
-
     spec = job_spec(key, registries)
     config = config_for(spec, registries, overrides).to_object()
     name = key.split("/", 2)[2]
@@ -126,7 +126,6 @@ def prepare_dataset(
     regs = _registries(registries)
     if name not in regs.datasets:
         return None
-    from theseus.data.tokenize.migrate import migrate_root
 
     migrate_root(root)
     overrides = tokenize_overrides(data, name, primary, root, regs)

@@ -226,12 +226,11 @@ def _check_type(where: str, value: Any, tp: Any) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-
-        def named(key: Any) -> str:
-            return f"{where[:-1]}.{key}'" if where.endswith("'") else f"{where}.{key}"
-
+        item_where = (
+            (lambda k: f"{where[:-1]}.{k}'") if where.endswith("'") else (lambda k: f"{where}.{k}")
+        )
         return {
-            _check_type(f"{where} key", k, args[0]): _check_type(named(k), v, args[1])
+            _check_type(f"{where} key", k, args[0]): _check_type(item_where(k), v, args[1])
             for k, v in value.items()
         }
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -258,7 +257,7 @@ def _check_no_control(where: str, value: Any) -> None:
     elif isinstance(value, list):
         for item in value:
             _check_no_control(where, item)
-    elif isinstance(value, str) and (found := _CONTROL.search(value)) is not None:
+    elif isinstance(value, str) and (found := _CONTROL.search(value)):
         raise ConfigError(f"{where} holds a control character ({found.group(0)!r}); use one line")
 
 

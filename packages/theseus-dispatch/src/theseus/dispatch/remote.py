@@ -39,6 +39,7 @@ class Shell:
     """Where commands run: ``run`` a bash command, ``put`` a file."""
 
     label = "?"
+    home: str | None = None  # the remote $HOME, once asked (``launch.resolve_paths``)
 
     def run(self, command: str, timeout: float | None = None, check: bool = True) -> Result:
         raise NotImplementedError

@@ -18,8 +18,8 @@ def initialize_distributed() -> None:
     try:  # core's own (theseus.core.sharding), when this version of core has it
         from theseus.core.sharding.distributed import initialize_from_env
     except ImportError:
-        initialize_from_env = None
-    if initialize_from_env is not None:
+        pass
+    else:
         initialize_from_env()
         return
     import jax

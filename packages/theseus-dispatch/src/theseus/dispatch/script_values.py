@@ -35,8 +35,7 @@ class ScriptValueError(DispatchError):
 
 def check_plain(where: str, value: Any) -> None:
     """No control character in ``value`` (str), or one line naming ``where``."""
-    found = _CONTROL.search(value) if isinstance(value, str) else None
-    if found is not None:
+    if isinstance(value, str) and (found := _CONTROL.search(value)):
         raise ScriptValueError(
             f"{where} holds a control character ({found.group(0)!r}); a value written into a "
             "generated script may not (it would end the line it is on)"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from theseus.core.execution import AttentionKernel
 from theseus.models.errors import ModelError
 
 IMPLEMENTATIONS = ("auto", "reference", "flash", "cudnn", "splash")
@@ -159,3 +160,11 @@ def _check_cudnn(platform: str, dtype: str, head_dim: int) -> None:
     problem = _cudnn_problem(dtype, head_dim)
     if problem is not None:
         raise ModelError(f"model.attention=cudnn needs {problem}; use flash or auto")
+
+
+def unplanned_kernel(implementation: str) -> AttentionKernel:
+    """What a layer built without an execution plan runs: ``model.attention`` as named, the
+    reference stages for ``auto`` (choosing a kernel takes a platform and a length: a plan)."""
+    if implementation == "auto":
+        return AttentionKernel("reference", why="no execution plan: the reference stages")
+    return AttentionKernel(implementation, why="model.attention, no plan", planned=False)

@@ -6,26 +6,12 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 from theseus.core.errors import ConfigError
+from theseus.core.execution import ExecutionPlan, compute_dtype
 from theseus.core.ranges import first_problem
-from theseus.models.attention_choice import IMPLEMENTATIONS
+from theseus.models.attention_choice import IMPLEMENTATIONS, unplanned_kernel
 from theseus.models.config_checks import shape_problems
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-def compute_dtype(name: str, platform: str | None = None) -> str:
-    """The compute dtype ``model.dtype`` names; ``auto`` is bfloat16 on GPU/TPU, else float32.
-
-    ``platform`` is where the model will run (a training setup passes its mesh's, which for
-    compile-only TPU devices is ``tpu`` on any machine); default: JAX's default backend.
-    """
-    if name != "auto":
-        return name
-    if platform is None:
-        import jax
-
-        platform = jax.default_backend()
-    return "bfloat16" if platform in ("gpu", "cuda", "tpu") else "float32"
 
 
 @dataclass(unsafe_hash=True)
@@ -73,3 +59,15 @@ class ModelConfig:
         problems = shape_problems(self)
         if problems:
             raise ConfigError(problems[0])
+
+
+def unplanned_execution(config: ModelConfig) -> ExecutionPlan:
+    """The plan of a model built without one (outside a training setup: an import, a test of
+    one model): ``model.attention`` as named (the reference stages for ``auto``), no mesh,
+    and ``model.dtype`` as the one rule (``theseus.core.execution.compute_dtype``) reads it
+    on this process's backend."""
+    import jax
+
+    dtype, rule = compute_dtype(config.dtype, jax.default_backend())
+    kernel = unplanned_kernel(config.attention)
+    return ExecutionPlan(attention=kernel, compute_dtype=dtype, dtype_rule=f"{rule}, no plan")

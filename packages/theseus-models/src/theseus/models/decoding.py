@@ -27,15 +27,16 @@ else the batch's key is split once per turn.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import PartitionSpec
 from theseus.models.layers.compute_weights import cast_for_compute
-from theseus.models.layers.kernel_sharding import batch_axes, context_mesh, head_axis
+from theseus.models.layers.kernel_sharding import cache_specs
 from theseus.models.layers.kv_cache import KVCache
 from theseus.models.sampling import Sampling, sample, sample_rows, token_logprob
 
@@ -85,6 +86,7 @@ def decode_loop(
 
     B, P = tokens_BxP.shape
     N = plan.max_new_tokens
+    memory: Any  # the cache, or the buffer of full forward passes
     if plan.cache_slots:
         advance, memory = cached_turns(fresh, plan, tokens_BxP, positions_BxP, segments_BxP)
     else:
@@ -132,7 +134,7 @@ def cached_turns(
     ``token`` is None), and the empty cache; ``model()`` makes the model."""
     B = tokens.shape[0]
     built = model()
-    cache = laid_out(built.init_cache(B, plan.cache_slots, plan.reader), kv_heads(built))
+    cache = laid_out(built.init_cache(B, plan.cache_slots, plan.reader), built)
     next_position = positions[:, -1] + 1
     ones = jnp.ones((B, 1), jnp.int32)
 
@@ -158,19 +160,17 @@ def last_logits(
     return logits[:, -1].astype(jnp.float32), cache
 
 
-def laid_out(cache: KVCache, kv_heads: int) -> KVCache:
-    """The cache split like the decoding kernel reads it, under the mesh in context: its rows
-    over the mesh's batch axes, its kv heads over ``tensor`` (so no step reshards it)."""
-    mesh = context_mesh()
-    if mesh is None or mesh.size == 1:
+def laid_out(cache: KVCache, model: Any) -> KVCache:
+    """The cache split like the decoding kernel reads it, on the mesh of the model's plan
+    (the one the loop is traced under): its rows over the batch axes, its kv heads over
+    ``tensor``, so no turn reshards it."""
+    sizes = dict(getattr(getattr(model, "execution", None), "mesh_axes", ()) or ())
+    if math.prod(sizes.values()) <= 1:
         return cache
-    rows = batch_axes(mesh, cache.k.shape[1])
-    batch = (rows if len(rows) > 1 else rows[0]) if rows else None
-    heads = head_axis(mesh, kv_heads, kv_heads)
-    spec = NamedSharding(mesh, PartitionSpec(None, batch, None, heads))
-    per_row = NamedSharding(mesh, PartitionSpec(batch))
+    heads = kv_heads(model)
+    spec, rows, _ = cache_specs(sizes, cache.k.shape[1], heads, heads)
     k, v = (jax.lax.with_sharding_constraint(x, spec) for x in (cache.k, cache.v))
-    segments = jax.lax.with_sharding_constraint(cache.segment_ids, per_row)
+    segments = jax.lax.with_sharding_constraint(cache.segment_ids, PartitionSpec(rows))
     return replace(cache, k=k, v=v, segment_ids=segments)
 
 

@@ -66,16 +66,14 @@ def cache_length(model: Any, width: int, max_new_tokens: int) -> int:
     return width + max_new_tokens
 
 
-def generate(
-    model: nnx.Module, prompts: Sequence[Sequence[int]], **options: Any
-) -> list[list[int]]:
+def generate(model: Any, prompts: Sequence[Sequence[int]], **options: Any) -> list[list[int]]:
     """New token ids for each prompt (up to ``max_new_tokens``, ending at a stop token);
     the options are those of :func:`generate_with_logprobs`."""
     return generate_with_logprobs(model, prompts, **options)[0]
 
 
 def generate_with_logprobs(
-    model: nnx.Module,
+    model: Any,
     prompts: Sequence[Sequence[int]],
     *,
     max_new_tokens: int,

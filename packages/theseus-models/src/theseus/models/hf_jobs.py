@@ -45,7 +45,7 @@ from theseus.core.plugins import registries
 from theseus.core.rundir import RunDir, missing_run, write_atomic
 from theseus.core.runner import config_for
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.opening import open_run, params_from_hf
+from theseus.core.train.opening import open_run, params_from_hf, recipe_of
 from theseus.core.train.step_zero import write_step_zero
 from theseus.models.errors import ModelError
 from theseus.models.hf.checkpoint import (
@@ -168,7 +168,8 @@ class ImportJob(Job):
         copy_files(SOURCE_FILES, source.path, run.path / RUN_SOURCE)
 
         values = model_values(source.family, source.hf)
-        tree = config_for(regs.jobs.get(source.key), regs)
+        spec = regs.jobs.get(source.key)
+        tree = config_for(spec, regs)
         options: dict[str, Any] = {"path": str((tokenizer_dir / "tokenizer.json").resolve())}
         if eos := eos_token(source):
             options["eos_token"] = eos
@@ -190,6 +191,7 @@ class ImportJob(Job):
             run,
             lambda like: params_from_hf(regs, directory, like),
             {"imported_from": directory},
+            recipe_of(spec.load(), config),
         )
         write_atomic(run.config_path, tree.to_yaml())
         run.update_record(key=source.key, imported_from=str(source.path), checkpoint_step=0)

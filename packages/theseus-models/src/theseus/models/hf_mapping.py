@@ -8,13 +8,18 @@ reshape, split, stack: no arithmetic), so HF -> theseus -> HF is bit-exact. A fa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
 
 ParamPath = tuple[str | int, ...]
+
+
+def param_path(keys: Iterable[Hashable]) -> ParamPath:
+    """A parameter's path in a flattened ``nnx`` state (attribute names and list indices)."""
+    return tuple(key if isinstance(key, int) else str(key) for key in keys)
 
 
 @dataclass(frozen=True)
@@ -76,3 +81,21 @@ def experts(ours: ParamPath, theirs: list[str]) -> Rule:
         lambda k: [k[e].T for e in range(len(theirs))],
         lambda w, s: [np.stack([x.T for x in w])],
     )
+
+
+SWIGLU_NAMES = ("gate_proj", "up_proj", "down_proj")
+
+
+def routed_experts(
+    ours: ParamPath, moe: str, n_experts: int, names: tuple[str, str, str] = SWIGLU_NAMES
+) -> list[Rule]:
+    """An ``MoE`` layer's router (``<moe>.gate``) and its E experts' gate, up and down
+    projections (``<moe>.experts.<e>.<name>``, ``names`` in that order), stacked here."""
+    gate, up, down = names
+    each = [f"{moe}.experts.{e}" for e in range(n_experts)]
+    return [
+        torch_linear((*ours, "router", "kernel"), f"{moe}.gate.weight", 1),
+        experts((*ours, "w_gate"), [f"{n}.{gate}.weight" for n in each]),
+        experts((*ours, "w_up"), [f"{n}.{up}.weight" for n in each]),
+        experts((*ours, "w_down"), [f"{n}.{down}.weight" for n in each]),
+    ]

@@ -27,8 +27,8 @@ from theseus.core.errors import TheseusError
 from theseus.core.jobs import Job, parse_reference
 from theseus.core.rundir import RunDir, write_atomic
 from theseus.core.runner import config_for, job_spec
-from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.opening import open_run
+from theseus.core.train.opening import open_run, recipe_of
+from theseus.core.train.state import split_params
 from theseus.core.train.step_zero import write_step_zero
 from theseus.core.train.weights import placed_like
 from theseus.models.errors import ModelError
@@ -55,7 +55,7 @@ def merged_model(model: Any) -> Any:
     import jax.numpy as jnp
     from flax import nnx
 
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, params, rest = split_params(model)
     params = jax.tree.map(
         lambda x: x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x, params
     )
@@ -106,10 +106,11 @@ class MergeJob(Job):
         weights = plain_params(merged_model(opened.model))
         tree = config_for(job_spec(opened.key, regs), regs, [], opened.run.read_config())
         tree.apply([("lora.rank", 0), ("init.hf", ""), ("init.checkpoint", "")])
-        config = tree.to_object(TrainJobConfig)
+        config_type = type(opened.config)  # the job's: DPO's has its dpo group
+        config = tree.to_object(config_type)
         if not config.model.vocab_size:  # taken from the data by RUN: keep it with the run
             tree.apply([("model.vocab_size", int(opened.model.config.vocab_size))])
-            config = tree.to_object(TrainJobConfig)
+            config = tree.to_object(config_type)
         if run.checkpoint_dir.exists():  # an attempt that failed
             import shutil
 
@@ -120,6 +121,7 @@ class MergeJob(Job):
             run,
             lambda like: placed_like(weights, like, f"merge.run={source}"),
             {"merged_from": source},
+            recipe_of(opened.job_class, config),
         )
         write_atomic(run.config_path, tree.to_yaml())
         run.update_record(key=opened.key, merged_from=source, checkpoint_step=0)

@@ -38,7 +38,7 @@ from theseus.core.adapters import Adapter
 from theseus.models.errors import ModelError
 from theseus.models.hf.checkpoint import family_of, per_layer_path, stacked_layers
 from theseus.models.hf.file_modes import share_as_umask
-from theseus.models.hf_mapping import ParamPath, Rule
+from theseus.models.hf_mapping import ParamPath, Rule, param_path
 
 PREFIX = "base_model.model."  # PEFT's prefix for the wrapped transformers model
 CONFIG_FILE = "adapter_config.json"
@@ -98,9 +98,9 @@ def peft_tensors(model: Any, family: Any) -> tuple[dict[str, np.ndarray], dict[s
             value = np.asarray(variable[...], dtype=np.float32)
             layers = stacked_layers(variable)
             for i in range(layers):
-                out[per_layer_path(tuple(path), i)] = value[i]
+                out[per_layer_path(param_path(path), i)] = value[i]
             if not layers:
-                out[tuple(path)] = value
+                out[param_path(path)] = value
         return out
 
     adapters = per_layer(nnx.state(model, Adapter))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from theseus.core.components import Choice, JobSpec
+from theseus.core.components import JobSpec, per_model_job
 from theseus.core.hookspecs import hookimpl
 from theseus.models.families import FAMILIES
+from theseus.models.generate_config import GenerateConfig
+from theseus.models.hf_jobs_config import ExportConfig, ImportConfig, MergeConfig
 
 if TYPE_CHECKING:
     from theseus.core.registry import Registries
@@ -27,25 +29,14 @@ def theseus_register_models(register: Any) -> None:
 
 @hookimpl
 def theseus_register_jobs(register: Any, registries: Registries) -> None:
-    from theseus.models.generate_config import GenerateConfig
-    from theseus.models.hf_jobs_config import ExportConfig, ImportConfig, MergeConfig
-
     # every registered model generates, third-party ones included (all models are
     # registered before any job): with a KV cache when it has one, else by full forwards
     for name in registries.models.names():
         if f"{name}/generate" not in registries.jobs:
+            described = f"generate text with a {name} model (a training run or an HF folder)"
+            target = "theseus.models.generate_job:GenerateJob"
             register(
-                JobSpec(
-                    key=f"{name}/generate",
-                    target="theseus.models.generate_job:GenerateJob",
-                    description=f"generate text with a {name} model (a training run or an HF "
-                    "folder)",
-                    groups={
-                        "model": Choice("models", name, locked=True),
-                        "generate": GenerateConfig,
-                    },
-                    resumes=False,
-                )
+                per_model_job(name, "generate", target, described, ("generate", GenerateConfig))
             )
     # one-shot tools over a folder or a run's checkpoint: nothing to resume
     tools: list[tuple[str, str, str, dict[str, Any]]] = [

@@ -73,7 +73,9 @@ class RolloutSampler:
         self.rows = NamedSharding(mesh, PartitionSpec(self.row_axes or None))
         self.jitted = self.layout.jit(
             partial(self.run, self.graphdef, self.decode),
-            out_shardings=Decoded(self.rows, self.rows, NamedSharding(mesh, PartitionSpec())),
+            out_shardings=Decoded._make(
+                (self.rows, self.rows, NamedSharding(mesh, PartitionSpec()))
+            ),
         )
 
     @staticmethod

@@ -65,8 +65,7 @@ def tokenizer_special_tokens(folder: Path, registries: Registries) -> dict[str, 
     bos = _token_name(named.get("bos_token")) or eos
     ids: dict[str, int] = {}
     for kind, token in (("bos", bos), ("eos", eos), ("pad", pad)):
-        found = tk.token_to_id(token) if token is not None else None
-        if found is not None:
+        if token is not None and (found := tk.token_to_id(token)) is not None:
             ids[f"{kind}_token_id"] = found
     return ids
 

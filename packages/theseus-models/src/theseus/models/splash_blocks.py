@@ -8,14 +8,18 @@ overhead; larger blocks amortise it, up to the point where a block's scores no l
 the core's vector memory.
 
 ``MEASURED`` holds what ``bench/tpu_attention_sweep.py`` found fastest (forward + backward)
-on a chip, by head dim and up to a length; ``splash_blocks`` picks the row for a length and
-clamps the blocks to the (padded) sequence. A chip without measurements gets ``DEFAULT``.
-docs/targets.md shows the table and the sweep's timings.
+on a chip, by head dim and up to a length, as the sweep wrote it in theseus-core's
+``chips/measured.json``; ``splash_blocks`` picks the row for a length and clamps the blocks to
+the (padded) sequence. A chip without measurements gets ``DEFAULT``. docs/targets.md shows
+the table and the sweep's timings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from theseus.core.chips.measured import section
 
 MIN_BLOCK = 128  # the kernel's lane width: every block is a multiple of it
 
@@ -58,26 +62,25 @@ class SplashBlocks:
 BLOCK_FIELDS = ("q", "kv", "kv_compute", "q_dkv", "kv_dkv", "kv_dkv_compute", "q_dq", "kv_dq")
 
 DEFAULT = SplashBlocks()  # 512 everywhere: what MaxText configures on TPUs
+LONGEST = 1 << 62  # a row's length bound when the file says null: any longer
 
-# Fused backward, blocks of 512 (short) or 1024 with kv computed 512 at a time (long).
-SHORT = SplashBlocks(512, 512, 512, 512, 512, 512, 512, 512, fused_bwd=True)
-LONG = SplashBlocks(1024, 1024, 512, 1024, 1024, 512, 1024, 1024, fused_bwd=True)
-# The fused backward sums dq over float32 partials, one per key block: (T / 1024) x H x T x
-# 128 lanes x 4 bytes, 8.6 GB per layer at T=32768 with 16 heads. Beyond 16384 the two
-# backward passes run apart (16384: fused 29 ms, apart 34 ms).
-LONGEST = SplashBlocks(1024, 1024, 512, 1024, 1024, 512, 1024, 1024)
 
-# chip (jax device_kind) -> head_dim -> [(up to this length, blocks)], lengths ascending.
-# TPU v5 lite, head_dim 64 (bench/results/tpu_attention_sweep.json, forward + backward,
-# 16,384 tokens per call): LONG ran 1.2-1.3x faster than 512 everywhere (T=2048: 7.6 vs 9.4
-# ms; T=16384: 29 vs 43 ms) and 5.9-9.5x faster than the kernel's default 128; 2048-row
-# blocks do not fit the core's vector memory. head_dim 128 takes the same rows.
-MEASURED: dict[str, dict[int, list[tuple[int, SplashBlocks]]]] = {
-    "TPU v5 lite": {
-        64: [(512, SHORT), (16384, LONG), (1 << 30, LONGEST)],
-        128: [(512, SHORT), (16384, LONG), (1 << 30, LONGEST)],
-    },
-}
+def measured_rows(table: dict[str, Any]) -> dict[str, dict[int, list[tuple[int, SplashBlocks]]]]:
+    """chip (jax device_kind) -> head_dim -> [(up to this length, blocks)], lengths
+    ascending, from a ``splash_blocks`` section of ``measured.json``."""
+    return {
+        chip: {int(dim): [row_of(row) for row in rows] for dim, rows in dims.items()}
+        for chip, dims in table["chips"].items()
+    }
+
+
+def row_of(row: dict[str, Any]) -> tuple[int, SplashBlocks]:
+    longest = LONGEST if row["up_to"] is None else int(row["up_to"])
+    return longest, SplashBlocks(**row["blocks"])
+
+
+# What bench/tpu_attention_sweep.py measured fastest (theseus-core's chips/measured.json).
+MEASURED = measured_rows(section("splash_blocks"))
 
 
 def splash_blocks(device_kind: str, seq_len: int, head_dim: int) -> SplashBlocks:

@@ -17,6 +17,7 @@ from typing import Any
 from theseus.core.chips.environment import installed, quiet_libtpu
 from theseus.core.chips.gpu_config import gpu_target_config
 from theseus.core.chips.targets import Target, TargetError, parse_target
+from theseus.core.errors import one_line
 
 INSTALL = "uv sync --all-packages --inexact --group aot (pip: pip install 'theseus-core[aot]')"
 
@@ -67,8 +68,6 @@ def _devices(target: Target) -> tuple[Any, ...]:
                 target_config=gpu_target_config(target.chip),
             )
     except Exception as error:  # the plugin refuses: say which target and why, in one line
-        from theseus.core.errors import one_line
-
         hint = "; start JAX on the CPU (JAX_PLATFORMS=cpu)" if target.platform == "gpu" else ""
         raise TargetError(
             f"--target {target.name}: the {target.platform.upper()} compiler could not make "
@@ -90,7 +89,7 @@ def without_disk_cache() -> Iterator[None]:
     constructed with a Client"), so a cached entry only costs disk and a warning."""
     import jax
 
-    previous = jax.config.jax_enable_compilation_cache
+    previous = jax.config.values["jax_enable_compilation_cache"]
     jax.config.update("jax_enable_compilation_cache", False)
     try:
         yield

@@ -5,35 +5,34 @@ are not in the program. The step estimate prices each call of TPU splash attenti
 shapes instead: a forward call does 2 of the 7 causal ``B * H * T^2 * K`` matmul units of a
 forward + backward (the backward 5: 4 in its dkv pass and 3 in its dq pass when they run
 apart), at the rate measured for the chip, head dim and length with the blocks the model uses
-(``bench/tpu_attention_sweep.py``, rates counted as ``7 * B * H * T^2 * K / seconds``).
-A TPU never measured (v5p, v6e) takes the v5e's rate scaled by its peak over the v5e's: the
+(``bench/tpu_attention_sweep.py``, rates counted as ``7 * B * H * T^2 * K / seconds``, in
+``measured.json``). A TPU never measured (v5p, v6e) takes the v5e's rate scaled by its peak over the v5e's: the
 kernel is assumed to reach the same share of the chip's peak (labelled so in the estimate).
 """
 
 from __future__ import annotations
 
-# device kind -> head_dim -> [(seq_len, TFLOP/s)], lengths ascending; between two lengths the
-# rate is interpolated in log(length), outside the nearest measured rate is taken
+from theseus.core.chips.measured import section
+from theseus.core.chips.specs import chip_of_device_kind
+
+_RATES = section("splash_rates")
+# device kind -> head_dim -> [(seq_len, TFLOP/s)], lengths ascending, with the blocks the
+# model runs (measured.json's splash_blocks); between two lengths the rate is interpolated in
+# log(length), outside the nearest measured rate is taken
 SPLASH_TFLOPS: dict[str, dict[int, list[tuple[int, float]]]] = {
-    # TPU v5e, JAX 0.10.2, fused backward, blocks 512 (T=512) and 1024 / kv 512 (longer);
-    # bench/results/tpu_attention_sweep.json
-    "TPU v5 lite": {
-        64: [(512, 13.4), (1024, 21.4), (2048, 31.7), (4096, 44.4), (8192, 56.4), (16384, 65.4)],
-    },
+    chip: {int(dim): [(int(t), float(r)) for t, r in rows] for dim, rows in dims.items()}
+    for chip, dims in _RATES["chips"].items()
 }
 UNITS = {"fwd": 2, "dkv": 4, "dq": 3, "fused": 5}  # causal matmul units per kernel call
 # The sweep times the kernels with the work around them (the loss's product and casts, the
-# backward's preparation); in a step's profile the three kernel calls took 0.64 (GPT-124M,
-# T=1024) to 0.73 (24 x 1024 Llama, T=2048) of what the sweep's rate says (blocks of 512):
-# the kernels alone run at the sweep's rate / KERNEL_SHARE.
-KERNEL_SHARE = 0.7
-MEASURED_ON = "TPU v5 lite"  # the chip whose rates stand in for TPUs never measured
+# backward's preparation): the kernels alone run at the sweep's rate / KERNEL_SHARE (what a
+# step's profile measured; measured.json says where).
+KERNEL_SHARE = float(_RATES["kernel_share"])
+MEASURED_ON = str(_RATES["measured_on"])  # the chip whose rates stand in for TPUs never measured
 
 
 def peak_ratio(device_kind: str) -> float | None:
     """1 on a measured chip; a TPU's peak over the measured chip's; None otherwise."""
-    from theseus.core.chips.specs import chip_of_device_kind
-
     if device_kind in SPLASH_TFLOPS:
         return 1.0
     chip, measured = chip_of_device_kind(device_kind), chip_of_device_kind(MEASURED_ON)

@@ -27,7 +27,9 @@ from theseus.core.data.loader import TrainingData
 from theseus.core.data.mixture import Stage, normalized, stage_ends
 from theseus.core.data.reader import TokenizedDataset, Verified
 from theseus.core.jobs import Prerequisite
+from theseus.core.locks import holder
 from theseus.core.plugins import registries as default_registries
+from theseus.core.requirements import plugin_hint
 
 if TYPE_CHECKING:
     from theseus.core.registry import Registries
@@ -85,8 +87,6 @@ def dataset_prerequisite(
         data=data, name=name, primary=primary, root=str(root)
     )
     if found is None:
-        from theseus.core.requirements import plugin_hint
-
         loaded = {p.distribution for p in getattr(registries, "plugins", []) if p.error is None}
         missing = plugin_hint("dataset", name, loaded)
         if missing:
@@ -180,8 +180,6 @@ def tokenize_prerequisites(
     dataset another process is tokenizing now has no prerequisite: the trainer reads it
     while it is written.
     """
-    from theseus.core.locks import holder
-
     entries = mixture_entries(data)
     primary = entries[0][0]
     found = [dataset_prerequisite(data, name, primary, root, registries) for name, _ in entries]

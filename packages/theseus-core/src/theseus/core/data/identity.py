@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from theseus.core.data import format as fmt
 from theseus.core.data.errors import SettingsConflictError
 
 RECORD = "data-identity.json"
@@ -161,8 +162,6 @@ class DataRecord:
         self.path = self.run_dir / RECORD
         self.entries: list[dict[str, Any]] | None = None
         if self.path.is_file():
-            from theseus.core.data import format as fmt
-
             data = fmt.read_json(self.path)
             found = data.get("datasets") if isinstance(data, dict) else None
             if not isinstance(found, list):

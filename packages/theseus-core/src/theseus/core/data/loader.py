@@ -8,6 +8,7 @@ tokenization reads (:mod:`theseus.core.data.sampling`, :mod:`theseus.core.data.m
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import grain
@@ -121,10 +122,8 @@ class TrainingData:
 
     def _streams(self, split: str) -> list[Stream]:
         kind = {"packed": PackedSource, "padded": PaddedSource, "pairs": PairSource}[self.layout]
-        streams = [
-            Stream(d, split, lambda shards, kind=kind: kind(shards, self.seq_len), self.waits)
-            for d in self.datasets
-        ]
+        make_source = partial(kind, seq_len=self.seq_len)
+        streams = [Stream(d, split, make_source, self.waits) for d in self.datasets]
         for dataset, stream in zip(self.datasets, streams, strict=True):
             if dataset.complete:
                 self._check_source(dataset, split, stream.source)

@@ -32,6 +32,7 @@ from theseus.core.data.errors import (
     DataMissingError,
     TokenIdError,
 )
+from theseus.core.locks import holder
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes per read when hashing: in cache while hashed (16 MiB was slower)
@@ -247,8 +248,6 @@ class TokenizedDataset:
 
     def check_writer(self) -> None:
         """Refuse data that no process is writing any more and that is not finished."""
-        from theseus.core.locks import holder
-
         if holder(self.path) is not None or (self.path / fmt.METADATA).exists():
             return
         raise DataIncompleteError(

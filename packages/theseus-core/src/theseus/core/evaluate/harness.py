@@ -28,6 +28,8 @@ from theseus.core.evaluate.configs import LM_EVAL_EXTRA as EXTRA
 from theseus.core.evaluate.configs import LM_EVAL_FEATURE as FEATURE
 from theseus.core.evaluate.configs import LmEvalConfig
 from theseus.core.evaluate.errors import EvaluationError
+from theseus.core.jobs import parse_reference
+from theseus.core.requirements import require
 from typer.core import TyperGroup
 
 log = logging.getLogger(__name__)
@@ -35,8 +37,6 @@ log = logging.getLogger(__name__)
 
 def load_adapter() -> Any:
     """The ``theseus`` lm-eval model class (registering it); a one-line error without lm-eval."""
-    from theseus.core.requirements import require
-
     require("lm_eval", FEATURE, package=EXTRA, error=EvaluationError)
     from theseus.core.evaluate.lm_eval_model import TheseusLM
 
@@ -98,13 +98,14 @@ def evaluate(
     manager = task_manager(tasks, include_path)  # an unknown task fails before the model loads
     if target is not None:
         model = adapter(target=target, max_gen_toks=max_gen_toks)
-    else:
-        if isinstance(model_args, str):
-            from lm_eval.utils import simple_parse_args_string
+    elif model_args is not None:
+        from lm_eval.utils import simple_parse_args_string
 
-            model_args = simple_parse_args_string(model_args)
+        parsed: dict[str, Any] = (
+            simple_parse_args_string(model_args) if isinstance(model_args, str) else model_args
+        )
         extra = {"batch_size": batch_size} if batch_size else {}
-        model = adapter(**{"max_gen_toks": max_gen_toks, **dict(model_args), **extra})
+        model = adapter(**{"max_gen_toks": max_gen_toks, **parsed, **extra})
     saved = random.getstate(), np.random.get_state()  # lm-eval seeds the global generators
     try:
         results = lm_eval.simple_evaluate(
@@ -215,7 +216,6 @@ def placed_output(args: Sequence[str]) -> list[str]:
     source = model_source(args)
     if not source.get("run") or option_value(args, "--output_path", "-o") is not None:
         return args
-    from theseus.core.jobs import parse_reference
     from theseus.core.runner import default_root
 
     name, _ = parse_reference(source["run"], "model_args run")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from theseus.core.components import Choice, JobSpec
+from theseus.core.components import per_model_job
 from theseus.core.evaluate.configs import EvaluateConfig
 from theseus.core.evaluate.errors import EvaluationError
 from theseus.core.evaluate.runner import append_metrics, check, evaluate, metrics_record, write_json
@@ -102,16 +102,9 @@ def register_evaluate_jobs(register: Any, registries: Registries) -> None:
     for name in registries.models.names():
         if f"{name}/evaluate" in registries.jobs:
             continue
-        register(
-            JobSpec(
-                key=f"{name}/evaluate",
-                target="theseus.core.evaluate.job:EvaluateJob",
-                description=f"evaluate a {name} checkpoint or imported weights on registered "
-                "evaluations (val-ppl, hellaswag, arc, mmlu, gsm8k, addition, ...)",
-                groups={
-                    "model": Choice("models", name, locked=True),
-                    "evaluate": EvaluateConfig,
-                },
-                resumes=False,
-            )
+        described = (
+            f"evaluate a {name} checkpoint or imported weights on registered evaluations "
+            "(val-ppl, hellaswag, arc, mmlu, gsm8k, addition, ...)"
         )
+        target = "theseus.core.evaluate.job:EvaluateJob"
+        register(per_model_job(name, "evaluate", target, described, ("evaluate", EvaluateConfig)))

@@ -73,13 +73,19 @@ def load_target(
             "the theseus model needs exactly one of run=RUN[@STEP] (with root=ROOT) and "
             "hf_dir=DIR in --model_args"
         )
-    common = dict(batch_size=batch_size, padding_side=padding_side)
     if run:
         overrides = [f"sharding.strategy={sharding}"] if sharding else []
         return checkpoint_target(
-            root or default_root(), run, overrides=overrides, what="run", **common
+            root or default_root(),
+            run,
+            overrides=overrides,
+            what="run",
+            batch_size=batch_size,
+            padding_side=padding_side,
         )
-    target, source = hf_target(hf_dir, tokenizer, root=root or ".", **common)
+    target, source = hf_target(
+        hf_dir, tokenizer, root=root or ".", batch_size=batch_size, padding_side=padding_side
+    )
     if sharding:
         target.model = place(target.model, sharding)
     return target, source

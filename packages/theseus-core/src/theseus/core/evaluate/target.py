@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from theseus.core.evaluate.errors import EvaluationError
+from theseus.core.plugins import registries as default_registries
 from theseus.core.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -91,8 +92,6 @@ class EvalTarget:
 def load_tokenizer(path: str | os.PathLike, registries: Registries | None = None) -> Tokenizer:
     """A tokenizer from a tokenized dataset's ``tokenizer/``, a ``tokenizer.json`` or its
     directory, through the installed plugins (``theseus_load_tokenizer``)."""
-    from theseus.core.plugins import registries as default_registries
-
     registries = registries or default_registries()
     found = registries.hook.theseus_load_tokenizer(path=str(path))
     if found is None:
@@ -149,8 +148,6 @@ def hf_target(
     hf_dir: str, tokenizer: str = "", registries: Registries | None = None, **options: Any
 ) -> tuple[EvalTarget, dict]:
     """Imported Hugging Face weights and their tokenizer, through the installed plugins."""
-    from theseus.core.plugins import registries as default_registries
-
     registries = registries or default_registries()
     model = registries.hook.theseus_load_hf_model(directory=str(hf_dir), dtype="")
     if model is None:

@@ -12,8 +12,7 @@ from theseus.core.evaluate.target import run_target
 if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
     from theseus.core.rundir import RunDir
-    from theseus.core.train.evaluation import Tasks
-    from theseus.core.train.metrics import MetricsWriter
+    from theseus.core.train.evaluation import RecordWriter, Tasks
     from theseus.core.train.setup import TrainSetup
 
 log = logging.getLogger(__name__)
@@ -29,7 +28,7 @@ def training_tasks(setup: TrainSetup, data: TrainingData, root: str, run: RunDir
     if not config.eval.tasks:
         return None
 
-    def tasks(params: Any, step: int, writer: MetricsWriter) -> dict[str, Any]:
+    def tasks(params: Any, step: int, writer: RecordWriter) -> dict[str, Any]:
         target = run_target(setup, data, params, str(root), batch_size=BATCH_SIZE)
         results = evaluate(target, config.eval.tasks, setup.registries, config.eval.options)
         folder = run.path / "evaluations"

@@ -132,7 +132,7 @@ def inspect(
             typer.echo(
                 f"{path}  {capture.type}  {_shapes(capture.output) if capture.calls else '-'}"
             )
-    if module:
+    if module and out_path is not None:
         captures = moment.capture(list(module))
         arrays = {}
         for path, capture in captures.items():
@@ -143,7 +143,7 @@ def inspect(
             for i, leaf in enumerate(leaf for leaf in leaves if hasattr(leaf, "shape")):
                 arrays[f"{path}/output{i if len(leaves) > 1 else ''}"] = np.asarray(leaf)
         try:
-            np.savez(out_path, **arrays)  # type: ignore[arg-type]  # (numpy's stub: **kwds)
+            np.savez(out_path, allow_pickle=False, **arrays)
         except OSError as error:
             raise TheseusError(f"cannot write {out}: {error.strerror or error}") from error
         typer.echo(f"wrote {out}: " + ", ".join(f"{k} {v.shape}" for k, v in arrays.items()))

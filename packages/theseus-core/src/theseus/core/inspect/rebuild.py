@@ -82,7 +82,7 @@ def rebuild_record(root: str, name: str, job: str | None, registries: Any) -> di
         ) from error
     steps = run.checkpointed_steps()
     made = dt.datetime.fromtimestamp(run.config_path.stat().st_mtime, dt.UTC)
-    record = {
+    record: dict[str, Any] = {
         "key": job,
         "name": name,
         "status": "rebuilt",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from theseus.core.errors import TheseusError
 from theseus.core.inspect.capture import module_paths, recording
 from theseus.core.train.opening import open_run
+from theseus.core.train.recipe import Replayable
 from theseus.core.train.state import TrainState
 
 if TYPE_CHECKING:
@@ -61,15 +62,14 @@ class Moment:
         if make is None:
             return self.batch()
         source = make(self.setup, self.data, self.run_dir)
-        again = getattr(source, "replay_batch", None)
-        if again is None:
+        if not isinstance(source, Replayable):
             raise InspectError(
                 f"run {self.run}: step {self.step} cannot be replayed: its batches were made "
                 "while training and their source cannot make them again; the state, the model "
                 "and its modules can still be inspected"
             )
         try:
-            return again(self.step, self.state)
+            return source.replay_batch(self.step, self.state)
         except TheseusError as failure:
             why = f"run {self.run}: step {self.step} cannot be replayed: {failure}"
             raise InspectError(why) from failure

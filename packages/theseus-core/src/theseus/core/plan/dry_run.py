@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Any
 
+from theseus.core.chips.devices import compile_only_devices
+from theseus.core.chips.targets import parse_target
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.errors import TheseusError
 from theseus.core.plan.fit_advice import advise
@@ -68,9 +70,6 @@ def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
 
 def target_devices(target: str) -> list[Any]:
     """The target's compile-only devices; JAX starts on the CPU (no local chip is used)."""
-    from theseus.core.chips.devices import compile_only_devices
-    from theseus.core.chips.targets import parse_target
-
     parse_target(target)  # a bad name fails before JAX starts
     if "jax" not in sys.modules:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from theseus.core.chips.specs import chip_of_device_kind
 from theseus.core.errors import TheseusError
 from theseus.core.sharding.config import parse_strategy
 from theseus.core.train.configs import TrainJobConfig
@@ -106,7 +107,6 @@ def _attempt(
     """One lever built and compiled: its peak, whether it fits, its seconds; the one that
     fits was compiled in full, so its step time is estimated too (no second dry run needed
     to see what the change costs)."""
-    from theseus.core.chips.specs import chip_of_device_kind
     from theseus.core.plan.plan_report import compiled_fields
     from theseus.core.plan.step_compile import compile_step, memory
 

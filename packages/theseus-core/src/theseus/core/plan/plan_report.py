@@ -94,7 +94,7 @@ def _analysis(
         "batch_bytes": per_device_bytes(batch),
         "attention": setup.attention,
         "execution": setup.execution.lines(),
-        "dtype": str(getattr(setup.model_config, "dtype", "")),
+        "dtype": setup.execution.compute_dtype,
         "lower_seconds": step.lower_seconds,
         "compile_seconds": step.compile_seconds,
         "flops_per_step_model": setup.flops_per_token * setup.tokens_per_step,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from theseus.core.chips.kernel_rates import UNITS, rate_source, splash_rate
 from theseus.core.chips.specs import Chip
 from theseus.core.plan.hlo_stats import HloStats
 from theseus.core.plan.overlap import hidden, overlap
@@ -51,8 +52,6 @@ def splash_pricer(text: str, device_kind: str) -> Any:
     """``kernel_time(instruction, shapes)`` for ``hlo_stats.analyze``: seconds of each splash
     attention call of the module ``text`` at the chip's rate (``kernel_rates``); None for
     other instructions, or on a chip that is no TPU."""
-    from theseus.core.chips.kernel_rates import UNITS, splash_rate
-
     fused = "splash_mha_dq" not in text  # a fused backward has no dq pass of its own
 
     def kernel_time(instruction: Any, shapes: dict) -> float | None:
@@ -84,8 +83,6 @@ def splash_pricer(text: str, device_kind: str) -> Any:
 def estimate_step(text: str, stats: HloStats, chip: Chip) -> StepEstimate:
     """The step's seconds on ``chip`` for the compiled module ``text`` (``stats``: its
     ``hlo_stats.analyze`` at this chip's peaks): the roofline (module docstring), named."""
-    from theseus.core.chips.kernel_rates import rate_source
-
     step = overlap(text, stats, chip.interconnect)
     link = "ICI" if chip.platform == "tpu" else "NVLink"
     float32 = chip.float32_matmul_flops

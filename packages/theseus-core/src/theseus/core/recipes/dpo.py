@@ -25,14 +25,14 @@ from theseus.core.errors import ConfigError
 from theseus.core.recipes.logprobs import reference_token_logps
 from theseus.core.recipes.preference import preference_loss, sequence_logps
 from theseus.core.recipes.preference_config import PreferenceConfig
-from theseus.core.recipes.pretrain import PretrainJob
+from theseus.core.recipes.pretrain import TrainingJob
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.recipe import MakeObjective, ModelFn, Objective, Recipe
 
 
 @dataclass
 class DPOJobConfig(TrainJobConfig):
-    dpo: PreferenceConfig = None  # type: ignore[assignment]  # always given by the job
+    dpo: PreferenceConfig
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,13 +75,13 @@ def preference_objective(config: PreferenceConfig) -> MakeObjective:
     return make
 
 
-class DPOJob(PretrainJob):
+class DPOJob(TrainingJob[DPOJobConfig]):
     """Preference optimisation (DPO, IPO, SimPO) with LoRA or full fine-tuning."""
 
     config_type = DPOJobConfig
 
     @classmethod
-    def recipe(cls, config: DPOJobConfig) -> Recipe:  # type: ignore[override]
+    def recipe(cls, config: DPOJobConfig) -> Recipe:
         """The preference objective on pairs; a frozen copy of the initial weights as the
         reference when every weight trains (LoRA's reference is the base; SimPO has none)."""
         return Recipe(

@@ -14,20 +14,23 @@ off under LoRA, else a frozen copy of the starting weights; with ``beta = 0`` no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from theseus.core.errors import ConfigError
 from theseus.core.recipes.grpo_config import GRPOConfig
 from theseus.core.recipes.grpo_objective import grpo_objective
-from theseus.core.recipes.pretrain import PretrainJob
+from theseus.core.recipes.pretrain import TrainingJob
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.recipe import Recipe, TrainerParts
+
+if TYPE_CHECKING:
+    from theseus.core.recipes.grpo_run import Rollouts
 
 
 @dataclass
 class GRPOJobConfig(TrainJobConfig):
-    grpo: GRPOConfig = None  # type: ignore[assignment]  # always given by the job
+    grpo: GRPOConfig
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -39,13 +42,13 @@ class GRPOJobConfig(TrainJobConfig):
             )
 
 
-class GRPOJob(PretrainJob):
+class GRPOJob(TrainingJob[GRPOJobConfig]):
     """GRPO (and RLOO, Dr. GRPO) on the embedded addition task, full fine-tuning or LoRA."""
 
     config_type = GRPOJobConfig
 
     @classmethod
-    def recipe(cls, config: GRPOJobConfig) -> Recipe:  # type: ignore[override]
+    def recipe(cls, config: GRPOJobConfig) -> Recipe[Rollouts]:
         """The clipped objective on rollouts sampled while training: their advantages and
         log-probs travel in the batch (the dry run lowers with them); the held-out accuracy
         replaces the validation loss. The data config names the tokenizer (``padded``: a
@@ -64,14 +67,14 @@ class GRPOJob(PretrainJob):
         )
 
 
-def rollouts(setup: Any, data: Any, run: Any) -> Any:
+def rollouts(setup: Any, data: Any, run: Any) -> Rollouts:
     """The run's batches: completions sampled from the weights being trained, scored."""
     from theseus.core.recipes.grpo_run import Rollouts
 
     return Rollouts(setup, data, run.path / "rollouts")
 
 
-def rollout_callbacks(parts: TrainerParts) -> list[Any]:
+def rollout_callbacks(parts: TrainerParts[Rollouts]) -> list[Any]:
     """The rollouts' own callbacks: the new state handed over, the held-out accuracy."""
     from theseus.core.recipes.grpo_callbacks import HeldOutAccuracy, StateTap
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from theseus.core.errors import JobError
 from theseus.core.evaluate.runner import check
@@ -43,19 +43,26 @@ def check_evaluations(config: TrainJobConfig) -> None:
         check(config.eval.tasks, registries(), config.eval.options)
 
 
-class PretrainJob(Job):
-    config_type = TrainJobConfig
+#: a training job's typed config: ``TrainJobConfig``, or a subclass with the job's own group
+JobConfig = TypeVar("JobConfig", bound=TrainJobConfig)
+
+
+class TrainingJob(Job, Generic[JobConfig]):
+    """A training job of config type ``JobConfig``: what it checks before it runs, its dry
+    run and its run, the same for every one; only :meth:`recipe` differs."""
+
+    config: JobConfig
+    config_type: type[TrainJobConfig] = TrainJobConfig
 
     @classmethod
-    def recipe(cls, config: TrainJobConfig) -> Recipe:
-        """How this job trains (``train/recipe.py``): next-token cross entropy on packed
-        documents. A job with another objective, data layout or batch source overrides
-        this, and nothing else."""
-        return Recipe(layout="packed")
+    def recipe(cls, config: JobConfig) -> Recipe:
+        """How this job trains (``train/recipe.py``): its objective, data layout, batch
+        source. A job overrides this, and nothing else."""
+        raise NotImplementedError
 
     @classmethod
     def prerequisites(
-        cls, config: TrainJobConfig, root: str, run: RunDir | None = None
+        cls, config: JobConfig, root: str, run: RunDir | None = None
     ) -> list[Prerequisite]:
         """The tokenize runs of its datasets (``run``: a resumed run keeps the data it
         recorded)."""
@@ -70,7 +77,7 @@ class PretrainJob(Job):
 
     @classmethod
     def dry_run(
-        cls, config: TrainJobConfig, root: str, as_json: bool = False, target: str | None = None
+        cls, config: JobConfig, root: str, as_json: bool = False, target: str | None = None
     ) -> Any:
         """Mesh, abstract state, per-device memory and FLOPs of this job's own step, printed;
         on a ``target`` (``v5p-8``, ``h100x8``, ...) compiled for that chip. Nothing is
@@ -83,6 +90,13 @@ class PretrainJob(Job):
         from theseus.core.recipes.training_run import run_training
 
         return run_training(self)
+
+
+class PretrainJob(TrainingJob[TrainJobConfig]):
+    @classmethod
+    def recipe(cls, config: TrainJobConfig) -> Recipe:
+        """Next-token cross entropy on packed documents."""
+        return Recipe(layout="packed")
 
 
 class SFTJob(PretrainJob):

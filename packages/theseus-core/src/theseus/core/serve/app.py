@@ -132,7 +132,9 @@ def create_app(root: str | Path, token: str | None = None) -> Guard:
         return view.config(request.path_params["name"])
 
     def log(request: Request) -> Any:
-        return view.log_tail(request.path_params["name"], _int(request, "lines", 200, 1, 5000))
+        return view.log_tail(
+            request.path_params["name"], _int(request, "lines", 200, 1, 5000) or 200
+        )
 
     def diff(request: Request) -> Any:
         names = request.query_params.getlist("runs")

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import Any
 
 WORKERS = 8
@@ -35,7 +36,7 @@ class Background:
             if future is None:
                 future = self._pool.submit(compute)
                 self._running[key] = future
-                future.add_done_callback(lambda done, key=key: self._forget(key, done))
+                future.add_done_callback(partial(self._forget, key))
             return future
 
     def _forget(self, key: Hashable, done: Future) -> None:

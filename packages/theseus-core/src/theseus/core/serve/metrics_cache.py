@@ -69,9 +69,12 @@ class MetricsFile:
         columns: dict[str, tuple[list[int], list[float]]] = {}
         for offset, row in enumerate(rows):
             index = base + offset
-            step = row.get("step")
-            has_step = isinstance(step, int) and not isinstance(step, bool)
-            steps.append(step if has_step else NO_STEP)
+            raw_step = row.get("step")
+            step = (
+                raw_step if isinstance(raw_step, int) and not isinstance(raw_step, bool) else None
+            )
+            has_step = step is not None
+            steps.append(NO_STEP if step is None else step)
             for key, value in row.items():
                 if key == "step" and (has_step or value is None):
                     continue

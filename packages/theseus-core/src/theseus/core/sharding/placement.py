@@ -236,7 +236,7 @@ class Layout:
         """The columns this process's devices hold (all of them unless ``context`` spans
         processes, when each process passes its own slice of every row)."""
         indices = self.batch_sharding.addressable_devices_indices_map(global_shape).values()
-        spans = [index[1].indices(global_shape[1])[:2] for index in indices]
+        spans = [index[1].indices(global_shape[1])[:2] for index in indices if index is not None]
         start, stop = min(a for a, _ in spans), max(b for _, b in spans)
         return value[:, start:stop]
 

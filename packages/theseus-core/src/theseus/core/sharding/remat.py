@@ -21,8 +21,8 @@ that tag nothing). From the most kept (fastest, most memory) to the least:
 The attention kernels' residuals (their output and log-sum-exp) are tagged ``attention``: a
 kept kernel output means the backward pass runs only the kernel's backward, never its forward
 again. The level is part of the model's execution plan (``theseus.core.execution``): a
-model runs each block through :func:`checkpointed` (a stack of layers under a scan, once per
-layer, with ``policy(level)``).
+model runs each block through :func:`checkpointed` (a stack of layers under a scan too, once
+per layer).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _per_head_mixing(prim: Any, *args: Any, **params: Any) -> bool:
     inside the backward's fusion costs less than keeping its output."""
     if prim is not jax.lax.dot_general_p or len(args) < 2:
         return False
-    lhs, rhs = (getattr(a, "shape", ()) for a in args[:2])
+    lhs, rhs = (tuple(getattr(a, "shape", ())) for a in args[:2])
     return len(lhs) >= 4 and len(rhs) == 2 and rhs[0] == rhs[1] <= 256
 
 
@@ -95,11 +95,26 @@ def policy(level: str) -> Callable[..., Any]:
     return POLICIES[level]
 
 
-def checkpointed(function: Callable[..., Any], level: str) -> Callable[..., Any]:
+def checkpointed(
+    function: Callable[..., Any], level: str, *, scanned: bool = False
+) -> Callable[..., Any]:
     """``function`` (a block's forward, the block module its first argument) recomputed in
-    the backward pass, keeping what ``level``'s policy saves; at ``none`` outside a scan
-    there is nothing to recompute and ``function`` is returned as it is. A model applies its
-    execution plan's level to each block this way (``theseus.core.execution``)."""
+    the backward pass, keeping what ``level``'s policy saves. A model applies its execution
+    plan's level to each block this way (``theseus.core.execution``), whether its blocks run
+    in a Python loop or (``scanned``) as the body of a scan over stacked layers.
+
+    In a loop, ``none`` has nothing to recompute: ``function`` is returned as it is. In a
+    scan every level is a policy: left alone, a scan keeps every intermediate in an L-stacked
+    buffer, where an unrolled program lets XLA fuse the cheap elementwise work into the
+    backward instead; ``none``'s policy keeps the matmul outputs and the attention kernel's
+    output and recomputes the rest (norms, activations), that program's trade, as fast and
+    with less memory. The scan already keeps XLA from merging the recomputed forward with the
+    forward pass, so remat's own barrier (``prevent_cse``) is left out there: without it the
+    gradient's matmuls share the recompute's gathered kernels under fsdp (with the barrier,
+    XLA:GPU gathered each attention kernel a third time per layer once the projections
+    gather their own: ``layers/linear.py``)."""
+    if scanned:
+        return nnx.remat(function, policy=policy(level), prevent_cse=False)
     if level == "none":
         return function
     return nnx.remat(function, policy=policy(level))

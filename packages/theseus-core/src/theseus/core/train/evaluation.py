@@ -9,7 +9,7 @@ evaluation reach the plugins together, in one ``on_eval`` event.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from theseus.core.data.loader import TrainingData
 from theseus.core.train.callbacks import Callback, due
@@ -17,9 +17,17 @@ from theseus.core.train.metrics import MetricsWriter
 from theseus.core.train.setup import TrainSetup
 from theseus.core.train.state import TrainState
 
+
+class RecordWriter(Protocol):
+    """Where an evaluation writes its metrics record: the run's :class:`MetricsWriter`, or
+    the row one evaluation assembles (:class:`RowCollector`)."""
+
+    def write(self, record: dict[str, Any]) -> None: ...
+
+
 #: ``tasks(params, step, writer) -> results``: evaluations beside the validation loss (they
 #: record their own metrics through ``writer``).
-Tasks = Callable[[Any, int, MetricsWriter], dict[str, Any]]
+Tasks = Callable[[Any, int, RecordWriter], dict[str, Any]]
 
 
 class RowCollector:

@@ -2,16 +2,16 @@
 built, from the config, the mesh (its sizes and chips) and the model (asked, never changed):
 the attention kernel for the mesh's chips, the context split and the expert routing the mesh
 implies (refused where the model cannot split), and the compute dtype with the rule that
-chose it. The remat level is decided after (``remat_choice``: it measures the model under
+chose it (decided first: the model is asked the rest built in it). The remat level is decided after (``remat_choice``: it measures the model under
 each level). The model is then built with the plan; the start-up log and ``--dry-run``
 print it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan
+from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan, compute_dtype
 from theseus.core.ranges import check_at_most
 from theseus.core.sharding.config import ShardingConfig, ShardingError
 from theseus.core.sharding.parallel import check_experts, expert_dimensions
@@ -95,13 +95,12 @@ def dispatch_method(
     return asked, f"sharding.expert_dispatch={asked}"
 
 
-def dtype_rule(config: TrainJobConfig, platform: str) -> str:
-    if config.precision.compute_dtype:
-        return "precision.compute_dtype"
-    configured = getattr(config.model, "dtype", "")
-    if configured == "auto":
-        return f"model.dtype=auto on {platform}"
-    return f"model.dtype={configured}"
+def dtype_plan(config: TrainJobConfig, platform: str) -> ExecutionPlan:
+    """The plan's first decision, made before the model is asked anything (its layers are
+    built in it): the compute dtype on the mesh's ``platform``, by the one rule
+    (``theseus.core.execution.compute_dtype``)."""
+    dtype, rule = compute_dtype(config.model.dtype, platform, config.precision.compute_dtype)
+    return ExecutionPlan(compute_dtype=dtype, dtype_rule=rule)
 
 
 @dataclass(frozen=True)
@@ -123,13 +122,13 @@ def plan_execution(
     mesh: MeshFacts,
     seq_len: int,
     name: str,
-    compute_dtype: str = "float32",
-    dtype_rule: str = "",
+    base: ExecutionPlan | None = None,
     model_capacity: float = 0.0,
 ) -> ExecutionPlan:
-    """The plan for ``model`` (abstract, built without one) on ``mesh``; refuses, in one line,
-    a split the model cannot run. ``model_capacity`` is the model's ``capacity_factor`` (0:
-    dropless). The remat level is left for ``decide_remat``."""
+    """``base`` (its compute dtype: :func:`dtype_plan`) completed for ``model`` (abstract,
+    built in ``base``) on ``mesh``; refuses, in one line, a split the model cannot run.
+    ``model_capacity`` is the model's ``capacity_factor`` (0: dropless). The remat level is
+    left for ``decide_remat``."""
     sizes = mesh.sizes
     experts = expert_dimensions(model)
     if sizes.get("expert", 1) > 1:
@@ -156,7 +155,11 @@ def plan_execution(
     most = max(experts.values(), default=0)
     capacity, capacity_rule = dispatch_capacity(routing, sharding, model_capacity, most)
     dispatch, rule = dispatch_method(routing, sharding, mesh.platform, model_capacity)
-    return ExecutionPlan(
+    return replace(
+        base or ExecutionPlan(),
+        mesh_axes=tuple(sizes.items()),
+        platform=mesh.platform,
+        device_kind=mesh.device_kind,
         attention=kernel,
         context=context,
         experts=routing,
@@ -165,6 +168,4 @@ def plan_execution(
         capacity_rule=capacity_rule,
         expert_dispatch=dispatch,
         dispatch_rule=rule,
-        compute_dtype=compute_dtype,
-        dtype_rule=dtype_rule,
     )

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from theseus.core import safe_yaml
 from theseus.core.errors import TheseusError
 from theseus.core.requirements import require
 from theseus.core.train.configs import WandbConfig
@@ -55,7 +56,6 @@ def as_dict(config: Any) -> dict[str, Any]:
 def saved_config(run_dir: Any) -> dict[str, Any]:
     """The resolved config the runner wrote to ``<run>/config.yaml`` for this attempt."""
     import yaml
-    from theseus.core import safe_yaml
 
     path = Path(run_dir.path) / "config.yaml"
     try:

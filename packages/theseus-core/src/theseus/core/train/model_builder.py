@@ -21,7 +21,7 @@ from theseus.core.train.weights import FrozenRole
 @dataclass(frozen=True)
 class ModelBuilder:
     model_class: type
-    config: Any  # the model config the run uses (vocabulary and dtype filled in)
+    config: Any  # the model config the run uses (the data's vocabulary filled in)
     seed: int
     adapted: bool  # LoRA: only the adapters train, on a frozen base
 
@@ -29,13 +29,14 @@ class ModelBuilder:
         key = jax.random.fold_in(jax.random.key(self.seed), 0)
         return self.model_class(self.config, rngs=nnx.Rngs(params=key), execution=execution)
 
-    def probe(self, seq_len: int, name: str) -> tuple[Any, float]:
-        """The model built without a plan, abstract (nothing allocated), to be asked what it
-        can run; and its training FLOPs per token (counted on the traced model)."""
+    def probe(self, seq_len: int, name: str, execution: ExecutionPlan) -> tuple[Any, float]:
+        """The model built in the plan as decided so far (its compute dtype), abstract
+        (nothing allocated), to be asked what it can run; and its training FLOPs per token
+        (counted on the traced model)."""
         counted: dict[str, float] = {}
 
         def build_and_count() -> Any:
-            model = self.build()
+            model = self.build(execution)
             counted["flops"] = float(model.flops_per_token(seq_len))
             return model
 

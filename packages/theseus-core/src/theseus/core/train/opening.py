@@ -328,5 +328,6 @@ def start_state(setup: TrainSetup, root: str) -> TrainState:
         return fresh.with_frozen(frozen_weights(setup, root, fresh))
     params = source_weights(setup, root, fresh.params)
     if setup.frozen == "reference":  # the same initial weights, apart
-        return fresh.replace(params=params, frozen=jax.tree.map(lambda x: x.copy(), params))
-    return fresh.replace(params=params)
+        copy = jax.tree.map(lambda x: x.copy(), params)
+        return dataclasses.replace(fresh, params=params, frozen=copy)
+    return dataclasses.replace(fresh, params=params)

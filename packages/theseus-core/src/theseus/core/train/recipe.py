@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -50,19 +50,34 @@ class BatchSource(Protocol):
         ...
 
 
+@runtime_checkable
+class Replayable(Protocol):
+    """A batch source that can make a past step's batch again from that step's state (GRPO's
+    rollouts): what time travel replays a step with."""
+
+    def replay_batch(self, step: int, state: Any) -> dict[str, np.ndarray]:
+        """The batch step ``step`` trained on, made again from ``state`` (its start)."""
+        ...
+
+
+#: the type of a recipe's batch source, which its callbacks receive
+Source = TypeVar("Source", bound=BatchSource)
+
+
 @dataclass(frozen=True)
-class TrainerParts:
+class TrainerParts(Generic[Source]):
     """What a recipe's callbacks are built from, once the trainer has made its writer."""
 
     setup: Any  # the TrainSetup
-    batches: BatchSource
+    batches: Source  # what the recipe's ``batches`` made (the loader's data by default)
     writer: Any  # the MetricsWriter of the run's metrics log
     flush: Callable[[], None]  # writes the pending training records first
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """How a job trains; the defaults are pretraining's."""
+class Recipe(Generic[Source]):
+    """How a job trains; the defaults are pretraining's. ``Source``: the type of the batch
+    source ``batches`` makes, which ``callbacks`` are built on."""
 
     layout: DataLayout = "packed"
     #: the step's objective over the model (default: next-token cross entropy, its loss
@@ -75,9 +90,9 @@ class Recipe:
     extra_fields: Mapping[str, Any] = field(default_factory=dict)
     #: ``batches(setup, data, run) -> BatchSource``: batches made while training (default:
     #: the loader's ``data`` itself)
-    batches: Callable[[Any, Any, Any], BatchSource] | None = None
+    batches: Callable[[Any, Any, Any], Source] | None = None
     #: ``callbacks(parts) -> [Callback]``: the job's own, run after the trainer's
-    callbacks: Callable[[TrainerParts], Sequence[Any]] | None = None
+    callbacks: Callable[[TrainerParts[Source]], Sequence[Any]] | None = None
     #: whether the validation loss (the objective on validation batches) is evaluated
     validation: bool = True
 
@@ -86,4 +101,4 @@ class Recipe:
             raise ValueError(f"Recipe.layout={self.layout!r}: expected packed, padded or pairs")
 
 
-PRETRAIN = Recipe()
+PRETRAIN: Recipe[BatchSource] = Recipe()

@@ -21,15 +21,18 @@ from typing import Any
 
 import jax
 import numpy as np
+from theseus.core.chips.measured import section
+from theseus.core.chips.specs import chip_of_device_kind
 from theseus.core.execution import RematChoice
+from theseus.core.sharding.placement import per_device_bytes
 from theseus.core.sharding.remat import AUTO_LEVELS
 
-FIT_FRACTION = 0.95  # of the chip's memory: the compiler's own estimate may differ a little
+_REMAT = section("remat")  # core/chips/measured.json: what each figure was measured on
+FIT_FRACTION = float(_REMAT["fit_fraction"])  # of the chip's memory the level may fill
 # One block's backward works on about this many times what a block keeps at level ``none``
 # (its recomputed activations, their gradients, float32 rotary halves padded to full lanes):
-# fitted to XLA:TPU's memory report of a 24 x 1024 Llama step on a v5e (2.8 GiB of working
-# memory beside 0.40 GiB kept per block), checked on the other bench shapes (tests/chips).
-WORKING = 7.0
+# fitted to XLA:TPU's memory report of a step on a v5e.
+WORKING = float(_REMAT["working"])
 ACCELERATORS = ("tpu", "gpu", "cuda", "rocm")
 TPU_LANES = 128  # a TPU stores an array's minor axis padded to this many elements
 GiB = 1024**3
@@ -111,8 +114,6 @@ def cast_copy_bytes(params: Any, params_bytes: int, compute_dtype: Any) -> int:
 def device_memory_bytes(device: Any) -> int | None:
     """What one device can hold: a real device's own limit, else its chip's published (or
     measured usable) capacity; None for a device of no known chip (the host's CPU)."""
-    from theseus.core.chips.specs import chip_of_device_kind
-
     try:
         limit = (device.memory_stats() or {}).get("bytes_limit")
     except Exception:  # compile-only devices, and backends without memory statistics
@@ -137,8 +138,6 @@ def decide_remat(
     batch, key) -> (total, aux)``); weights held in a wider dtype than ``compute_dtype``
     are also held cast to it (XLA casts a scanned stack once, outside the loop); ``layers``:
     the model's blocks."""
-    from theseus.core.sharding.placement import per_device_bytes
-
     if requested != "auto":
         return RematChoice(requested, "sharding.remat as configured")
     device = layout.mesh.devices.flat[0]

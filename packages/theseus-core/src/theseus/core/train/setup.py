@@ -26,7 +26,7 @@ from theseus.core.optim.build import build_optimizer, build_schedule
 from theseus.core.sharding.placement import Layout
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.execution_choice import MeshFacts, dtype_rule, plan_execution
+from theseus.core.train.execution_choice import MeshFacts, dtype_plan, plan_execution
 from theseus.core.train.job_layout import job_layout
 from theseus.core.train.model_builder import ModelBuilder
 from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
@@ -108,25 +108,81 @@ def model_builder(config: TrainJobConfig, registries: Registries, configured: An
 
 
 def first_plan(
-    probe: Any, config: TrainJobConfig, layout: Layout, configured: Any
-) -> ExecutionPlan:
+    model: ModelBuilder, config: TrainJobConfig, layout: Layout
+) -> tuple[ExecutionPlan, Any, float]:
     """The execution plan but its remat level (decided from the state's size, after, by
-    ``decide_remat``; ``sharding.remat`` itself is checked when its config is built)."""
-    return plan_execution(
+    ``decide_remat``; ``sharding.remat`` itself is checked when its config is built), the
+    probe it was asked of (the model built abstract in the plan's compute dtype) and the
+    model's training FLOPs per token."""
+    dtype = dtype_plan(config, layout.platform)
+    probe, flops_per_token = model.probe(config.training.seq_len, config.model.name, dtype)
+    execution = plan_execution(
         probe,
         config.sharding,
         MeshFacts.of(layout),
         config.training.seq_len,
         config.model.name,
-        str(getattr(configured, "dtype", "float32")),
-        dtype_rule(config, layout.platform),
-        float(getattr(configured, "capacity_factor", 0.0) or 0.0),
+        dtype,
+        float(getattr(model.config, "capacity_factor", 0.0) or 0.0),
     )
+    return execution, probe, flops_per_token
 
 
 def at_level(execution: ExecutionPlan, level: str) -> ExecutionPlan:
     """``execution`` with the remat level ``level``, for measuring what the level keeps."""
     return replace(execution, remat=RematChoice(level, "measured by sharding.remat=auto"))
+
+
+def with_remat(
+    execution: ExecutionPlan,
+    config: TrainJobConfig,
+    layout: Layout,
+    state: TrainState,
+    model: ModelBuilder,
+    rest: Any,
+    chunks: int,
+    recipe: Recipe = PRETRAIN,
+) -> ExecutionPlan:
+    """``execution`` with its remat level: ``sharding.remat``, or for ``auto`` the most
+    kept that fits the chip beside ``state`` (``remat_choice``), measured on the job's own
+    step: its objective (DPO's pairs and reference, GRPO's log-probabilities) on its batch
+    (the recipe's fields included), its frozen weights in ``state``."""
+
+    def objective_at(level: str) -> Objective:
+        graphdef = model.graphdef(at_level(execution, level))
+        return objectives(recipe, model, graphdef, rest, chunks)[0]
+
+    remat = decide_remat(
+        config.sharding.remat,
+        layout,
+        state,
+        abstract_batch(config, layout, recipe.extra_fields),
+        objective_at,
+        compute_dtype=execution.compute_dtype,
+        layers=getattr(model.config, "n_layers", 1),
+    )
+    return replace(execution, remat=remat)
+
+
+def optimization(
+    config: TrainJobConfig, registries: Registries
+) -> tuple[optax.Schedule, optax.GradientTransformation]:
+    """The learning-rate schedule over the run's steps, and the optimizer that follows it."""
+    schedule = build_schedule(
+        registries, config.schedule, config.optimizer.learning_rate, config.training.steps()
+    )
+    return schedule, build_optimizer(registries, config.optimizer, schedule)
+
+
+def objectives(
+    recipe: Recipe, model: ModelBuilder, graphdef: Any, rest: Any, chunks: int
+) -> tuple[Objective, Objective | None]:
+    """The step's objective and the validation's: the recipe's own for both, else
+    next-token cross entropy (in ``chunks`` pieces for the step, whole for validation)."""
+    if recipe.objective is None:
+        return cross_entropy(graphdef, rest, chunks), None
+    made = recipe.objective(model_fn(graphdef, rest), model.adapted)
+    return made, made
 
 
 def adapt(registries: Registries, model_class: type, config: TrainJobConfig) -> type:
@@ -141,20 +197,15 @@ def adapt(registries: Registries, model_class: type, config: TrainJobConfig) -> 
 
 
 def model_config(
-    config: TrainJobConfig,
-    vocab_size: int,
-    platform: str = "cpu",
-    registries: Registries | None = None,
+    config: TrainJobConfig, vocab_size: int, registries: Registries | None = None
 ) -> Any:
-    """The ``model`` group with the data's vocabulary and the precision override applied.
+    """The ``model`` group with the data's vocabulary.
 
     A ``model.vocab_size`` (given, or set by ``model.preset``) must be the tokenizer's
     ``vocab_size`` (:func:`~theseus.core.train.vocab.check_vocab`; ``registries`` names the
-    preset in its message).
-
-    ``model.dtype=auto`` becomes the dtype it means on ``platform``, the mesh's (bfloat16 on
-    GPUs and TPUs, float32 on CPUs: ``ModelConfig.dtype``'s rule), so a step compiled here
-    for a TPU target runs in the TPU's dtype.
+    preset in its message). The compute dtype is the execution plan's (:func:`first_plan`),
+    decided on the mesh's platform, so a step compiled here for a TPU target runs in the
+    TPU's dtype.
     """
     model, seq_len = config.model, config.training.seq_len
     check_vocab(config, vocab_size, registries)
@@ -162,12 +213,7 @@ def model_config(
         raise ConfigError(
             f"training.seq_len={seq_len} is longer than model.max_seq_len={model.max_seq_len}"
         )
-    overrides: dict[str, Any] = {"vocab_size": vocab_size}
-    if config.precision.compute_dtype:
-        overrides["dtype"] = config.precision.compute_dtype
-    elif getattr(model, "dtype", None) == "auto":
-        overrides["dtype"] = "bfloat16" if platform in ("gpu", "tpu") else "float32"
-    return replace(model, **overrides)
+    return replace(model, vocab_size=vocab_size)
 
 
 @dataclass
@@ -177,8 +223,7 @@ class TrainSetup:
     config: TrainJobConfig
     registries: Registries
     layout: Layout
-    model_config: Any
-    model_class: type
+    builder: ModelBuilder  # the model's class (with adapters for LoRA), config and seed
     batch: BatchPlan  # rows per process, per device and micro-step (checked once)
     flops_per_token: float
     execution: ExecutionPlan  # kernel, context split, expert routing, remat, compute dtype
@@ -211,48 +256,30 @@ class TrainSetup:
         fields) needs, built once, mesh first: ``layout`` (default: the config's mesh over
         every device; a target's compile-only devices for a plan), then ``batch`` (the run's
         :func:`plan_batch` on it), then the model's execution plan, the model and the steps."""
-        training = config.training
         layout = layout or job_layout(config)
         batch = batch or plan_batch(config, recipe.layout, layout)
         if batch.batch_shards != layout.batch_shards:
             raise ValueError(f"{batch} was planned for another mesh than {layout.sizes}")
-        schedule = build_schedule(
-            registries, config.schedule, config.optimizer.learning_rate, training.steps()
-        )
-        optimizer = build_optimizer(registries, config.optimizer, schedule)
-        configured = model_config(config, vocab_size, layout.platform, registries)
+        schedule, optimizer = optimization(config, registries)
+        configured = model_config(config, vocab_size, registries)
         model = model_builder(config, registries, configured)
-        probe, flops_per_token = model.probe(training.seq_len, config.model.name)
-        execution = first_plan(probe, config, layout, configured)
+        execution, probe, flops_per_token = first_plan(model, config, layout)
         frozen = frozen_role(model.adapted, recipe.reference)
         rest = model.rest(probe)
         make_state = model.fresh_state(optimizer, frozen, config.lora.base_dtype)
         abstract = jax.eval_shape(make_state)
         shardings = abstract.shardings(layout)  # refuses shapes the mesh cannot divide
-        chunks = loss_chunks(
-            batch.per_device, training.seq_len, configured.vocab_size, layout.context
-        )
+        seq_len, vocab = config.training.seq_len, configured.vocab_size
+        chunks = loss_chunks(batch.per_device, seq_len, vocab, layout.context)
         state = abstract.abstract(shardings)
-        remat = decide_remat(
-            config.sharding.remat,
-            layout,
-            state,
-            abstract_batch(config, layout),
-            lambda level: cross_entropy(model.graphdef(at_level(execution, level)), rest, chunks),
-            compute_dtype=execution.compute_dtype,
-            layers=getattr(configured, "n_layers", 1),
-        )
-        execution = replace(execution, remat=remat)
+        execution = with_remat(execution, config, layout, state, model, rest, chunks, recipe)
         graphdef = model.graphdef(execution)
-        made = (
-            recipe.objective(model_fn(graphdef, rest), model.adapted) if recipe.objective else None
-        )
+        objective, eval_objective = objectives(recipe, model, graphdef, rest, chunks)
         return cls(
             config=config,
             registries=registries,
             layout=layout,
-            model_config=configured,
-            model_class=model.model_class,
+            builder=model,
             batch=batch,
             flops_per_token=flops_per_token,
             execution=execution,
@@ -262,13 +289,18 @@ class TrainSetup:
             optimizer=optimizer,
             schedule=schedule,
             frozen=frozen,
-            objective=made or cross_entropy(graphdef, rest, chunks),
-            eval_objective=made,
+            objective=objective,
+            eval_objective=eval_objective,
             recipe=recipe,
             abstract_state=state,
             state_shardings=shardings,
             make_state=make_state,
         )
+
+    @property
+    def model_config(self) -> Any:
+        """The model's config as the run uses it (the data's vocabulary filled in)."""
+        return self.builder.config
 
     @property
     def total_steps(self) -> int:
@@ -337,9 +369,21 @@ class TrainSetup:
         root_key = jax.random.key(self.config.training.seed)
         return self.layout.replicate(jax.random.key_data(jax.random.fold_in(root_key, 2)))
 
+    @property
+    def model_class(self) -> type:
+        """The model's class (with adapters for LoRA)."""
+        return self.builder.model_class
+
     def model(self, params: Any) -> Any:
-        """The model with these parameters (every parameter: see :meth:`full_params`)."""
-        return nnx.merge(self.graphdef, params, self.rest)
+        """The model with these parameters (every parameter: see :meth:`full_params`), for
+        use outside the step: built in the plan unsplit (``ExecutionPlan.unsplit``: whole
+        arrays, no mesh), as evaluations, time travel and generation run it."""
+        return nnx.merge(self.unsplit_graphdef, params, self.rest)
+
+    @cached_property
+    def unsplit_graphdef(self) -> nnx.GraphDef:
+        """The model's graph definition in the plan for whole arrays on one device."""
+        return self.builder.graphdef(self.execution.unsplit())
 
     def full_params(self, state: TrainState) -> Any:
         """The model's parameters in ``state``: the trained ones and a LoRA run's frozen base

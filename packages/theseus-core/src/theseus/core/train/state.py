@@ -82,5 +82,6 @@ class TrainState:
 
 def split_params(model: Any) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
     """``(graph definition, parameters, every other variable)`` of ``model``."""
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # type: ignore[misc]
+    graphdef, params, *others = nnx.split(model, nnx.Param, ...)
+    (rest,) = others
     return graphdef, params, rest

@@ -8,7 +8,8 @@ global batch whatever the number of micro-batches.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -22,7 +23,7 @@ from theseus.core.train.head_gather import gather_head
 from theseus.core.train.recipe import Objective
 from theseus.core.train.state import TrainState
 
-Batch = dict[str, jax.Array]
+Batch = Mapping[str, jax.Array]
 
 
 def token_losses(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array:
@@ -188,8 +189,8 @@ def make_train_step(
             "skipped": skipped,
             "model": model_metrics,
         }
-        new_state = state.replace(
-            params=new_params, opt_state=opt_state, step=state.step + 1, skipped=skipped
+        new_state = dataclasses.replace(
+            state, params=new_params, opt_state=opt_state, step=state.step + 1, skipped=skipped
         )
         return new_state, metrics
 

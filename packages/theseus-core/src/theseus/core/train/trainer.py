@@ -18,7 +18,9 @@ from typing import Any
 
 import jax
 from theseus.core import stop
+from theseus.core.console import progress_console
 from theseus.core.data.loader import TrainingData
+from theseus.core.data.progress import DataWaitColumn
 from theseus.core.errors import PreemptedError
 from theseus.core.jobs import JobContext
 from theseus.core.resume import check_checkpoints
@@ -260,8 +262,6 @@ def _progress(trainer: Trainer, start: int) -> Iterator[Any]:
         yield lambda: None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    from theseus.core.console import progress_console
-    from theseus.core.data.progress import DataWaitColumn
 
     with Progress(
         TextColumn(f"[bold]{trainer.run.name}"),

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from theseus.data.datasets.files import Skips
+
 Message = dict[str, str]
 
 
@@ -35,8 +37,6 @@ class Dataset:
     kind: ClassVar[str] = "text"
 
     def __init__(self, config: Any) -> None:
-        from theseus.data.datasets.files import Skips
-
         self.config = config
         self.skips = Skips(getattr(config, "skip_bad_records", False))
 

@@ -24,7 +24,7 @@ class StdlibConfig:
 def stdlib_files(include_tests: bool = False) -> list[Path]:
     root = Path(sysconfig.get_paths()["stdlib"])
     excluded = EXCLUDED_DIRS - ({"test", "tests"} if include_tests else set())
-    files = []
+    files: list[Path] = []
     for directory, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d not in excluded]
         files.extend(Path(directory) / n for n in names if n.endswith(".py"))

@@ -35,10 +35,10 @@ def migrate_root(root: str | os.PathLike) -> None:
         return
     old = []
     for folder in data.iterdir():
-        settings = folder / fmt.SETTINGS
-        if folder.name.startswith(".") or not settings.is_file():
+        settings_file = folder / fmt.SETTINGS
+        if folder.name.startswith(".") or not settings_file.is_file():
             continue
-        found = fmt.read_json(settings)
+        found = fmt.read_json(settings_file)
         if isinstance(found, dict) and found.get("format_version") == 1 and found.get("dataset"):
             old.append((folder, found))
     # plain names first: data/<name> becomes the parent of the variants

@@ -215,7 +215,7 @@ def write_unit(
     if mask is not None:
         arrays["mask"] = mask
     with open(tmp, "wb") as handle:
-        np.savez(handle, **arrays)  # type: ignore[arg-type]  # (numpy's stub: **kwds)
+        np.savez(handle, allow_pickle=False, **arrays)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)

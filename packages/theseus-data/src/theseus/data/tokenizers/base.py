@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from theseus.core import safe_json
+from theseus.data.errors import TokenizerError
 
 CONFIG_FILE = "tokenizer_config.json"
 
@@ -114,7 +115,6 @@ def write_config(directory: Path, data: dict[str, Any]) -> None:
 
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     path = Path(directory) / CONFIG_FILE
-    from theseus.data.errors import TokenizerError
 
     if not path.exists():
         raise TokenizerError(f"{path} does not exist: not a saved theseus tokenizer")

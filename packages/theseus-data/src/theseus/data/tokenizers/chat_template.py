@@ -252,7 +252,7 @@ class HFTemplate:
             spans: list[Span] = []
             texts.append(self.render(chat, spans=spans if self.has_generation else None))
             generated.append(spans)
-        special = getattr(tokenizer, "special_ids", frozenset())
+        special: frozenset[int] = getattr(tokenizer, "special_ids", frozenset())
         out = []
         for chat, text, spans, (ids, offsets) in zip(
             chats, texts, generated, encode(texts), strict=True

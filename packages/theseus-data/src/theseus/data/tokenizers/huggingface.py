@@ -26,6 +26,7 @@ from theseus.data.tokenizers.base import (
     SPECIAL_TOKENS,
     Corpus,
     Tokenizer,
+    read_config,
     sha256_text,
     write_config,
 )
@@ -88,13 +89,16 @@ class HFTokenizer(Tokenizer):
         if eos is None:
             wanted = eos_token or " or ".join(EOS_CANDIDATES)
             raise TokenizerError(f"the tokenizer has no end-of-document token {wanted}")
-        self.eos_token = eos
-        self.eos_id = self.tk.token_to_id(eos)
+        self.eos_token, self.eos_id = eos
         pad = self._find(list(PAD_CANDIDATES))
-        self.pad_id = self.tk.token_to_id(pad) if pad else self.eos_id
+        self.pad_id = pad[1] if pad else self.eos_id
 
-    def _find(self, tokens: list[str]) -> str | None:
-        return next((t for t in tokens if self.tk.token_to_id(t) is not None), None)
+    def _find(self, tokens: list[str]) -> tuple[str, int] | None:
+        """The first of ``tokens`` the vocabulary holds, with its id."""
+        for token in tokens:
+            if (found := self.tk.token_to_id(token)) is not None:
+                return token, found
+        return None
 
     @classmethod
     def create(cls, config: Any, corpus: Corpus) -> HFTokenizer:
@@ -117,8 +121,6 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def load(cls, directory: Path) -> HFTokenizer:
-        from theseus.data.tokenizers.base import read_config
-
         saved = read_config(directory)
         return cls(
             (Path(directory) / "tokenizer.json").read_text(),
@@ -143,11 +145,10 @@ class HFTokenizer(Tokenizer):
 
             added = self.tk.get_added_tokens_decoder().values()
             self._added = frozenset(token.content for token in added)
-            fast: Any
-            fast, why = (
+            encoder, why = (
                 tiktoken_equivalent(self.json_text) if self._allow_fast else (None, "fast=False")
             )
-            self._fast = fast
+            self._fast: Any = encoder
             if self._fast is None:
                 log.debug("encoding with tokenizers, not tiktoken: %s", why)
         return self._fast

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from theseus.core import safe_json
+from theseus.core.plugins import registries
+from theseus.data.errors import TokenizerError
 from theseus.data.tokenizers.base import CONFIG_FILE, Corpus, Tokenizer, read_config
+from theseus.data.tokenizers.huggingface import HFTokenizer, read_chat_template
 
 HF_FILE = "tokenizer.json"
 
 
 def _kind_class(kind: str) -> Any:
-    from theseus.core.plugins import registries
-
     return registries().tokenizers.get(kind).load()
 
 
@@ -54,9 +55,6 @@ def find_tokenizer(path: str | os.PathLike) -> Tokenizer | None:
     directory holding a ``tokenizer.json``, or a ``.json`` tokenizer file (with the chat
     template of the folder it is in, if any).
     """
-    from theseus.data.errors import TokenizerError
-    from theseus.data.tokenizers.huggingface import HFTokenizer, read_chat_template
-
     path = Path(path).expanduser()
     if path.is_dir():
         if _saved_kind(path) is not None:

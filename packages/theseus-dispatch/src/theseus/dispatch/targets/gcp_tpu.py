@@ -269,7 +269,7 @@ class TpuBackend(Backend):
             return None
         addresses = self._addresses(node)
         paths = resolve_paths(self.shells(addresses)[0], self.config, sub.name, None)
-        handle = {
+        handle: dict[str, Any] = {
             "node": node_name(sub.name), "addresses": addresses, "launch_dir": paths.launch_dir,
             "root": paths.root, "name": sub.name,
         }  # fmt: skip

@@ -8,6 +8,7 @@ It survives the SSH session; cancelling kills its whole process group.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from theseus.dispatch.bootstrap import Submission, script
@@ -49,7 +50,7 @@ def start(shell: Shell, launch_dir: str, index: int, processes: int, coordinator
     return int(done.stdout.strip())
 
 
-def read_pids(shells: list[Shell], launch_dir: str) -> list[int]:
+def read_pids(shells: Sequence[Shell], launch_dir: str) -> list[int]:
     pids = []
     for index, shell in enumerate(shells):
         done = shell.run(f"cat {q(launch_dir)}/pid.{index}", check=False)
@@ -82,7 +83,7 @@ def process_state(shell: Shell, launch_dir: str, index: int, record: str = "") -
 
 
 def launch_on(
-    shells: list[Shell],
+    shells: Sequence[Shell],
     target: Any,
     sub: Submission,
     bundle: Bundle,
@@ -128,7 +129,7 @@ def launch_on(
     }
 
 
-def status_on(shells: list[Shell], handle: dict[str, Any], name: str) -> Status:
+def status_on(shells: Sequence[Shell], handle: dict[str, Any], name: str) -> Status:
     job_json = f"{handle['root']}/runs/{name}/job.json"
     states, record = [], None
     for i, shell in enumerate(shells):
@@ -157,7 +158,7 @@ def logs_on(
         out.write(done.stdout)
 
 
-def cancel_on(shells: list[Shell], handle: dict[str, Any], grace: float = 10.0) -> list[str]:
+def cancel_on(shells: Sequence[Shell], handle: dict[str, Any], grace: float = 10.0) -> list[str]:
     d = q(handle["launch_dir"])
     stopped = []
     for index, shell in enumerate(shells):

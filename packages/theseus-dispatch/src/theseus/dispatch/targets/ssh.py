@@ -88,7 +88,11 @@ class SSHBackend(Backend):
 
         chosen = self.hosts_for(sub.nodes)
         paths = resolve_paths(self.shell(chosen[0]), self.config, sub.name, None)
-        handle = {"hosts": chosen, "launch_dir": paths.launch_dir, "root": paths.root}
+        handle: dict[str, Any] = {
+            "hosts": chosen,
+            "launch_dir": paths.launch_dir,
+            "root": paths.root,
+        }
         state = self.status(handle, sub.name).state
         if state not in (*ACTIVE, FINISHED):
             return None

@@ -247,7 +247,7 @@ class VolcanoBackend(Backend):
             bundle.data[start : start + PART_BYTES]
             for start in range(0, max(len(bundle.data), 1), PART_BYTES)
         ]
-        configmaps = [
+        configmaps: list[dict[str, Any]] = [
             {
                 "metadata": {"name": f"{name}-launch", "labels": labels},
                 "data": {

@@ -15,7 +15,7 @@ from typing import Any
 
 from theseus.models.deepseek_v3.config import DeepseekV3Config
 from theseus.models.errors import ModelError, UnsupportedArchitectureError
-from theseus.models.hf_mapping import ParamPath, Rule, experts, same, torch_linear
+from theseus.models.hf_mapping import ParamPath, Rule, routed_experts, same, torch_linear
 from theseus.models.llama.hf import decoder_rules, sizes_from_hf, swiglu_rules
 
 ARCHITECTURE = "DeepseekV3ForCausalLM"
@@ -140,14 +140,8 @@ def attention_rules(c: DeepseekV3Config, att: ParamPath, hatt: str) -> list[Rule
 
 
 def moe_rules(c: DeepseekV3Config, ours: ParamPath, theirs: str) -> list[Rule]:
-    names = [f"{theirs}.experts.{e}" for e in range(c.n_experts)]
-    out = [
-        torch_linear((*ours, "router", "kernel"), f"{theirs}.gate.weight", 1),
-        same((*ours, "router_bias"), f"{theirs}.gate.e_score_correction_bias"),
-        experts((*ours, "w_gate"), [f"{n}.gate_proj.weight" for n in names]),
-        experts((*ours, "w_up"), [f"{n}.up_proj.weight" for n in names]),
-        experts((*ours, "w_down"), [f"{n}.down_proj.weight" for n in names]),
-    ]
+    out = routed_experts(ours, theirs, c.n_experts)
+    out.append(same((*ours, "router_bias"), f"{theirs}.gate.e_score_correction_bias"))
     if c.n_shared_experts:
         out += swiglu_rules(c, (*ours, "shared_expert"), f"{theirs}.shared_experts")
     return out
@@ -159,7 +153,7 @@ MTP_LAYER = re.compile(r"model\.layers\.(\d+)\.")
 def IGNORED(c: DeepseekV3Config, key: str) -> bool:  # noqa: N802  (the hf modules' protocol)
     """The multi-token-prediction layers (``model.layers.<n_layers + i>``), not read."""
     found = MTP_LAYER.match(key)
-    return bool(found) and int(found.group(1)) >= c.n_layers
+    return found is not None and int(found.group(1)) >= c.n_layers
 
 
 def mlp_rules(c: DeepseekV3Config, ours: ParamPath, theirs: str) -> list[Rule]:

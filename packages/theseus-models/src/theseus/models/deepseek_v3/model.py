@@ -25,6 +25,7 @@ from flax import nnx
 from theseus.models.deepseek_v3.config import DeepseekV3Config
 from theseus.models.errors import ModelError
 from theseus.models.layers import Block, RMSNorm, RoPE, SwiGLU
+from theseus.models.layers.block import LayerIndex
 from theseus.models.layers.mla import MultiHeadLatentAttention
 from theseus.models.layers.moe import GROUPINGS, SigmoidMoE
 from theseus.models.layers.moe_decoder import ExpertsDecoder, MoEBlock, reported, router_health
@@ -53,7 +54,8 @@ class DeepseekV3(ExpertsDecoder):
     config_class = DeepseekV3Config
     scan_layers = False
 
-    def check_config(self, c: DeepseekV3Config) -> None:
+    def check_config(self) -> None:
+        c = self.config
         if c.rope_scaling not in ("none", "yarn"):
             raise ModelError(f"rope_scaling={c.rope_scaling!r}: use 'none' or 'yarn'")
         if c.moe_grouping not in GROUPINGS:
@@ -77,7 +79,7 @@ class DeepseekV3(ExpertsDecoder):
             c.rope_mscale_all_dim,
         )
 
-    def make_attention(self, index: int, rngs: nnx.Rngs) -> MultiHeadLatentAttention:
+    def make_attention(self, index: LayerIndex, rngs: nnx.Rngs) -> MultiHeadLatentAttention:
         c = self.config
         scaling = self.rope_scaling()
         softmax_factor = scaling.softmax_factor if scaling else 1.0
@@ -93,17 +95,14 @@ class DeepseekV3(ExpertsDecoder):
             norm_eps=c.norm_eps,
             scale=(c.qk_nope_dim + c.qk_rope_dim) ** -0.5 * softmax_factor,
             implementation=c.attention,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            execution=self.execution,
+            **self.init_options(rngs),
         )
 
-    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         c = self.config
         if index < c.first_dense_layers:
-            kw = dict(std=c.init_std, out_std=self.out_std(), dtype=self.dtype, rngs=rngs)
-            return SwiGLU(c.d_model, c.d_ff, **kw)
+            return SwiGLU(c.d_model, c.d_ff, **self.init_options(rngs))
         return self.make_experts(
             SigmoidMoE,
             rngs,
@@ -114,10 +113,14 @@ class DeepseekV3(ExpertsDecoder):
             shared_d_ff=c.n_shared_experts * c.moe_d_ff,
         )
 
-    def make_block(self, index: int, rngs: nnx.Rngs) -> Block:
+    def make_block(self, index: LayerIndex, rngs: nnx.Rngs) -> Block:
         d = self.config.d_model
-        parts = self.make_norm(d), self.make_attention(index, rngs)
-        parts += self.make_norm(d), self.make_mlp(index, rngs)
+        parts = (  # in the init order: norm, attention, norm, MLP
+            self.make_norm(d),
+            self.make_attention(index, rngs),
+            self.make_norm(d),
+            self.make_mlp(index, rngs),
+        )
         if index < self.config.first_dense_layers:
             return DenseBlock(*parts, n_experts=self.config.n_experts)
         return MoEBlock(*parts)

@@ -21,7 +21,7 @@ from flax import nnx
 from theseus.models.errors import ModelError
 from theseus.models.gemma3.config import Gemma3Config
 from theseus.models.layers import RMSNorm, RoPE
-from theseus.models.layers.block import SandwichBlock
+from theseus.models.layers.block import LayerIndex, SandwichBlock
 from theseus.models.layers.mlp import GeGLU
 from theseus.models.layers.rope import LinearScaling
 from theseus.models.llama.model import Llama
@@ -33,20 +33,21 @@ class Gemma3(Llama):
     mlp_cls = GeGLU
     scan_layers = False
 
-    def check_config(self, config: Gemma3Config) -> None:
+    def check_config(self) -> None:
+        config = self.config
         if config.rope_scaling not in ("none", "linear"):
             raise ModelError(f"rope_scaling={config.rope_scaling!r}: use 'none' or 'linear'")
         if config.global_every < 1:
             raise ModelError(f"global_every={config.global_every}: every layer needs a kind (>= 1)")
 
-    def is_global(self, index: int) -> bool:
+    def is_global(self, index: LayerIndex) -> bool:
         c = self.config
-        return not c.sliding_window or (index + 1) % c.global_every == 0
+        return bool(not c.sliding_window or (index + 1) % c.global_every == 0)
 
     def make_norm(self, dim: int) -> RMSNorm:
         return RMSNorm(dim, eps=self.config.norm_eps, offset=1.0, dtype=self.dtype)
 
-    def attention_options(self, index: int) -> dict[str, Any]:
+    def attention_options(self, index: LayerIndex) -> dict[str, Any]:
         c = self.config
         if self.is_global(index):
             scaling = LinearScaling(c.rope_factor) if c.rope_scaling == "linear" else None
@@ -60,7 +61,7 @@ class Gemma3(Llama):
             scale=(c.query_pre_attn_scalar or self.head_dim) ** -0.5,
         )
 
-    def make_block(self, index: int, rngs: nnx.Rngs) -> SandwichBlock:
+    def make_block(self, index: LayerIndex, rngs: nnx.Rngs) -> SandwichBlock:
         d = self.config.d_model
         attention, mlp = self.make_attention(index, rngs), self.make_mlp(index, rngs)
         norms = [self.make_norm(d) for _ in range(4)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from theseus.models.errors import ModelError, UnsupportedArchitectureError
 from theseus.models.gpt.config import GPTConfig
-from theseus.models.hf_mapping import Rule, conv1d, fused_qkv, same, torch_linear
+from theseus.models.hf_mapping import ParamPath, Rule, conv1d, fused_qkv, same, torch_linear
 
 ARCHITECTURE = "GPT2LMHeadModel"
 MODEL_TYPE = "gpt2"
@@ -47,6 +47,12 @@ def config_to_hf(c: GPTConfig) -> dict:
     }
 
 
+def qkv_paths(att: ParamPath, leaf: str) -> tuple[ParamPath, ParamPath, ParamPath]:
+    """``leaf`` (kernel, bias) of the query, key and value projections of attention ``att``."""
+    q, k, v = ((*att, f"{p}_proj", leaf) for p in "qkv")
+    return q, k, v
+
+
 def rules(c: GPTConfig) -> list[Rule]:
     t = "transformer"
     out = [
@@ -58,12 +64,11 @@ def rules(c: GPTConfig) -> list[Rule]:
     for i in range(c.n_layers):
         b, h = ("blocks", i), f"{t}.h.{i}"
         att = (*b, "attention")
-        qkv = [(*att, f"{p}_proj") for p in "qkv"]
         out += [
             same((*b, "attn_norm", "scale"), f"{h}.ln_1.weight"),
             same((*b, "attn_norm", "bias"), f"{h}.ln_1.bias"),
-            fused_qkv(tuple((*p, "kernel") for p in qkv), f"{h}.attn.c_attn.weight", 1),
-            fused_qkv(tuple((*p, "bias") for p in qkv), f"{h}.attn.c_attn.bias", 0),
+            fused_qkv(qkv_paths(att, "kernel"), f"{h}.attn.c_attn.weight", 1),
+            fused_qkv(qkv_paths(att, "bias"), f"{h}.attn.c_attn.bias", 0),
             conv1d((*att, "o_proj", "kernel"), f"{h}.attn.c_proj.weight", 2),
             same((*att, "o_proj", "bias"), f"{h}.attn.c_proj.bias"),
             same((*b, "mlp_norm", "scale"), f"{h}.ln_2.weight"),

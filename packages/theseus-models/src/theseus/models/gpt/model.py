@@ -17,6 +17,7 @@ from theseus.core.execution import ExecutionPlan
 from theseus.models.errors import ModelError
 from theseus.models.gpt.config import GPTConfig
 from theseus.models.layers import MLP, Attention, DecoderLM, Embedding, LayerNorm, RoPE
+from theseus.models.layers.block import LayerIndex
 
 
 class GPT(DecoderLM):
@@ -44,7 +45,8 @@ class GPT(DecoderLM):
             else None
         )
 
-    def check_config(self, config: GPTConfig) -> None:
+    def check_config(self) -> None:
+        config = self.config
         if config.positions not in ("learned", "rope"):
             raise ModelError(f"gpt positions={config.positions!r}: use 'learned' or 'rope'")
         if config.d_model % config.n_heads:
@@ -61,7 +63,7 @@ class GPT(DecoderLM):
     def make_norm(self, dim: int) -> LayerNorm:
         return LayerNorm(dim, eps=self.config.norm_eps, bias=self.config.bias, dtype=self.dtype)
 
-    def make_attention(self, index: int, rngs: nnx.Rngs) -> Attention:
+    def make_attention(self, index: LayerIndex, rngs: nnx.Rngs) -> Attention:
         c = self.config
         head_dim = c.d_model // c.n_heads
         return self.attention_cls(
@@ -73,20 +75,15 @@ class GPT(DecoderLM):
             out_bias=c.bias,
             rope=RoPE(head_dim, c.rope_theta) if c.positions == "rope" else None,
             implementation=c.attention,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            execution=self.execution,
+            **self.init_options(rngs),
         )
 
-    def make_mlp(self, index: int, rngs: nnx.Rngs) -> MLP:
+    def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> MLP:
         c = self.config
         return self.mlp_cls(
             c.d_model,
             c.d_ff or 4 * c.d_model,
             bias=c.bias,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            **self.init_options(rngs),
         )

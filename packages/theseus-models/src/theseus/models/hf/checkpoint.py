@@ -26,8 +26,9 @@ from theseus.models.families import FAMILIES, family_named
 from theseus.models.family import Family
 from theseus.models.hf.file_modes import share_as_umask
 from theseus.models.hf.files import check_tensor_files, read_config, resolve  # noqa: F401
-from theseus.models.hf_mapping import ParamPath
+from theseus.models.hf_mapping import ParamPath, param_path
 from theseus.models.layers.block import LAYERS
+from theseus.models.layers.decoder import DecoderLM
 
 SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
@@ -227,12 +228,12 @@ def per_layer(variables: dict[ParamPath, Any]) -> dict[ParamPath, tuple[ParamPat
 
 def params_from_hf(
     family: str, config: Any, tensors: dict[str, np.ndarray], model_cls: type | None = None
-) -> nnx.Module:
+) -> DecoderLM:
     """A model of ``config`` (``model_cls``, else the family's) holding HF ``tensors``."""
     spec = family_named(family)
     cls = model_cls or spec.load_model()
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(params=0))))
-    variables = {tuple(p): v for p, v in nnx.to_flat_state(abstract)}
+    variables = {param_path(p): v for p, v in nnx.to_flat_state(abstract)}
     targets = per_layer(variables)
     values: dict[ParamPath, np.ndarray] = {}
     used: set[str] = set()
@@ -298,14 +299,14 @@ def ignorable(hf_module: Any, config: Any, key: str) -> bool:
     return bool(own and own(config, key))
 
 
-def params_to_hf(family: str, model: nnx.Module) -> dict[str, np.ndarray]:
+def params_to_hf(family: str, model: DecoderLM) -> dict[str, np.ndarray]:
     """HF tensor name -> float32 array, for every parameter of ``model``."""
     params: dict[ParamPath, np.ndarray] = {}
     for path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         value = np.asarray(variable[...])
         for i in range(stacked_layers(variable)):
-            params[per_layer_path(tuple(path), i)] = value[i]
-        params[tuple(path)] = value
+            params[per_layer_path(param_path(path), i)] = value[i]
+        params[param_path(path)] = value
     out: dict[str, np.ndarray] = {}
     for rule in family_named(family).load_hf().rules(model.config):
         arrays = rule.to_hf(*[params[p] for p in rule.ours])
@@ -333,7 +334,7 @@ def describe(config: Any) -> str:
 # ---------------------------------------------------------------------------- directories
 
 
-def load_hf(directory: str | Path, *, dtype: str | None = None) -> nnx.Module:
+def load_hf(directory: str | Path, *, dtype: str | None = None) -> DecoderLM:
     """Import a transformers checkpoint directory as a theseus model (float32 parameters).
 
     ``dtype`` sets the compute dtype (default: the family's). The model also carries
@@ -350,7 +351,7 @@ def load_hf(directory: str | Path, *, dtype: str | None = None) -> nnx.Module:
     return model
 
 
-def save_hf(model: nnx.Module, directory: str | Path) -> Path:
+def save_hf(model: DecoderLM, directory: str | Path) -> Path:
     """Write ``config.json`` and ``model.safetensors`` that ``AutoModelForCausalLM`` loads."""
     from safetensors.numpy import save_file
 

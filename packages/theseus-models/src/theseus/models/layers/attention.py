@@ -14,17 +14,18 @@ four score stages (see ``theseus.models.attention_choice``): ``reference`` runs 
 themselves; ``flash`` (``layers/flash.py``), ``cudnn`` and ``splash`` compute the same
 attention in one piece, with memory linear in T. The choice is the model's execution plan
 (``theseus.core.execution``): :meth:`choose` answers what would run for a platform, a length
-and a context split (a question; the training setup asks it once), and the model hands the
-plan's kernel to every layer while it is built (:meth:`use`). A layer built without a plan
-runs ``model.attention`` as named, and the reference stages for ``auto``. A subclass that
-overrides a stage runs ``reference`` under ``auto`` and is refused an explicit kernel. With
-a cache (generation) the stages always run.
+and a context split (a question; the training setup asks it once), and the layer is built
+with the plan (``execution``): its kernel, its context split, the mesh's axis sizes and
+chips; nothing about the mesh in context or the backend is read while it is traced. A layer
+built without a plan runs ``model.attention`` as named, and the reference stages for
+``auto``. A subclass that overrides a stage runs ``reference`` under ``auto`` and is refused
+an explicit kernel. With a cache (generation) the stages always run.
 
 With ``sharding.context`` > 1 the plan's context split (ring or all-gather, in an order)
-reaches the layer the same way: inside a step traced under a mesh whose ``context`` axis
-splits the sequence, self-attention then runs ``layers/context_attention.py`` (its blocks
-computed by the flash kernel); anywhere else (evaluations, generation) the layer runs as
-above on whole sequences.
+reaches the layer the same way: self-attention runs ``layers/context_attention.py`` (its
+blocks computed by the flash kernel) over the plan's ``context`` axis. A model used outside
+the step (evaluations, generation) is built with the plan unsplit (``ExecutionPlan.unsplit``)
+and runs as above on whole sequences.
 
 The reference goes through the stages in blocks of ``query_block`` query rows, each against
 only the keys it can see (up to its last query, and from the first key its sliding window
@@ -44,19 +45,23 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
-from theseus.core.execution import AttentionKernel, ContextSplit
+from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan
 from theseus.core.sharding.remat import ATTENTION, ATTENTION_OUT, QKV
-from theseus.core.sharding.rules import CONTEXT_AXIS
-from theseus.models.attention_choice import STAGES, check_attention, resolve_attention
+from theseus.core.sharding.rules import TENSOR_AXIS
+from theseus.models.attention_choice import (
+    STAGES,
+    check_attention,
+    resolve_attention,
+    unplanned_kernel,
+)
 from theseus.models.errors import ModelError
 from theseus.models.layers.context_attention import METHODS, context_attention
 from theseus.models.layers.cudnn_attention import cudnn_attention
 from theseus.models.layers.decode_attention import decode_attention, first_slots
 from theseus.models.layers.flash import flash_attention
-from theseus.models.layers.kernel_sharding import context_platform, per_shard, per_shard_decode
+from theseus.models.layers.kernel_sharding import per_shard, per_shard_decode
 from theseus.models.layers.kv_cache import LayerCache
 from theseus.models.layers.linear import Linear
-from theseus.models.layers.mesh_axes import axis_size
 from theseus.models.layers.norms import RMSNorm
 from theseus.models.layers.splash_attention import splash_attention
 from theseus.models.splash_blocks import SplashBlocks, splash_blocks
@@ -105,11 +110,14 @@ class Attention(nnx.Module):
         scale: float | None = None,
         v_head_dim: int | None = None,
         implementation: str = "auto",
+        execution: ExecutionPlan | None = None,
         std: float = 0.02,
         out_std: float | None = None,
         dtype=jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
+        """``execution``: the model's plan (its kernel, context split, mesh); without one
+        the layer runs ``implementation`` as named, the reference stages for ``auto``."""
         if n_heads % n_kv_heads:
             raise ModelError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
         H, G, K, D = n_heads, n_kv_heads, head_dim, d_model
@@ -125,10 +133,13 @@ class Attention(nnx.Module):
         )
         kw["std"] = std if out_std is None else out_std
         self.o_proj = Linear((H, V), (D,), ("heads", "head_dim"), ("embed",), bias=out_bias, **kw)
+        self.q_norm: RMSNorm | None
+        self.k_norm: RMSNorm | None
         if qk_norm_eps is not None:
-            norm = dict(eps=qk_norm_eps, axis_name="head_dim", offset=qk_norm_offset, dtype=dtype)
-            self.q_norm = RMSNorm(K, **norm)
-            self.k_norm = RMSNorm(K, **norm)
+            norm = partial(
+                RMSNorm, eps=qk_norm_eps, axis_name="head_dim", offset=qk_norm_offset, dtype=dtype
+            )
+            self.q_norm, self.k_norm = norm(K), norm(K)
         else:
             self.q_norm = self.k_norm = None
         self.rope = rope
@@ -139,7 +150,7 @@ class Attention(nnx.Module):
         self.implementation = implementation  # what model.attention asked for
         # refuse an unknown name, or a kernel that would skip an overridden stage, right away
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
-        self.use(unplanned_kernel(implementation), ContextSplit())
+        self._run_as_planned(execution)
 
     # ------------------------------------------------------------------ the stages
 
@@ -147,7 +158,7 @@ class Attention(nnx.Module):
         return self.q_proj(x_BxTxD), self.k_proj(x_BxTxD), self.v_proj(x_BxTxD)
 
     def normalize_qk(self, q: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array]:
-        if self.q_norm is None:
+        if self.q_norm is None or self.k_norm is None:
             return q, k
         return self.q_norm(q), self.k_norm(k)
 
@@ -252,6 +263,7 @@ class Attention(nnx.Module):
             first = first_slots(info.k_segment)  # the decoding loop left-pads its prompts
             out = per_shard_decode(
                 kernel,
+                dict(self.mesh_sizes),
                 q_BxHxTxK[:, :, 0],
                 cache.k,
                 cache.v,
@@ -303,11 +315,11 @@ class Attention(nnx.Module):
         head_shards: int | None = None,
     ) -> str:
         """What would compute self-attention over ``seq_len`` tokens on ``platform``
-        (default: the platform of the mesh in context, else this process's backend) with the
-        heads split ``head_shards`` ways (default: the context mesh's ``tensor`` axis); a
-        question, nothing is stored."""
+        (default: the plan's, where this layer runs) with the heads split ``head_shards``
+        ways (default: the plan's ``tensor`` axis); a question, nothing is stored."""
         if platform is None:
-            platform, device_kind, shards = context_platform()
+            platform, device_kind = self.platform, self.device_kind
+            shards = dict(self.mesh_sizes).get(TENSOR_AXIS, 1)
             head_shards = shards if head_shards is None else head_shards
         return resolve_attention(
             self.implementation,
@@ -345,14 +357,21 @@ class Attention(nnx.Module):
         blocks = splash_blocks(device_kind, seq_len, self.head_dim) if name == "splash" else None
         return AttentionKernel(name, blocks=blocks)
 
-    def use(self, kernel: AttentionKernel, context: ContextSplit) -> None:
-        """Run ``kernel`` (and attend over ``context``'s split), as the model's execution plan
-        says; called while the model is built. A layer whose class overrides a stage runs
-        the reference stages, as ``auto`` means for it."""
+    def _run_as_planned(self, execution: ExecutionPlan | None) -> None:
+        """Part of building the layer: the kernel, the context split and the mesh (its axis
+        sizes, its chips) it runs with, as ``execution`` says; without a plan, the layer's
+        ``implementation`` as named (the reference stages for ``auto``) on this process's
+        backend. A layer whose class overrides a stage runs the reference stages, as ``auto``
+        means for it."""
+        plan = execution or ExecutionPlan(attention=unplanned_kernel(self.implementation))
+        kernel, context = plan.attention, plan.context
         if self.overridden_stages() and not context.split:
             kernel = AttentionKernel("reference", why=f"{type(self).__name__} overrides a stage")
         self.kernel = kernel
         self.context = context
+        self.mesh_sizes = plan.mesh_axes  # (axis, size) pairs: hashable, part of the graph
+        self.platform = plan.platform or jax.default_backend()
+        self.device_kind = plan.device_kind
 
     def attend_self(
         self, q_BxHxTxK: jax.Array, k_BxGxTxK: jax.Array, v_BxGxTxK: jax.Array, info: MaskInfo
@@ -362,19 +381,20 @@ class Attention(nnx.Module):
         The kernels implement this class's ``mask`` (causal, per document, sliding window)
         with query and key positions 0..T-1, which is what ``info`` holds without a cache.
         Split over ``context``, positions come from the sequence layout instead. cuDNN and
-        splash run per shard of the mesh in context (``kernel_sharding``): the rows over its
+        splash run per shard of the plan's mesh (``kernel_sharding``): the rows over its
         batch axes, the heads over ``tensor``.
         """
-        if self.context.split and axis_size(CONTEXT_AXIS) > 1:
-            method, order = self.context.method, self.context.order
+        sizes = dict(self.mesh_sizes)
+        if self.context.split:
             return context_attention(
                 q_BxHxTxK,
                 k_BxGxTxK,
                 v_BxGxTxK,
                 info.q_segment,
                 info.k_segment,
-                method=method,
-                order=order,
+                method=self.context.method,
+                order=self.context.order,
+                sizes=sizes,
                 window=self.sliding_window,
                 block=self.flash_block,
             )
@@ -384,17 +404,23 @@ class Attention(nnx.Module):
         if name == "reference":
             return self.attend_in_blocks(q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info)
         args = (q_BxHxTxK, k_BxGxTxK, v_BxGxTxK, info.q_segment, info.k_segment)
-        kw = dict(window=self.sliding_window, scale=self.scale)
+        window, scale = self.sliding_window, self.scale
         if name == "flash":
             size = self.flash_block
-            return flash_attention(*args, **kw, block_q=size, block_k=size)
+            return flash_attention(*args, window=window, scale=scale, block_q=size, block_k=size)
         if name == "cudnn":
-            return per_shard(partial(cudnn_attention, **kw), *args)
+            return per_shard(partial(cudnn_attention, window=window, scale=scale), sizes, *args)
         blocks = self.kernel.blocks
         if not isinstance(blocks, SplashBlocks):  # no chip's table: sized for this length
             blocks = splash_blocks("", q_BxHxTxK.shape[2], self.head_dim)
-        kernel = partial(splash_attention, **kw, blocks=blocks, interpret=self.kernel_interpret)
-        return per_shard(kernel, *args)
+        kernel = partial(
+            splash_attention,
+            window=window,
+            scale=scale,
+            blocks=blocks,
+            interpret=self.kernel_interpret,
+        )
+        return per_shard(kernel, sizes, *args)
 
     def __call__(
         self,
@@ -449,11 +475,3 @@ def heads_apart(x_BxSxW: jax.Array, heads: int) -> jax.Array:
     """BxSx(G*K) -> BxGxSxK."""
     B, S, W = x_BxSxW.shape
     return heads_first(x_BxSxW.reshape(B, S, heads, W // heads))
-
-
-def unplanned_kernel(implementation: str) -> AttentionKernel:
-    """What a layer built without an execution plan runs: ``model.attention`` as named, the
-    reference stages for ``auto`` (choosing a kernel takes a platform and a length: a plan)."""
-    if implementation == "auto":
-        return AttentionKernel("reference", why="no execution plan: the reference stages")
-    return AttentionKernel(implementation, why="model.attention, no plan", planned=False)

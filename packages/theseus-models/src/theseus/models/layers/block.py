@@ -21,6 +21,9 @@ from theseus.models.layers.attention import MaskInfo
 from theseus.models.layers.kv_cache import LayerCache
 
 LAYERS = "layers"  # the logical axis name of the stacked layer dimension
+#: which layer a block is built for: an int, or (blocks built stacked, under ``nnx.vmap``)
+#: a traced int32 scalar, usable in arithmetic but not in Python control flow
+LayerIndex = int | jax.Array
 LAYER_METADATA = {nnx.PARTITION_NAME: LAYERS}  # what nnx.vmap/scan add to (remove from) params
 
 
@@ -89,7 +92,7 @@ class SandwichBlock(Block):
 
 
 def stack_blocks(
-    make: Callable[[jax.Array, nnx.Rngs], nnx.Module], n_layers: int, rngs: nnx.Rngs
+    make: Callable[[LayerIndex, nnx.Rngs], nnx.Module], n_layers: int, rngs: nnx.Rngs
 ) -> nnx.Module:
     """``make(index, rngs)`` for every layer, as one module with stacked parameters.
 

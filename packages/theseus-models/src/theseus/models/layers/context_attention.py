@@ -30,6 +30,7 @@ padded to P (whole flash blocks).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import NamedTuple
 
@@ -48,13 +49,7 @@ from theseus.models.layers.flash import (
     pair_gradients,
     row_dot,
 )
-from theseus.models.layers.mesh_axes import (
-    axis_size,
-    batch_axes,
-    current_mesh,
-    spec,
-    tensor_axis_for,
-)
+from theseus.models.layers.mesh_axes import batch_axes, spec, tensor_axis_for
 
 METHODS = ("ring", "all_gather")
 
@@ -80,14 +75,16 @@ def context_attention(
     *,
     method: str,
     order: str,
+    sizes: Mapping[str, int],
     window: int = 0,
     block: int = 128,
 ) -> jax.Array:
     """softmax(q k^T / sqrt(K) + mask) v over the whole sequence, BxHxTxK, with T split over
-    the ``context`` axis of the mesh the step is traced under, in ``order``'s layout."""
+    the ``context`` axis of a mesh of these axis ``sizes`` (the execution plan's; the step is
+    traced under that mesh), in ``order``'s layout."""
     B, H, T, K = q_BxHxTxK.shape
     G = k_BxGxTxK.shape[1]
-    devices = axis_size(CONTEXT_AXIS)
+    devices = sizes.get(CONTEXT_AXIS, 1)
     chunk = check_sequence(T, devices, order)
     size = min(block, chunk)
     padded = -(-chunk // size) * size
@@ -100,7 +97,7 @@ def context_attention(
         Blocks(size, size, padded // size, padded // size, True, window),
         CONTEXT_AXIS,
     )
-    rows, heads = batch_axes(), tensor_axis_for(H, G)
+    rows, heads = batch_axes(sizes), tensor_axis_for(sizes, H, G)
     x_spec, seg_spec = spec(rows, heads, CONTEXT_AXIS, None), spec(rows, CONTEXT_AXIS)
 
     def local(q_bxhxtxK, k_bxgxtxK, v_bxgxtxK, q_seg_bxt, k_seg_bxt):
@@ -118,7 +115,6 @@ def context_attention(
 
     return jax.shard_map(
         local,
-        mesh=current_mesh(),
         in_specs=(x_spec, x_spec, x_spec, seg_spec, seg_spec),
         out_specs=x_spec,
         check_vma=False,
@@ -214,6 +210,53 @@ def _zeros_f32(*xs: jax.Array) -> tuple[jax.Array, ...]:
     return tuple(jnp.zeros(x.shape, jnp.float32) for x in xs)
 
 
+def _finished(plan: Plan, running: Partial, q_C: jax.Array, q_seg_C: jax.Array, dtype) -> tuple:
+    """The output of every query chunk's finished softmax (bxgxRxtxK), and what the backward
+    keeps of the forward: the query chunks, their segment ids, outputs and logsumexps."""
+    out_C, lse_C = jax.vmap(lambda state: finish(state, dtype))(running)
+    return _unchunked(plan, out_C, 3), (q_C, q_seg_C, out_C, lse_C)
+
+
+def _gradient_queries(plan: Plan, kept: tuple, dout_bxgxRxtxK: jax.Array) -> tuple:
+    """This device's index, and what its queries bring to a backward pass over key blocks
+    (``kept``: the forward's query chunks, segment ids, outputs and logsumexps): chunks,
+    segment ids, chunk starts, the output's gradient, logsumexps and flash's ``dout . out``."""
+    q_C, q_seg_C, out_C, lse_C = kept
+    dout_C = _chunked(plan, dout_bxgxRxtxK, 3, 0)
+    device = jax.lax.axis_index(plan.axis)
+    return device, (q_C, q_seg_C, _starts(plan, device), dout_C, lse_C, row_dot(dout_C, out_C))
+
+
+def _input_gradients(plan: Plan, dq_C: jax.Array, dk: jax.Array, dv: jax.Array, like: tuple):
+    """The custom VJP's gradients of (q, k, v, q_seg, k_seg): dq from its chunks, each in its
+    input's dtype (``like``: q chunks, k, v), none for the segment ids."""
+    q_C, k, v = like
+    return (
+        _unchunked(plan, dq_C, 3).astype(q_C.dtype),
+        dk.astype(k.dtype),
+        dv.astype(v.dtype),
+        None,
+        None,
+    )
+
+
+def _with_saved_keys(forward, backward):
+    """Attention ``forward(plan, q, k, v, q_seg, k_seg) -> (out, kept)`` as a custom VJP whose
+    residuals are ``kept`` and the keys, values and key segment ids as given (``backward``
+    takes them, and the output's gradient)."""
+
+    @partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def attend(plan: Plan, q, k, v, q_seg, k_seg):
+        return forward(plan, q, k, v, q_seg, k_seg)[0]
+
+    def attend_fwd(plan: Plan, q, k, v, q_seg, k_seg):
+        out, kept = forward(plan, q, k, v, q_seg, k_seg)
+        return out, (*kept, k, v, k_seg)
+
+    attend.defvjp(attend_fwd, backward)
+    return attend
+
+
 # ---------------------------------------------------------------------- ring
 
 
@@ -239,27 +282,15 @@ def _ring_forward(plan: Plan, q, k, v, q_seg, k_seg):
 
     kv = _key_chunks(plan, k, v, k_seg)
     running, _ = jax.lax.fori_loop(0, plan.devices, step, (_empty(q_C), kv))
-    out_C, lse_C = jax.vmap(lambda state: finish(state, q.dtype))(running)
-    return _unchunked(plan, out_C, 3), (q_C, q_seg_C, out_C, lse_C)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _ring(plan: Plan, q, k, v, q_seg, k_seg):
-    return _ring_forward(plan, q, k, v, q_seg, k_seg)[0]
-
-
-def _ring_fwd(plan: Plan, q, k, v, q_seg, k_seg):
-    out, (q_C, q_seg_C, out_C, lse_C) = _ring_forward(plan, q, k, v, q_seg, k_seg)
-    return out, (q_C, q_seg_C, out_C, lse_C, k, v, k_seg)
+    return _finished(plan, running, q_C, q_seg_C, q.dtype)
 
 
 def _ring_bwd(plan: Plan, residuals: tuple, dout_bxgxRxtxK: jax.Array) -> tuple:
     """The blocks go round again, each with the (dk, dv) of its keys, which every device adds
     to; after N passes those gradients are back on the device that holds the keys."""
-    q_C, q_seg_C, out_C, lse_C, k, v, k_seg = residuals
-    dout_C = _chunked(plan, dout_bxgxRxtxK, 3, 0)
-    device = jax.lax.axis_index(plan.axis)
-    queries = (q_C, q_seg_C, _starts(plan, device), dout_C, lse_C, row_dot(dout_C, out_C))
+    *kept, k, v, k_seg = residuals
+    device, queries = _gradient_queries(plan, tuple(kept), dout_bxgxRxtxK)
+    q_C = queries[0]
 
     def step(s, carry):
         dq_C, kv, dkv = carry
@@ -271,16 +302,11 @@ def _ring_bwd(plan: Plan, residuals: tuple, dout_bxgxRxtxK: jax.Array) -> tuple:
     kv = _key_chunks(plan, k, v, k_seg)
     carry = (*_zeros_f32(q_C), kv, _zeros_f32(kv[0], kv[1]))
     dq_C, _, (dk_C, dv_C) = jax.lax.fori_loop(0, plan.devices, step, carry)
-    return (
-        _unchunked(plan, dq_C, 3).astype(q_C.dtype),
-        _unchunked(plan, dk_C, 2).astype(k.dtype),
-        _unchunked(plan, dv_C, 2).astype(v.dtype),
-        None,
-        None,
-    )
+    dk, dv = _unchunked(plan, dk_C, 2), _unchunked(plan, dv_C, 2)
+    return _input_gradients(plan, dq_C, dk, dv, (q_C, k, v))
 
 
-_ring.defvjp(_ring_fwd, _ring_bwd)
+_ring = _with_saved_keys(_ring_forward, _ring_bwd)
 
 
 # ---------------------------------------------------------------------- all-gather
@@ -307,27 +333,15 @@ def _gathered_forward(plan: Plan, q, k_all, v_all, q_seg, k_seg_all):
         return _visit(plan, running, queries, (*kv, _starts(plan, j)))
 
     running = jax.lax.fori_loop(0, plan.devices, visit, _empty(q_C))
-    out_C, lse_C = jax.vmap(lambda state: finish(state, q.dtype))(running)
-    return _unchunked(plan, out_C, 3), (q_C, q_seg_C, out_C, lse_C)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _over_gathered(plan: Plan, q, k_all, v_all, q_seg, k_seg_all):
-    return _gathered_forward(plan, q, k_all, v_all, q_seg, k_seg_all)[0]
-
-
-def _over_gathered_fwd(plan: Plan, q, k_all, v_all, q_seg, k_seg_all):
-    out, (q_C, q_seg_C, out_C, lse_C) = _gathered_forward(plan, q, k_all, v_all, q_seg, k_seg_all)
-    return out, (q_C, q_seg_C, out_C, lse_C, k_all, v_all, k_seg_all)
+    return _finished(plan, running, q_C, q_seg_C, q.dtype)
 
 
 def _over_gathered_bwd(plan: Plan, residuals: tuple, dout_bxgxRxtxK: jax.Array) -> tuple:
     """dq, and the gradients of every gathered key and value (the gather's transpose sums
     them back onto the devices that hold them)."""
-    q_C, q_seg_C, out_C, lse_C, k_all, v_all, k_seg_all = residuals
-    dout_C = _chunked(plan, dout_bxgxRxtxK, 3, 0)
-    device = jax.lax.axis_index(plan.axis)
-    queries = (q_C, q_seg_C, _starts(plan, device), dout_C, lse_C, row_dot(dout_C, out_C))
+    *kept, k_all, v_all, k_seg_all = residuals
+    _, queries = _gradient_queries(plan, tuple(kept), dout_bxgxRxtxK)
+    q_C = queries[0]
 
     def visit(j, carry):
         dq_C, dk_all, dv_all = carry
@@ -340,13 +354,7 @@ def _over_gathered_bwd(plan: Plan, residuals: tuple, dout_bxgxRxtxK: jax.Array) 
         return dq_C, dk_all, dv_all
 
     dq_C, dk_all, dv_all = jax.lax.fori_loop(0, plan.devices, visit, _zeros_f32(q_C, k_all, v_all))
-    return (
-        _unchunked(plan, dq_C, 3).astype(q_C.dtype),
-        dk_all.astype(k_all.dtype),
-        dv_all.astype(v_all.dtype),
-        None,
-        None,
-    )
+    return _input_gradients(plan, dq_C, dk_all, dv_all, (q_C, k_all, v_all))
 
 
-_over_gathered.defvjp(_over_gathered_fwd, _over_gathered_bwd)
+_over_gathered = _with_saved_keys(_gathered_forward, _over_gathered_bwd)

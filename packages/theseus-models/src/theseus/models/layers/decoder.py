@@ -18,29 +18,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan
 from theseus.core.sharding.remat import checkpointed
-from theseus.core.sharding.remat import policy as remat_policy
-from theseus.models.config import compute_dtype
+from theseus.models.config import unplanned_execution
 from theseus.models.errors import ModelError, SequenceTooLongError, VocabMismatchError
 from theseus.models.layers.attention import Attention, MaskInfo
-from theseus.models.layers.block import LAYER_METADATA, Block, layer_of, stack_blocks
+from theseus.models.layers.block import (
+    LAYER_METADATA,
+    Block,
+    LayerIndex,
+    layer_of,
+    stack_blocks,
+)
 from theseus.models.layers.decode_attention import KERNEL_SLOTS
 from theseus.models.layers.embedding import Embedding
 from theseus.models.layers.kv_cache import KVCache, LayerCache
 from theseus.models.layers.linear import Linear
 from theseus.models.layers.moe import MoE
 
-# What the scan keeps of each layer for the backward pass is the execution plan's remat
-# policy. Left alone, a scan would keep every intermediate in an L-stacked buffer, where an
-# unrolled program lets XLA fuse the cheap elementwise work into the backward instead: at
-# ``none`` the policy keeps the matmul outputs and the attention kernel's output and
-# recomputes the rest (norms, activations), that program's trade, as fast and with less memory.
+
+class LayerInit(TypedDict):
+    """The keyword arguments a layer is built with besides its shape (``init_options``)."""
+
+    std: float
+    out_std: float
+    dtype: Any
+    rngs: nnx.Rngs
 
 
 def document_positions(segment_ids_BxT: jax.Array) -> jax.Array:
@@ -63,6 +71,10 @@ class DecoderLM(nnx.Module):
     config_class: ClassVar[type[Any]]  # the family's config dataclass
     block_cls: ClassVar[type] = Block
     scan_layers: ClassVar[bool] = True  # False: blocks that differ per layer, in a Python loop
+    # a model imported from (or exported to) Hugging Face (``hf/checkpoint.py``): its
+    # family's name and config.json's bos/eos/pad ids, as (key, id) pairs
+    family: str
+    special_tokens: tuple[tuple[str, Any], ...]
 
     def __init__(
         self, config: Any, *, rngs: nnx.Rngs, execution: ExecutionPlan | None = None
@@ -72,20 +84,19 @@ class DecoderLM(nnx.Module):
                 f"{type(self).__name__} is built from a {self.config_class.__name__} "
                 f"(or a subclass), not a {type(config).__name__}"
             )
-        self.check_config(config)
+        self.config = config
+        self.check_config()
         if config.vocab_size <= 0:
             raise ModelError(
                 f"vocab_size={config.vocab_size}: set model.vocab_size (the trainer fills it "
                 "from the tokenized data)"
             )
-        self.config = config
-        self.dtype = jnp.dtype(compute_dtype(config.dtype))
+        self.execution = execution or unplanned_execution(config)
+        self.dtype = jnp.dtype(self.execution.compute_dtype)  # the plan's, decided once
         c = config
         self.embed = Embedding(c.vocab_size, c.d_model, std=c.init_std, dtype=self.dtype, rngs=rngs)
         self.blocks: Any = self.make_blocks(rngs)  # a stack under one module, or an nnx.List
-        self.execution = execution or ExecutionPlan(compute_dtype=self.dtype.name)
-        if execution is not None:
-            self.follow(execution)
+        self.check_planned()
         self.final_norm = self.make_norm(c.d_model)
         if c.tie_embeddings:
             self.lm_head = None
@@ -102,19 +113,19 @@ class DecoderLM(nnx.Module):
 
     # ------------------------------------------------------------------ what a family provides
 
-    def check_config(self, config: Any) -> None:
-        """Raise a ModelError naming the values a family cannot build."""
+    def check_config(self) -> None:
+        """Raise a ModelError naming the values of ``self.config`` a family cannot build."""
 
     def make_norm(self, dim: int) -> nnx.Module:
         raise NotImplementedError
 
-    def make_attention(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_attention(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         raise NotImplementedError
 
-    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         raise NotImplementedError
 
-    def make_block(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_block(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         """Block ``index``: norm, attention, norm, MLP (attention first: the init order).
 
         With ``scan_layers`` this runs once for all layers, under ``nnx.vmap``: ``index`` is
@@ -169,8 +180,32 @@ class DecoderLM(nnx.Module):
         """Init std of the projections into the residual stream (GPT-2's 1/sqrt(2 * layers))."""
         return self.config.init_std / math.sqrt(2 * self.config.n_layers)
 
+    def init_options(self, rngs: nnx.Rngs) -> LayerInit:
+        """What every layer of the model is built with: its init scales (``out_std`` for the
+        projections into the residual stream), the compute dtype and the random streams."""
+        c = self.config
+        return LayerInit(std=c.init_std, out_std=self.out_std(), dtype=self.dtype, rngs=rngs)
+
     def embed_tokens(self, tokens_BxT: jax.Array, positions_BxT: jax.Array) -> jax.Array:
         return self.embed(tokens_BxT)
+
+    def check_planned(self) -> None:
+        """Every attention and expert layer built with the model's plan (a family passes
+        ``execution=self.execution``): one built without it would not split its work over
+        the mesh as the step does. A ModelError naming the layer otherwise."""
+        plan = self.execution
+        for _, layer in nnx.iter_graph(self.blocks):
+            if isinstance(layer, Attention) and layer.context == plan.context:
+                planned = layer.mesh_sizes == plan.mesh_axes
+            elif isinstance(layer, MoE):
+                planned = layer.mesh_sizes == plan.mesh_axes
+            else:
+                planned = not isinstance(layer, Attention)
+            if not planned:
+                raise ModelError(
+                    f"{type(self).__name__}: its {type(layer).__name__} layer was built without "
+                    "the model's execution plan; build it with execution=self.execution"
+                )
 
     def attention_layers(self) -> list[Attention]:
         """Every attention layer (a stack's one module stands for all its layers)."""
@@ -187,7 +222,7 @@ class DecoderLM(nnx.Module):
         """The kernel the attention layers would run at ``seq_len`` on ``platform`` (a chip
         of ``device_kind``, the heads split ``head_shards`` ways, the sequence split as
         ``context`` says): a question for the execution plan, nothing is stored. Layers that
-        override a stage run the reference stages beside it (``Attention.use``)."""
+        override a stage run the reference stages beside it (each layer is built with the plan)."""
         chosen = [
             (layer.choose(seq_len, platform, device_kind, head_shards, context), layer)
             for layer in self.attention_layers()
@@ -199,17 +234,6 @@ class DecoderLM(nnx.Module):
         if own and len(own) < len(chosen):
             return replace(kernel, why="layers that override a stage run reference")
         return kernel
-
-    def follow(self, execution: ExecutionPlan) -> None:
-        """Hand the plan's kernel, context split and expert routing to the layers (while
-        the model is built; the remat level is read when the blocks run)."""
-        for layer in self.attention_layers():
-            layer.use(execution.attention, execution.context)
-        for _, module in nnx.iter_graph(self.blocks):
-            if isinstance(module, MoE):
-                module.route_by(
-                    execution.experts, execution.expert_capacity, execution.expert_dispatch
-                )
 
     @property
     def kv_shape(self) -> tuple[int, int]:
@@ -292,49 +316,33 @@ class DecoderLM(nnx.Module):
         info: MaskInfo,
         cache: KVCache | None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None, dict[str, jax.Array]]:
-        """Every block in turn: the output, the new keys and values (LxBxGxSxK each, with a
-        cache) and the blocks' statistics, each stacked on a leading L axis.
-
-        A stack runs under ``nnx.scan``, each step one layer's parameters; with a cache,
-        :meth:`run_cached_blocks` runs them.
-        """
+        """Every block in turn: the output, the cache's new keys and values (with a cache:
+        :meth:`run_cached_blocks`) and the blocks' statistics, each stacked on a leading L
+        axis. A stack runs under ``nnx.scan``, each step one layer's parameters."""
         if cache is not None:
             return self.run_cached_blocks(x_BxTxD, positions_BxT, info, cache)
-        index = None if cache is None else cache.index
-        kv = None if cache is None else (cache.k, cache.v)
 
-        def layer(
-            block: nnx.Module, x_BxTxD: jax.Array, kv: tuple[jax.Array, jax.Array] | None
-        ) -> tuple[jax.Array, tuple[tuple[jax.Array, jax.Array] | None, dict[str, jax.Array]]]:
-            layer_cache = None if kv is None else LayerCache(kv[0], kv[1], index)
-            x_BxTxD, layer_cache, stats = block(x_BxTxD, positions_BxT, info, layer_cache)
-            return x_BxTxD, (None if layer_cache is None else (layer_cache.k, layer_cache.v), stats)
+        def layer(block: nnx.Module, x_BxTxD: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+            x_BxTxD, _, stats = block(x_BxTxD, positions_BxT, info, None)
+            return x_BxTxD, stats
 
-        level = self.execution.remat.level
+        # every block at the plan's remat level (in a scan: once per layer)
+        run = checkpointed(layer, self.execution.remat.level, scanned=self.stacked)
         if self.stacked:
-            # once per layer in the scan. The scan already keeps XLA from merging the
-            # recomputed forward with the forward pass, so remat's own barrier (prevent_cse)
-            # is not needed; without it the gradient's matmuls share the recompute's gathered
-            # kernels under fsdp (with the barrier, XLA:GPU gathered each attention kernel a
-            # third time per layer once the projections gather their own: layers/linear.py)
-            layer = nnx.remat(layer, policy=remat_policy(level), prevent_cse=False)
             scan = nnx.scan(
-                layer,
+                run,
                 unroll=min(getattr(self.config, "scan_unroll", 1), self.config.n_layers),
-                in_axes=(0, nnx.Carry, 0),
+                in_axes=(0, nnx.Carry),
                 out_axes=(nnx.Carry, 0),
                 transform_metadata=LAYER_METADATA,
             )
-            x_BxTxD, (kv, stats) = scan(self.blocks, x_BxTxD, kv)
-            return x_BxTxD, kv, stats
-        outputs, run = [], checkpointed(layer, level)
-        for i, block in enumerate(self.blocks):
-            x_BxTxD, out = run(block, x_BxTxD, None if kv is None else (kv[0][i], kv[1][i]))
-            outputs.append(out)
-        if not outputs:
-            return x_BxTxD, kv, {}
-        kv, stats = jax.tree.map(lambda *per_layer: jnp.stack(per_layer), *outputs)
-        return x_BxTxD, kv, stats
+            x_BxTxD, stats = scan(self.blocks, x_BxTxD)
+            return x_BxTxD, None, stats
+        outputs = []
+        for block in self.blocks:
+            x_BxTxD, stats = run(block, x_BxTxD)
+            outputs.append(stats)
+        return x_BxTxD, None, stack_layers(outputs)
 
     def run_cached_blocks(
         self, x_BxTxD: jax.Array, positions_BxT: jax.Array, info: MaskInfo, cache: KVCache
@@ -422,10 +430,11 @@ class DecoderLM(nnx.Module):
         segment_ids: jax.Array,
     ) -> tuple[jax.Array, KVCache]:
         """Run ``tokens`` after what the cache holds; returns their logits and the new cache."""
-        logits_BxTxV, _, _, cache = self.forward_with_stats(
+        logits_BxTxV, _, _, after = self.forward_with_stats(
             tokens_BxT, positions=positions, segment_ids=segment_ids, cache=cache
         )
-        return logits_BxTxV, cache
+        assert after is not None  # a cache in, a cache out
+        return logits_BxTxV, after
 
     def init_cache(self, batch: int, length: int, reader: str = "reference") -> KVCache:
         """An empty cache for ``length`` positions of ``batch`` rows, read by decoding steps

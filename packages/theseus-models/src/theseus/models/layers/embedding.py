@@ -69,7 +69,7 @@ def _lookup_backward(dtype, width_axes, saved, g_BxTxD):
     mesh = current_mesh()
     if width_axes and mesh is not None and g_BxTxD.ndim == 3:
         rows, positions, _ = g_BxTxD.shape
-        split = batch_axes(mesh, rows) or None
+        split = batch_axes(dict(mesh.shape), rows) or None
         context = CONTEXT_AXIS if axis_size(CONTEXT_AXIS) > 1 and positions > 1 else None
         constrain = jax.lax.with_sharding_constraint
         g_BxTxD = constrain(g_BxTxD, PartitionSpec(split, context, None))  # where it is
@@ -95,7 +95,7 @@ class Embedding(nnx.Module):
         num: int,
         dim: int,
         *,
-        axes: tuple[str, str] = ("vocab", "embed"),
+        axes: tuple[str | None, str | None] = ("vocab", "embed"),
         std: float = 0.02,
         dtype=jnp.float32,
         rngs: nnx.Rngs,

@@ -63,12 +63,7 @@ from theseus.models.layers.expert_rows import (
     routing_stats,
     swiglu_experts,
 )
-from theseus.models.layers.mesh_axes import (
-    axis_size,
-    current_mesh,
-    spec,
-    tensor_axis_for,
-)
+from theseus.models.layers.mesh_axes import spec, tensor_axis_for
 from theseus.models.layers.ragged_exchange import arrived_groups, exchange, routes_from_counts
 
 
@@ -88,14 +83,15 @@ class Plan(NamedTuple):
 def expert_parallel(
     moe: Any, x_BxTxD: jax.Array, valid_BxT: jax.Array
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """``moe``'s routed experts (BxTxD) over the ``expert`` axis of the current mesh, and the
-    routing statistics of every token (``routing_stats``).
+    """``moe``'s routed experts (BxTxD) over the ``expert`` axis of its plan's mesh (the one the
+    step is traced under), and the routing statistics of every token (``routing_stats``).
 
     Each device routes its own tokens (``moe.route``, inside the ``shard_map``: top-k over a
     batch split across devices would otherwise be gathered) and sums its own statistics,
     then one all-reduce adds them up.
     """
-    devices = axis_size(EXPERT_AXIS)
+    sizes = dict(moe.mesh_sizes)
+    devices = sizes.get(EXPERT_AXIS, 1)
     E = moe.n_experts
     if E % devices:
         raise ModelError(
@@ -103,10 +99,10 @@ def expert_parallel(
             "use a divisor of the expert count"
         )
     w_gate, w_up, w_down = moe.expert_weights()
-    tensor = tensor_axis_for(w_gate.shape[-1])
+    tensor = tensor_axis_for(sizes, w_gate.shape[-1])
     # every batch axis, even of size 1 (the expert weights vary over ``expert`` whatever its
     # size, and so do the outputs computed from them)
-    names = current_mesh().axis_names
+    names = tuple(sizes)
     rows = tuple(a for a in BATCH_AXES if a in names)
     sequence = CONTEXT_AXIS if CONTEXT_AXIS in names else None
     tokens = (*rows, sequence) if sequence else rows
@@ -117,7 +113,6 @@ def expert_parallel(
     w_in, w_out = spec(EXPERT_AXIS, None, tensor), spec(EXPERT_AXIS, tensor, None)
     return jax.shard_map(
         partial(_local, plan, moe.route),
-        mesh=current_mesh(),
         in_specs=(tokens3, tokens2, w_in, w_in, w_out),
         out_specs=(tokens3, PartitionSpec()),
     )(x_BxTxD, valid_BxT, w_gate, w_up, w_down)
@@ -167,8 +162,9 @@ def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights)
     M, P = expert_M.shape[0], plan.devices
     every = jnp.ones((M,), bool)
     if P == 1:  # the experts are all here: the layer's own computation on these tokens
-        options = {"capacity": None, "grouping": plan.grouping}
-        return routed_rows(x_nxD, token_M, expert_M, every, weights, **options)[0]
+        return routed_rows(
+            x_nxD, token_M, expert_M, every, weights, capacity=None, grouping=plan.grouping
+        )[0]
     peer_M = expert_M // local_experts
     # row of each assignment in the send buffer: slab of its peer, in assignment order
     send_M, _, _, _ = assign_rows(peer_M, every, P, M, M)

@@ -1,13 +1,18 @@
-"""The mesh a layer is traced under, read at trace time (``jax.sharding.get_abstract_mesh``).
+"""Mesh axes: which of them split a batch or a layer's heads, from the axis sizes of the
+execution plan a layer is built with (``ExecutionPlan.mesh_axes``: context attention, the
+experts' exchange, kernels run per shard decide their splits from it, never from the mesh in
+context).
 
-The trainer traces every step under its mesh (``theseus.core.sharding.placement.Layout``), so a
-layer that needs collectives (ring attention over ``context``, the experts' all-to-all over
-``expert``) finds the axis names and sizes here. Outside a step (evaluations, generation,
-tests of one layer) there is no mesh: every axis has size 1 and the layers compute on whole
-arrays.
+The placement of parameters is the exception: the layout a step is traced under
+(``theseus.core.sharding.placement.Layout``) puts its mesh and parameter rules in context, and
+``param_spec`` / ``gathered_spec`` (and ``axis_size``, for the operands of a projection)
+read them there to annotate where the values lie. Outside a step (evaluations, generation,
+tests of one layer) there is no mesh: every axis has size 1.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import jax
 from jax.sharding import PartitionSpec
@@ -27,16 +32,18 @@ def axis_size(name: str) -> int:
     return 1 if mesh is None else int(dict(mesh.shape).get(name, 1))
 
 
-def batch_axes() -> tuple[str, ...] | None:
-    """The mesh axes that split the rows of a batch (as the trainer lays them out), or None."""
-    axes = tuple(a for a in BATCH_AXES if axis_size(a) > 1)
+def batch_axes(sizes: Mapping[str, int]) -> tuple[str, ...] | None:
+    """The axes of a mesh of these ``sizes`` that split the rows of a batch (as the trainer
+    lays them out), or None."""
+    axes = tuple(a for a in BATCH_AXES if sizes.get(a, 1) > 1)
     return axes or None
 
 
-def tensor_axis_for(*sizes: int) -> str | None:
-    """``tensor`` when it splits and divides every one of ``sizes`` (heads), else None."""
-    ways = axis_size(TENSOR_AXIS)
-    return TENSOR_AXIS if ways > 1 and all(s % ways == 0 for s in sizes) else None
+def tensor_axis_for(sizes: Mapping[str, int], *dims: int) -> str | None:
+    """``tensor`` when it splits (in a mesh of these ``sizes``) and divides every one of
+    ``dims`` (heads), else None."""
+    ways = sizes.get(TENSOR_AXIS, 1)
+    return TENSOR_AXIS if ways > 1 and all(d % ways == 0 for d in dims) else None
 
 
 def spec(*parts: str | tuple[str, ...] | None) -> PartitionSpec:

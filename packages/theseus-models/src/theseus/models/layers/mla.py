@@ -24,13 +24,12 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from theseus.core.execution import ContextSplit
+from theseus.core.execution import ExecutionPlan
 from theseus.models.attention_choice import check_attention
 from theseus.models.layers.attention import (
     Attention,
     MaskInfo,
     heads_first,
-    unplanned_kernel,
 )
 from theseus.models.layers.flash import pad_axis
 from theseus.models.layers.kv_cache import LayerCache
@@ -39,6 +38,12 @@ from theseus.models.layers.norms import RMSNorm
 
 
 class MultiHeadLatentAttention(Attention):
+    rope: Callable[[jax.Array, jax.Array], jax.Array]
+    # the low-rank query (``q_lora_rank`` > 0), which replaces ``q_proj``
+    q_a_proj: Linear
+    q_a_norm: RMSNorm
+    q_b_proj: Linear
+
     def __init__(
         self,
         d_model: int,
@@ -53,6 +58,7 @@ class MultiHeadLatentAttention(Attention):
         norm_eps: float = 1e-6,
         scale: float | None = None,
         implementation: str = "auto",
+        execution: ExecutionPlan | None = None,
         std: float = 0.02,
         out_std: float | None = None,
         dtype=jnp.float32,
@@ -61,14 +67,13 @@ class MultiHeadLatentAttention(Attention):
         D, H, C, N, P, V = d_model, n_heads, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim
         kw = dict(std=std, dtype=dtype, rngs=rngs)
         heads = ("heads", "head_dim")
+        self.q_lora_rank = q_lora_rank
         if q_lora_rank:
-            self.q_proj = None
             self.q_a_proj = Linear((D,), (q_lora_rank,), ("embed",), ("latent",), **kw)
             self.q_a_norm = RMSNorm(q_lora_rank, eps=norm_eps, axis_name="latent", dtype=dtype)
             self.q_b_proj = Linear((q_lora_rank,), (H, N + P), ("latent",), heads, **kw)
         else:
             self.q_proj = Linear((D,), (H, N + P), ("embed",), heads, **kw)
-            self.q_a_proj = self.q_a_norm = self.q_b_proj = None
         self.kv_a_proj = Linear((D,), (C + P,), ("embed",), ("latent",), **kw)
         self.kv_a_norm = RMSNorm(C, eps=norm_eps, axis_name="latent", dtype=dtype)
         self.kv_b_proj = Linear((C,), (H, N + V), ("latent",), heads, **kw)
@@ -82,13 +87,13 @@ class MultiHeadLatentAttention(Attention):
         self.dtype = dtype
         self.implementation = implementation
         check_attention(implementation, self.overridden_stages(), layer=type(self).__name__)
-        self.use(unplanned_kernel(implementation), ContextSplit())
+        self._run_as_planned(execution)
 
     # ------------------------------------------------------------------ the projections
 
     def queries(self, x_BxTxD: jax.Array) -> jax.Array:
         """BxTxHx(N + P), before positions."""
-        if self.q_proj is not None:
+        if not self.q_lora_rank:
             return self.q_proj(x_BxTxD)
         return self.q_b_proj(self.q_a_norm(self.q_a_proj(x_BxTxD)))
 

@@ -26,7 +26,8 @@ each token gathers its k outputs back and sums them weighted by its router weigh
   first choices first, then in token order; assignments past it are dropped (their output
   is zero) and the fraction reported. Padding tokens claim no row.
 
-On a mesh (inside a training step) the tokens are routed as the model's execution plan says:
+On a mesh (inside a training step) the tokens are routed as the model's execution plan, which
+the layer is built with, says:
 with the experts split over ``expert`` (all-to-all), or for the dropless layer when the mesh
 splits the tokens (per device), each device routes its own through ``layers/expert_parallel.py`` (``routes_per_device``), which
 runs the same buffer layouts (``layers/expert_rows.py``) per device.
@@ -37,6 +38,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.execution import ExecutionPlan
 from theseus.core.optim.balance import BalanceBias
 from theseus.core.sharding.rules import BATCH_AXES, CONTEXT_AXIS, EXPERT_AXIS
 from theseus.models.errors import ModelError
@@ -57,7 +59,6 @@ from theseus.models.layers.expert_rows import (
     tile_matmul,
 )
 from theseus.models.layers.linear import Linear, param
-from theseus.models.layers.mesh_axes import axis_size
 from theseus.models.layers.mlp import SwiGLU
 
 __all__ = [  # the buffer layouts live in expert_rows; these names stay importable from here
@@ -90,14 +91,6 @@ def load_balancing_loss(
 
 
 class MoE(nnx.Module):
-    routing = "global"  # the execution plan's expert routing (``route_by``)
-    # the capacity factor the all-to-all dispatch of a dropless layer is sized by (0:
-    # dropless slabs), the execution plan's (``route_by``)
-    dispatch_capacity = 0.0
-    # how the all-to-all sends the tokens: ``slabs`` (fixed-size) or ``ragged`` (exactly the
-    # assignments; ``ragged_gathered``: the same from an all-gather, off TPU), the plan's
-    dispatch = "slabs"
-
     def __init__(
         self,
         d_model: int,
@@ -109,11 +102,14 @@ class MoE(nnx.Module):
         capacity_factor: float = 0.0,
         grouping: str = "tiles",
         shared_d_ff: int = 0,
+        execution: ExecutionPlan | None = None,
         std: float = 0.02,
         out_std: float | None = None,
         dtype=jnp.float32,
         rngs: nnx.Rngs,
     ) -> None:
+        """``execution``: the model's plan (how the tokens are routed on its mesh); without
+        one the layer routes the whole batch at once."""
         E, D, F = n_experts, d_model, d_ff
         self.router = Linear(
             (D,), (E,), ("embed",), ("experts",), std=std, dtype=jnp.float32, rngs=rngs
@@ -135,6 +131,7 @@ class MoE(nnx.Module):
             raise ModelError(f"moe_grouping={grouping!r}: use one of {', '.join(GROUPINGS)}")
         self.grouping = grouping
         self.dtype = dtype
+        self._route_as_planned(execution or ExecutionPlan(experts="global"))
 
     # ------------------------------------------------------------------ the stages
 
@@ -149,7 +146,12 @@ class MoE(nnx.Module):
 
     def expert_weights(self) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(w_gate, w_up, w_down)`` (ExDxF, ExDxF, ExFxD) in the compute dtype."""
-        return tuple(w[...].astype(self.dtype) for w in (self.w_gate, self.w_up, self.w_down))
+        dtype = self.dtype
+        return (
+            self.w_gate[...].astype(dtype),
+            self.w_up[...].astype(dtype),
+            self.w_down[...].astype(dtype),
+        )
 
     def expert_ffn(self, x: jax.Array, matmul: Matmul) -> jax.Array:
         """The experts' SwiGLU on their rows; ``matmul(x, w_ExIxO)`` picks each row's expert."""
@@ -189,21 +191,24 @@ class MoE(nnx.Module):
         dropped = 1.0 - jnp.sum(kept_M) / jnp.maximum(jnp.sum(keep_M), 1)
         return y_NxD, dropped.astype(jnp.float32)
 
-    def route_by(self, routing: str, capacity: float = 0.0, dispatch: str = "slabs") -> None:
-        """Route as the model's execution plan says (``theseus.core.execution``:
-        ``all_to_all``, ``per_device``, ``global`` or ``none``); called while the model is
-        built. ``capacity``: the plan's capacity factor for the all-to-all dispatch (the
-        layer's own ``capacity_factor`` where it has one; 0: dropless); ``dispatch``: how it
-        sends the tokens (``layers/expert_parallel.py``). A layer that overrides ``experts``
-        cannot be split over ``expert``."""
-        if routing == "all_to_all" and type(self).experts is not MoE.experts:
+    def _route_as_planned(self, execution: ExecutionPlan) -> None:
+        """Part of building the layer: route as ``execution`` says (``all_to_all``,
+        ``per_device``, ``global`` or ``none``), the all-to-all's dispatch sized by its
+        capacity factor (the layer's own ``capacity_factor`` where it has one; 0: dropless)
+        and sent its way (``layers/expert_parallel.py``), on its mesh (axis sizes). A layer
+        that overrides ``experts`` cannot be split over ``expert``."""
+        if execution.experts == "all_to_all" and type(self).experts is not MoE.experts:
             raise ModelError(
                 f"sharding.expert > 1: {type(self).__name__} overrides MoE.experts, and "
                 "expert parallelism runs MoE's own routed computation"
             )
-        self.routing = routing
-        self.dispatch_capacity = float(capacity)
-        self.dispatch = dispatch
+        self.routing = execution.experts
+        # the capacity factor the all-to-all dispatch of a dropless layer is sized by (0:
+        # dropless slabs); how it sends the tokens: slabs (fixed-size) or ragged (exactly the
+        # assignments; ragged_gathered: the same from an all-gather, off TPU)
+        self.dispatch_capacity = float(execution.expert_capacity)
+        self.dispatch = execution.expert_dispatch
+        self.mesh_sizes = execution.mesh_axes  # (axis, size) pairs: hashable, in the graph
 
     def routes_per_device(self) -> bool:
         """Whether each device routes its own tokens (``layers/expert_parallel.py``), as the
@@ -211,13 +216,14 @@ class MoE(nnx.Module):
         layer, ``per_device`` (the mesh splits the tokens: each token's output does not
         depend on the others', so routing them where they are is the same layer without
         gathering the batch; a capacity counts over the whole batch, so that layer keeps one
-        routing for all). Outside a step's mesh (an evaluation on one device) the layer
-        routes the whole batch."""
+        routing for all). A model used outside the step (an evaluation on one device) is
+        built with the plan unsplit and routes the whole batch."""
+        sizes = dict(self.mesh_sizes)
         if self.routing == "all_to_all":
-            return axis_size(EXPERT_AXIS) > 1
+            return sizes.get(EXPERT_AXIS, 1) > 1
         if self.routing != "per_device" or type(self).experts is not MoE.experts:
             return False
-        split = any(axis_size(a) > 1 for a in (*BATCH_AXES, CONTEXT_AXIS))
+        split = any(sizes.get(a, 1) > 1 for a in (*BATCH_AXES, CONTEXT_AXIS))
         return split and self.capacity_factor <= 0
 
     def shared(self, x_xD: jax.Array) -> jax.Array | None:

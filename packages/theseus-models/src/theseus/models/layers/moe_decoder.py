@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from theseus.core.model import STAT_PREFIX
-from theseus.models.layers.block import Block
+from theseus.models.layers.block import Block, LayerIndex
 from theseus.models.layers.decoder import DecoderLM
 from theseus.models.layers.moe import MoE, load_balancing_loss
 
@@ -26,6 +26,8 @@ EXPERT_PARAMS = ("w_gate", "w_up", "w_down")  # the stacked expert kernels of ``
 
 class MoEBlock(Block):
     """A block whose feed-forward is an ``MoE``: reports its routing statistics."""
+
+    mlp: MoE
 
     def feed_forward(
         self, h_BxTxD: jax.Array, valid_BxT: jax.Array
@@ -69,10 +71,8 @@ class ExpertsDecoder(DecoderLM):
             norm_topk_prob=c.norm_topk_prob,
             capacity_factor=c.capacity_factor,
             grouping=c.moe_grouping,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            execution=self.execution,
+            **self.init_options(rngs),
             **options,
         )
 
@@ -91,7 +91,7 @@ class SoftmaxExpertsDecoder(ExpertsDecoder):
     block_cls: ClassVar[type] = MoEBlock
     moe_cls: ClassVar[type] = MoE
 
-    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         return self.make_experts(self.moe_cls, rngs, shared_d_ff=self.config.shared_expert_d_ff)
 
     def aux_losses(

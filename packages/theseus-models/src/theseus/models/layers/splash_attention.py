@@ -55,7 +55,6 @@ def splash_attention(
         head_mask = masks.LocalMask(shape, window_size=(window - 1, 0), offset=0)
     else:
         head_mask = masks.CausalMask(shape)
-    dq = {} if blocks.fused_bwd else dict(block_q_dq=blocks.q_dq, block_kv_dq=blocks.kv_dq)
     sizes = splash.BlockSizes(
         block_q=blocks.q,
         block_kv=blocks.kv,
@@ -64,7 +63,8 @@ def splash_attention(
         block_kv_dkv=blocks.kv_dkv,
         block_kv_dkv_compute=blocks.kv_dkv_compute,
         use_fused_bwd_kernel=blocks.fused_bwd,
-        **dq,
+        block_q_dq=None if blocks.fused_bwd else blocks.q_dq,
+        block_kv_dq=None if blocks.fused_bwd else blocks.kv_dq,
     )
     kernel = splash.make_splash_mha(
         masks.MultiHeadMask([head_mask] * H),

@@ -135,7 +135,7 @@ def sizes_to_hf(c: Any) -> dict[str, Any]:
 SublayerRules = Callable[[Any, ParamPath, str], list[Rule]]
 
 
-def swiglu_rules(c: LlamaConfig, ours: ParamPath, theirs: str) -> list[Rule]:
+def swiglu_rules(c: object, ours: ParamPath, theirs: str) -> list[Rule]:
     """A dense SwiGLU MLP: gate, up and down projections (and biases when ``mlp_bias``)."""
     out = []
     for p in ("gate", "up", "down"):

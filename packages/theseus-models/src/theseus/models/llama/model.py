@@ -16,6 +16,7 @@ from typing import Any
 from flax import nnx
 from theseus.models.errors import ModelError
 from theseus.models.layers import Attention, DecoderLM, RMSNorm, RoPE, SwiGLU
+from theseus.models.layers.block import LayerIndex
 from theseus.models.layers.rope import Llama3Scaling
 from theseus.models.llama.config import LlamaConfig
 
@@ -26,7 +27,8 @@ class Llama(DecoderLM):
     attention_cls = Attention
     mlp_cls = SwiGLU
 
-    def check_config(self, config: LlamaConfig) -> None:
+    def check_config(self) -> None:
+        config = self.config
         if config.rope_scaling not in ("none", "llama3"):
             raise ModelError(f"rope_scaling={config.rope_scaling!r}: use 'none' or 'llama3'")
         if not config.head_dim and config.d_model % config.n_heads:
@@ -53,7 +55,7 @@ class Llama(DecoderLM):
             )
         return RoPE(self.head_dim, c.rope_theta, scaling)
 
-    def attention_options(self, index: int) -> dict[str, Any]:
+    def attention_options(self, index: LayerIndex) -> dict[str, Any]:
         """Keyword arguments of layer ``index``'s attention (a family changes a few; under
         ``scan_layers`` ``index`` is traced and must not choose them)."""
         c = self.config
@@ -64,12 +66,10 @@ class Llama(DecoderLM):
             qk_norm_eps=c.norm_eps if c.qk_norm else None,
             sliding_window=c.sliding_window,
             implementation=c.attention,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
+            execution=self.execution,
         )
 
-    def make_attention(self, index: int, rngs: nnx.Rngs) -> Attention:
+    def make_attention(self, index: LayerIndex, rngs: nnx.Rngs) -> Attention:
         c = self.config
         return self.attention_cls(
             c.d_model,
@@ -77,17 +77,14 @@ class Llama(DecoderLM):
             c.n_kv_heads or c.n_heads,
             self.head_dim,
             **self.attention_options(index),
-            rngs=rngs,
+            **self.init_options(rngs),
         )
 
-    def make_mlp(self, index: int, rngs: nnx.Rngs) -> nnx.Module:
+    def make_mlp(self, index: LayerIndex, rngs: nnx.Rngs) -> nnx.Module:
         c = self.config
         return self.mlp_cls(
             c.d_model,
             c.d_ff,
             bias=c.mlp_bias,
-            std=c.init_std,
-            out_std=self.out_std(),
-            dtype=self.dtype,
-            rngs=rngs,
+            **self.init_options(rngs),
         )

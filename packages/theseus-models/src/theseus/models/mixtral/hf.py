@@ -8,7 +8,7 @@ projection, ``w3`` the up projection, ``w2`` the down projection), each of width
 from __future__ import annotations
 
 from theseus.models.errors import ModelError
-from theseus.models.hf_mapping import ParamPath, Rule, experts, torch_linear
+from theseus.models.hf_mapping import ParamPath, Rule, routed_experts
 from theseus.models.llama.hf import decoder_from_hf, decoder_rules, decoder_to_hf
 from theseus.models.mixtral.config import MixtralConfig
 
@@ -54,13 +54,7 @@ def config_to_hf(c: MixtralConfig) -> dict:
 def expert_rules(c: MixtralConfig, ours: ParamPath, theirs: str) -> list[Rule]:
     """The router and the E experts' w1 (gate), w3 (up) and w2 (down), stacked here."""
     moe = theirs.removesuffix(".mlp") + ".block_sparse_moe"
-    names = [f"{moe}.experts.{e}" for e in range(c.n_experts)]
-    return [
-        torch_linear((*ours, "router", "kernel"), f"{moe}.gate.weight", 1),
-        experts((*ours, "w_gate"), [f"{n}.w1.weight" for n in names]),
-        experts((*ours, "w_up"), [f"{n}.w3.weight" for n in names]),
-        experts((*ours, "w_down"), [f"{n}.w2.weight" for n in names]),
-    ]
+    return routed_experts(ours, moe, c.n_experts, ("w1", "w3", "w2"))
 
 
 def rules(c: MixtralConfig) -> list[Rule]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from theseus.models.errors import UnsupportedArchitectureError
-from theseus.models.hf_mapping import ParamPath, Rule, experts, torch_linear
+from theseus.models.hf_mapping import ParamPath, Rule, routed_experts
 from theseus.models.llama.hf import decoder_from_hf, decoder_rules, decoder_to_hf
 from theseus.models.qwen3_moe.config import Qwen3MoeConfig
 
@@ -48,13 +48,7 @@ def config_to_hf(c: Qwen3MoeConfig) -> dict:
 
 def expert_rules(c: Qwen3MoeConfig, ours: ParamPath, theirs: str) -> list[Rule]:
     """The router and the E experts' gate, up and down projections, stacked here."""
-    names = [f"{theirs}.experts.{e}" for e in range(c.n_experts)]
-    return [
-        torch_linear((*ours, "router", "kernel"), f"{theirs}.gate.weight", 1),
-        experts((*ours, "w_gate"), [f"{n}.gate_proj.weight" for n in names]),
-        experts((*ours, "w_up"), [f"{n}.up_proj.weight" for n in names]),
-        experts((*ours, "w_down"), [f"{n}.down_proj.weight" for n in names]),
-    ]
+    return routed_experts(ours, theirs, c.n_experts)
 
 
 def rules(c: Qwen3MoeConfig) -> list[Rule]:
