@@ -26,6 +26,29 @@ def load(pattern: str) -> list[tuple[str, dict]]:
     return found
 
 
+MEASURED = Path(__file__).parents[1] / "packages/theseus-core/src/theseus/core/chips/measured.json"
+#: the case the decoding loop's measured fraction of the roofline comes from (the plan's)
+DECODE_CASE = ("qwen3_06b", 64, 1024, "pallas")
+
+
+def decode_fraction(decode: list[dict]) -> float:
+    """The roofline fraction of ``DECODE_CASE`` in the latest call that measured it."""
+    shape, rows, new, reader = DECODE_CASE
+    found = [
+        case
+        for case in decode
+        if (case["shape"], case["rows"], case["new_tokens"], case["reader"]) == DECODE_CASE
+    ]
+    return round(sorted(found, key=lambda case: case["call"])[-1]["roofline_fraction"], 3)
+
+
+def write_measured(device_kind: str, fraction: float) -> None:
+    """``chips/measured.json``'s ``decode`` section: the figure dry runs estimate with."""
+    data = json.loads(MEASURED.read_text())
+    data.setdefault("decode", {})["roofline_fraction"] = {device_kind: fraction}
+    MEASURED.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def main() -> None:
     decode = []
     for call, report in load("decode_call*.json"):
@@ -71,6 +94,7 @@ def main() -> None:
         "decode": decode,
     }
     (RESULTS / "grpo_tpu.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_measured(out["device"], decode_fraction(decode))
     print(json.dumps({k: v for k, v in out.items() if k != "decode"}, indent=1)[:2000])
 
 

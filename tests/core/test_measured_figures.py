@@ -53,6 +53,18 @@ def test_the_code_reads_its_measured_tables_from_the_one_file():
     assert remat_choice.FIT_FRACTION == data["remat"]["fit_fraction"]
 
 
+def test_the_decoding_loops_fraction_of_the_roofline_is_what_the_bench_measured():
+    """The figure a GRPO dry run estimates a decoding turn with (``grpo_plan``) is the one
+    ``bench/grpo_merge.py`` takes from the decoding bench's results."""
+    spec = importlib.util.spec_from_file_location("merge", REPO / "bench/grpo_merge.py")
+    assert spec is not None and spec.loader is not None
+    merge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(merge)
+    results = json.loads((RESULTS / "grpo_tpu.json").read_text())
+    fraction = measured()["decode"]["roofline_fraction"][results["device"]]
+    assert fraction == merge.decode_fraction(results["decode"]) and 0 < fraction < 1
+
+
 def test_the_splash_tables_are_what_the_sweep_measured():
     """At every length the sweep measured, the table's blocks are the sweep's fastest and its
     rate the one measured for them (what the sweep itself writes into the file)."""

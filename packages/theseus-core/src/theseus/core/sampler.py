@@ -40,6 +40,12 @@ class RolloutPlan:
     rows_per_pass: int  # rows decoded at once (every process's together)
     passes: int  # passes per batch
     resident_bytes: int  # the trainer's state, held all along
+    peak_bytes: int  # the state, the weights cast for decoding and a pass's cache and logits
+    budget_bytes: int  # what the device may fill (0: no limit known, a host CPU)
+
+    @property
+    def fits(self) -> bool:
+        return not self.budget_bytes or self.peak_bytes <= self.budget_bytes
 
 
 class Sampler(Protocol):

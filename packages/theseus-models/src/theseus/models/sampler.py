@@ -142,20 +142,26 @@ class RolloutSampler:
         vocab = int(self.model.config.vocab_size)
         return self.slots() * self.position_bytes() + LOGIT_COPIES * vocab * 4
 
+    def budget(self) -> float:
+        """What one device may fill (``FIT_FRACTION`` of its memory; 0: no limit known)."""
+        memory = device_memory_bytes(self.layout.mesh.devices.flat[0])
+        return FIT_FRACTION * memory if memory else 0.0
+
     def fitting_rows(self) -> int:
         """The most rows per pass (a whole number of passes per process, the same for every
-        process) whose cache fits beside the trainer's state on one device."""
+        process) whose cache fits beside the trainer's state on one device (one row of each
+        process when none does: the plan then says it does not fit)."""
         local = self.request.rows // self.processes
-        memory = device_memory_bytes(self.layout.mesh.devices.flat[0])
-        if memory is None:  # a host CPU: no limit to plan against
+        budget = self.budget()
+        if not budget:  # a host CPU: no limit to plan against
             return self.request.rows
-        free = FIT_FRACTION * memory - self.resident - self.weight_bytes()
+        free = budget - self.resident - self.weight_bytes()
         ways = math.prod(self.layout.sizes[a] for a in self.layout.batch_axes)
         for per_process in sorted((d for d in range(1, local + 1) if local % d == 0), reverse=True):
             rows = per_process * self.processes
             if rows % ways == 0 and rows // ways * self.row_bytes() <= free:
                 return rows
-        return self.processes  # one row of each process at a time: the plan says if it fits
+        return self.processes * ways
 
     def check_pass_rows(self) -> None:
         rows, passes = self.request.rows, self.pass_rows
@@ -187,6 +193,8 @@ class RolloutSampler:
             rows_per_pass=self.pass_rows,
             passes=request.rows // self.pass_rows,
             resident_bytes=int(self.resident),
+            peak_bytes=int(self.resident + self.weight_bytes() + rows_here * self.row_bytes()),
+            budget_bytes=int(self.budget()),
         )
 
 
@@ -221,7 +229,7 @@ def compute_weight_bytes(model: Any) -> int:
         for value in vars(module).values():
             if not isinstance(value, nnx.Param):
                 continue
-            array = value[...]
+            array = value.get_value()  # an array, or its shape and dtype in a plan
             dtype = array.dtype
             if isinstance(module, CAST_WHERE_USED) and array.ndim >= 2:
                 dtype = jnp.dtype(module.dtype)

@@ -104,6 +104,9 @@ def plan(
         setup = make(config)
     result = report(setup, source, target or "", clock)
     result["recipe"] = summary(config)
+    if recipe.plan is not None:
+        with clock.part("job", "planning what the job adds to its step"):
+            result.update(recipe.plan(setup))
     if result.get("fits") is False and result.get("hbm_bytes"):
         log.info("dry run: the step does not fit; looking for a change that makes it fit")
         with clock.part("fit search"):
@@ -123,7 +126,20 @@ def dry_run(
     print(json.dumps(result, sort_keys=True) if as_json else format_report(result))
     if result.get("fits") is False:
         raise ShardingError(not_fitting(result))
+    rollouts = result.get("rollouts")
+    if rollouts and not rollouts["fits"]:
+        raise ShardingError(rollouts_not_fitting(rollouts))
     return result
+
+
+def rollouts_not_fitting(rollouts: dict[str, Any]) -> str:
+    """One line: the rollouts' need beside the trainer's state, and the levers."""
+    return (
+        f"the rollouts need {size(rollouts['peak_bytes']).strip()} per device with "
+        f"{rollouts['rows_per_pass']} rows decoded at once, over the "
+        f"{size(rollouts['budget_bytes']).strip()} a device may fill: lower "
+        "grpo.max_new_tokens or grpo.sample_rows, or split the model over more devices"
+    )
 
 
 def not_fitting(result: dict[str, Any]) -> str:

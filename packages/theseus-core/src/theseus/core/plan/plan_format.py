@@ -116,6 +116,35 @@ def format_report(r: dict[str, Any]) -> str:
         )
     if "recipe" in r:
         lines += recipe_summary.lines(r["recipe"])
+    if "rollouts" in r:
+        lines += rollout_lines(r["rollouts"])
     if "seconds" in r:
         lines.append(time_line(r))
     return "\n".join(lines)
+
+
+def rollout_lines(r: dict[str, Any]) -> list[str]:
+    """A GRPO run's rollouts (``recipes/grpo_plan.py``)."""
+    verdict = "fits" if r["fits"] else "does NOT fit"
+    if r["budget_bytes"]:
+        verdict += f" in {size(r['budget_bytes']).strip()}"
+    lines = [
+        f"rollouts    {r['rows']} rows x {r['new_tokens']} new tokens, {r['passes']} pass(es) of "
+        f"{r['rows_per_pass']} rows, cache of {r['cache_slots']} slots read by {r['reader']}",
+        f"  KV cache per device    {size(r['kv_cache_bytes'])}   (one pass's rows)",
+        f"  weights for decoding   {size(r['weight_bytes'])}   (in their compute dtype)",
+        f"  peak beside the state  {size(r['peak_bytes'])}   {verdict}",
+    ]
+    if "turn_seconds_estimate" in r:
+        measured = (
+            f"at {r['roofline_fraction']:.2f} of it, as measured on this chip"
+            if r.get("roofline_fraction")
+            else "the bandwidth bound (the loop was not measured on this chip)"
+        )
+        lines.append(
+            f"  a decoding turn        reads {size(r['bytes_per_turn']).strip()}: "
+            f"{r['turn_seconds_bound'] * 1e3:.3g} ms at the chip's bandwidth, est. "
+            f"{r['turn_seconds_estimate'] * 1e3:.3g} ms ({measured}); "
+            f"sampling a batch est. {r['sample_seconds_estimate']:.3g} s"
+        )
+    return lines

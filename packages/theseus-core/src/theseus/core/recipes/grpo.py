@@ -20,12 +20,15 @@ import numpy as np
 from theseus.core.errors import ConfigError
 from theseus.core.recipes.grpo_config import GRPOConfig
 from theseus.core.recipes.grpo_objective import grpo_objective
+from theseus.core.recipes.grpo_task import load_task
 from theseus.core.recipes.pretrain import TrainingJob
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.recipe import Recipe, TrainerParts
 
 if TYPE_CHECKING:
+    from theseus.core.jobs import Prerequisite
     from theseus.core.recipes.grpo_run import Rollouts
+    from theseus.core.rundir import RunDir
 
 
 @dataclass
@@ -48,6 +51,23 @@ class GRPOJob(TrainingJob[GRPOJobConfig]):
     config_type = GRPOJobConfig
 
     @classmethod
+    def prerequisites(
+        cls, config: GRPOJobConfig, root: str, run: RunDir | None = None
+    ) -> list[Prerequisite]:
+        """The task read first (a missing, malformed or too short task file is one line,
+        before any prerequisite or chip time), then a training job's prerequisites."""
+        load_task(config.grpo, config.training.seed)
+        return super().prerequisites(config, root, run)
+
+    @classmethod
+    def dry_run(
+        cls, config: GRPOJobConfig, root: str, as_json: bool = False, target: str | None = None
+    ) -> Any:
+        """The learning step's plan and the rollouts' (``recipes/grpo_plan.py``)."""
+        load_task(config.grpo, config.training.seed)
+        return super().dry_run(config, root, as_json, target)
+
+    @classmethod
     def recipe(cls, config: GRPOJobConfig) -> Recipe[Rollouts]:
         """The clipped objective on rollouts sampled while training: their advantages and
         log-probs travel in the batch (the dry run lowers with them); the held-out accuracy
@@ -64,7 +84,15 @@ class GRPOJob(TrainingJob[GRPOJobConfig]):
             batches=rollouts,
             callbacks=rollout_callbacks,
             validation=False,
+            plan=rollout_plan,
         )
+
+
+def rollout_plan(setup: Any) -> dict[str, Any]:
+    """The rollouts in the dry run: cache, passes, fit, a decoding turn's time."""
+    from theseus.core.recipes.grpo_plan import rollout_plan as plan
+
+    return plan(setup)
 
 
 def rollouts(setup: Any, data: Any, run: Any) -> Rollouts:

@@ -5,7 +5,9 @@ the policy's own log-probs without gradient: the ratio is 1 in value and its gra
 policy gradient (as TRL does when it reuses no rollouts). With μ > 1, π_old is scored once
 by :func:`old_logps_step` on the weights that sampled and travels in the batch. Policy and
 reference log-probs (and the logged entropy) are those of softmax(logits / temperature),
-the distribution the rollouts were drawn from, as TRL scores them.
+the distribution the rollouts were drawn from, as TRL scores them; the output head runs on
+a few positions at a time (``logprobs.token_stats``), so a step never holds its rollouts'
+``[B, T, V]`` float32 logits.
 
 The formulas are :mod:`theseus.core.recipes.grpo_loss`; the job is
 :mod:`theseus.core.recipes.grpo`, the rollouts :mod:`theseus.core.recipes.grpo_run`.
@@ -18,10 +20,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from theseus.core.recipes.grpo_config import GRPOConfig
-from theseus.core.recipes.grpo_loss import grpo_terms, token_entropy
-from theseus.core.recipes.logprobs import reference_token_logps, token_logps
+from theseus.core.recipes.grpo_loss import grpo_terms
+from theseus.core.recipes.logprobs import reference_token_stats, token_stats
 from theseus.core.train.recipe import MakeObjective, ModelFn, Objective
-from theseus.core.train.step import forward
+from theseus.core.train.setup import model_fn
 
 
 def grpo_objective(config: GRPOConfig) -> MakeObjective:
@@ -32,12 +34,12 @@ def grpo_objective(config: GRPOConfig) -> MakeObjective:
 
     def make(model_fn: ModelFn, adapted: bool) -> Objective:
         def objective(params: Any, frozen: Any, batch: Any, key: Any) -> tuple[jax.Array, Any]:
-            logits = model_fn(params, frozen if adapted else None, batch, key)[0]
-            logp = token_logps(logits, batch["targets"], config.temperature)
-            entropy = jax.lax.stop_gradient(token_entropy(logits, config.temperature))
+            logp, entropy, _ = token_stats(
+                model_fn, params, frozen if adapted else None, batch, key, config.temperature
+            )
             ref = None
             if config.beta > 0:  # the KL term's reference
-                ref = reference_token_logps(
+                ref = reference_token_stats(
                     model_fn, params, frozen, batch, adapted, config.temperature
                 )
             if config.iterations > 1:  # the policy that sampled, scored when it sampled
@@ -68,9 +70,10 @@ def old_logps_step(setup: Any, config: GRPOConfig) -> Any:
     (π_old of the ``grpo.iterations`` updates that reuse them)."""
     adapted = setup.adapted
 
+    forward = model_fn(setup.graphdef, setup.rest, setup.layout.batch_shards)
+
     def run(state: Any, batch: dict) -> jax.Array:
         frozen = state.frozen if adapted else None
-        logits = forward(setup.graphdef, state.params, setup.rest, batch, frozen)[0]
-        return token_logps(logits, batch["targets"], config.temperature)
+        return token_stats(forward, state.params, frozen, batch, None, config.temperature)[0]
 
-    return jax.jit(run)
+    return setup.layout.jit(run)

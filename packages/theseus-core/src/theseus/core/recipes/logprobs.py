@@ -13,6 +13,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from theseus.core.train.chunked_logps import chunked_token_stats
+from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.recipe import ModelFn
 
 
@@ -42,3 +44,43 @@ def reference_token_logps(
     else:
         logits = model_fn(frozen, None, batch, None)[0]
     return jax.lax.stop_gradient(token_logps(logits, batch["targets"], temperature))
+
+
+def token_stats(
+    model_fn: ModelFn,
+    params: Any,
+    frozen: Any,
+    batch: Mapping[str, Any],
+    key: Any,
+    temperature: float = 1.0,
+) -> tuple[jax.Array, jax.Array, dict]:
+    """(log π(target), entropy of π, aux) per position, π the softmax of logits /
+    ``temperature``: the output head taken a few positions at a time
+    (``train/chunked_logps.py``; as many pieces as keep one piece's float32 logits on a
+    device within ``chunked_loss.CHUNK_BYTES``), so the ``[B, T, V]`` logits never exist."""
+    hidden, head, aux = model_fn.hidden(params, frozen, batch, key)
+    B, T = batch["targets"].shape
+    vocab = jax.eval_shape(head, hidden[:1, :1]).shape[-1]
+    rows = max(B // max(model_fn.batch_shards, 1), 1)
+    chunks = loss_chunks(rows, T, vocab)
+    logp, entropy = chunked_token_stats(head, hidden, batch["targets"], temperature, chunks)
+    return logp, entropy, aux
+
+
+def reference_token_stats(
+    model_fn: ModelFn,
+    params: Any,
+    frozen: Any,
+    batch: Mapping[str, Any],
+    adapted: bool,
+    temperature: float = 1.0,
+) -> jax.Array:
+    """The reference policy's log π(target) (:func:`reference_token_logps`), its head taken
+    a few positions at a time (:func:`token_stats`), without gradient."""
+    if adapted:
+        logp = token_stats(
+            model_fn, jax.tree.map(jnp.zeros_like, params), frozen, batch, None, temperature
+        )[0]
+    else:
+        logp = token_stats(model_fn, frozen, None, batch, None, temperature)[0]
+    return jax.lax.stop_gradient(logp)

@@ -26,9 +26,30 @@ import numpy as np
 #: 2p chosen, 2p + 1 rejected)
 DataLayout = Literal["packed", "padded", "pairs"]
 
-#: ``model_fn(params, frozen, batch, key) -> (logits_BxTxV, aux)``: the model of these
-#: weights (``frozen``: a LoRA base, else ``None``) on a batch, dropout from ``key``
-ModelFn = Callable[[Any, Any, Mapping[str, Any], Any], tuple[Any, dict]]
+
+class ModelFn(Protocol):
+    """The step's forward pass, what a job's objective is built on: the model of these
+    weights (``frozen``: a LoRA base, else ``None``) on a batch, dropout from ``key``."""
+
+    @property
+    def batch_shards(self) -> int:
+        """The ways a batch's rows are split over the devices."""
+        ...
+
+    def __call__(
+        self, params: Any, frozen: Any, batch: Mapping[str, Any], key: Any
+    ) -> tuple[Any, dict]:
+        """``(logits_BxTxV, aux)``."""
+        ...
+
+    def hidden(
+        self, params: Any, frozen: Any, batch: Mapping[str, Any], key: Any
+    ) -> tuple[Any, Callable[[Any], Any], dict]:
+        """``(hidden_BxTxD, head, aux)``: the final hidden states and the output head (a
+        function of hidden states), for an objective that takes its logits a few positions
+        at a time (``train/chunked_logps.py``)."""
+        ...
+
 
 #: ``objective(params, frozen, batch, key) -> (total, (loss sum, count, metrics))``
 Objective = Callable[[Any, Any, Mapping[str, Any], Any], tuple[Any, Any]]
@@ -95,6 +116,9 @@ class Recipe(Generic[Source]):
     callbacks: Callable[[TrainerParts[Source]], Sequence[Any]] | None = None
     #: whether the validation loss (the objective on validation batches) is evaluated
     validation: bool = True
+    #: ``plan(setup) -> fields``: what the job adds to its dry run beside the step's plan
+    #: (GRPO: its rollouts), with ``fits`` False when that does not fit its chip
+    plan: Callable[[Any], Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in ("packed", "padded", "pairs"):

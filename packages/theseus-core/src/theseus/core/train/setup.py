@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import optax
 from flax import nnx
+from theseus.core.adapters import dropout_key
 from theseus.core.data.api import open_training_data
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.loader import TrainingData
@@ -27,12 +28,19 @@ from theseus.core.sharding.placement import Layout
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.execution_choice import MeshFacts, dtype_plan, plan_execution
+from theseus.core.train.head_gather import gather_head
 from theseus.core.train.job_layout import job_layout
 from theseus.core.train.model_builder import ModelBuilder
 from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
 from theseus.core.train.remat_choice import decide_remat
 from theseus.core.train.state import TrainState
-from theseus.core.train.step import cross_entropy, forward, make_eval_step, make_train_step
+from theseus.core.train.step import (
+    cross_entropy,
+    forward,
+    make_eval_step,
+    make_train_step,
+    merged_model,
+)
 from theseus.core.train.vocab import check_vocab
 from theseus.core.train.weights import FrozenRole, WeightSource, frozen_role
 
@@ -150,7 +158,7 @@ def with_remat(
 
     def objective_at(level: str) -> Objective:
         graphdef = model.graphdef(at_level(execution, level))
-        return objectives(recipe, model, graphdef, rest, chunks)[0]
+        return objectives(recipe, model, graphdef, rest, chunks, layout.batch_shards)[0]
 
     remat = decide_remat(
         config.sharding.remat,
@@ -175,13 +183,20 @@ def optimization(
 
 
 def objectives(
-    recipe: Recipe, model: ModelBuilder, graphdef: Any, rest: Any, chunks: int
+    recipe: Recipe,
+    model: ModelBuilder,
+    graphdef: Any,
+    rest: Any,
+    chunks: int,
+    batch_shards: int = 1,
 ) -> tuple[Objective, Objective | None]:
     """The step's objective and the validation's: the recipe's own for both, else
-    next-token cross entropy (in ``chunks`` pieces for the step, whole for validation)."""
+    next-token cross entropy (in ``chunks`` pieces for the step, whole for validation);
+    ``batch_shards``: the ways the batch is split (a recipe's objective sizes its pieces by
+    the rows of one device)."""
     if recipe.objective is None:
         return cross_entropy(graphdef, rest, chunks), None
-    made = recipe.objective(model_fn(graphdef, rest), model.adapted)
+    made = recipe.objective(model_fn(graphdef, rest, batch_shards), model.adapted)
     return made, made
 
 
@@ -274,7 +289,9 @@ class TrainSetup:
         state = abstract.abstract(shardings)
         execution = with_remat(execution, config, layout, state, model, rest, chunks, recipe)
         graphdef = model.graphdef(execution)
-        objective, eval_objective = objectives(recipe, model, graphdef, rest, chunks)
+        objective, eval_objective = objectives(
+            recipe, model, graphdef, rest, chunks, layout.batch_shards
+        )
         return cls(
             config=config,
             registries=registries,
@@ -433,12 +450,32 @@ def abstract_batch(
     }
 
 
-def model_fn(graphdef: Any, rest: Any) -> ModelFn:
-    """``model_fn(params, frozen, batch, key) -> (logits, aux)``: the step's forward pass (its
-    blocks checkpointed as the plan in ``graphdef`` says); what a recipe's objective is built
-    on."""
+@dataclass(frozen=True)
+class Forward:
+    """The step's forward pass (its blocks checkpointed as the plan in ``graphdef`` says):
+    what a recipe's objective is built on (``train.recipe.ModelFn``)."""
 
-    def run(params: Any, frozen: Any, batch: Mapping[str, Any], key: Any) -> tuple[Any, dict]:
-        return forward(graphdef, params, rest, batch, frozen, key)
+    graphdef: Any
+    rest: Any
+    batch_shards: int = 1
 
-    return run
+    def __call__(
+        self, params: Any, frozen: Any, batch: Mapping[str, Any], key: Any
+    ) -> tuple[Any, dict]:
+        return forward(self.graphdef, params, self.rest, batch, frozen, key)
+
+    def hidden(
+        self, params: Any, frozen: Any, batch: Mapping[str, Any], key: Any
+    ) -> tuple[Any, Any, dict]:
+        model = merged_model(self.graphdef, params, self.rest, frozen)
+        with dropout_key(key):
+            hidden, aux = model.hidden_with_aux(
+                batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
+            )
+        gather_head(model)  # once, not once per piece
+        return hidden, model.head, aux
+
+
+def model_fn(graphdef: Any, rest: Any, batch_shards: int = 1) -> ModelFn:
+    """The step's forward pass over ``graphdef`` (:class:`Forward`)."""
+    return Forward(graphdef, rest, batch_shards)
