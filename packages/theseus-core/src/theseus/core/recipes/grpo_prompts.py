@@ -1,9 +1,12 @@
 """How a GRPO task's questions become prompts, and where a completion ends.
 
-A prompt is the question as the chat data renders a user turn followed by the assistant's
-header (``<|user|>question<|end|><|assistant|>``, the markers special tokens when the
-vocabulary has them, else their text); a completion ends at the tokenizer's end of
-document or the end-of-turn marker. Padding uses the tokenizer's pad id.
+A prompt is the question as a user's message in the tokenizer's chat template with the
+assistant's turn opened (the template the SFT data was rendered with: a Hugging Face
+tokenizer's own, else the built-in ``<|user|>question<|end|><|assistant|>``), through the
+tokenizer's ``chat_prompt``; a completion ends at the tokenizer's end of document or the
+template's end of turn (``chat_stops``). A tokenizer without those (a plugin's that knows
+no chat) gets the built-in markers, special tokens when the vocabulary has them, else their
+text. Padding uses the tokenizer's pad id.
 """
 
 from __future__ import annotations
@@ -19,16 +22,23 @@ class PromptFormat:
         self.tokenizer = tokenizer
         self.pad_id = int(tokenizer.pad_id)
         self.stops = [int(tokenizer.eos_id)]
-        end = tokenizer.special_id("<|end|>")  # the chat template's end of turn
-        if end is not None:
-            self.stops.append(int(end))
+        chat_stops = getattr(tokenizer, "chat_stops", None)
+        if callable(chat_stops):
+            ends = [int(t) for t in chat_stops()]
+        else:
+            end = tokenizer.special_id("<|end|>")  # the built-in template's end of turn
+            ends = [] if end is None else [int(end)]
+        self.stops += [t for t in ends if t not in self.stops]
 
     def marker(self, token: str) -> list[int]:
         found = self.tokenizer.special_id(token)
         return [found] if found is not None else list(self.tokenizer.encode(token))
 
     def prompt(self, question: str) -> list[int]:
-        """``<|user|>question<|end|><|assistant|>`` as the SFT data renders a chat."""
+        """The question as a user's message, the assistant's turn opened."""
+        chat_prompt = getattr(self.tokenizer, "chat_prompt", None)
+        if callable(chat_prompt):
+            return [int(t) for t in chat_prompt([{"role": "user", "content": question}])]
         user = list(self.tokenizer.encode(question))
         return (
             self.marker("<|user|>") + user + self.marker("<|end|>") + self.marker("<|assistant|>")
