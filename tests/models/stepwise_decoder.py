@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from theseus.models.generate import left_pad
+from theseus.models.generate import left_pad, trimmed
 from theseus.models.sampling import sample, sample_rows, token_logprob
 
 
@@ -59,10 +59,4 @@ def stepwise(model, prompts, *, max_new_tokens, how, seeds=None, seed=0, stops=(
         where = jnp.asarray(positions[:, -1] + 1 + t)[:, None]
         ones = jnp.ones((B, 1), jnp.int32)
         logits, cache = _decode(graphdef, state, jnp.asarray(token)[:, None], where, ones, cache)
-    rows, row_logps = [], []
-    for ids, lp in zip(out.tolist(), logps, strict=True):
-        hit = next((i for i, x in enumerate(ids) if x in stops), None)
-        n = len(ids) if hit is None else hit + 1
-        rows.append(ids[:n])
-        row_logps.append(lp[:n].tolist())
-    return rows, row_logps
+    return trimmed(out, logps, stops)

@@ -28,6 +28,14 @@ def token_logps(logits_BxTxV: jax.Array, targets_BxT: jax.Array, temperature: fl
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
+def reference_weights(params: Any, frozen: Any, adapted: bool) -> tuple[Any, Any]:
+    """``(params, frozen)`` of the reference policy: the base with every adapter's output
+    zeroed under LoRA (``adapted``), else the starting weights ``frozen`` holds."""
+    if adapted:
+        return jax.tree.map(jnp.zeros_like, params), frozen
+    return frozen, None
+
+
 def reference_token_logps(
     model_fn: ModelFn,
     params: Any,
@@ -36,13 +44,9 @@ def reference_token_logps(
     adapted: bool,
     temperature: float = 1.0,
 ) -> jax.Array:
-    """The reference policy's :func:`token_logps` of ``batch``'s targets, without gradient:
-    the base with its adapters off under LoRA (``adapted``), else the starting weights that
-    ``frozen`` holds."""
-    if adapted:
-        logits = model_fn(jax.tree.map(jnp.zeros_like, params), frozen, batch, None)[0]
-    else:
-        logits = model_fn(frozen, None, batch, None)[0]
+    """The reference policy's (:func:`reference_weights`) :func:`token_logps` of
+    ``batch``'s targets, without gradient."""
+    logits = model_fn(*reference_weights(params, frozen, adapted), batch, None)[0]
     return jax.lax.stop_gradient(token_logps(logits, batch["targets"], temperature))
 
 
@@ -75,12 +79,8 @@ def reference_token_stats(
     adapted: bool,
     temperature: float = 1.0,
 ) -> jax.Array:
-    """The reference policy's log π(target) (:func:`reference_token_logps`), its head taken
-    a few positions at a time (:func:`token_stats`), without gradient."""
-    if adapted:
-        logp = token_stats(
-            model_fn, jax.tree.map(jnp.zeros_like, params), frozen, batch, None, temperature
-        )[0]
-    else:
-        logp = token_stats(model_fn, frozen, None, batch, None, temperature)[0]
+    """The reference policy's log π(target), its head taken a few positions at a time
+    (:func:`token_stats`), without gradient."""
+    weights = reference_weights(params, frozen, adapted)
+    logp = token_stats(model_fn, *weights, batch, None, temperature)[0]
     return jax.lax.stop_gradient(logp)
