@@ -150,8 +150,9 @@ def test_prefill_then_decode_reproduces_the_full_forward(family):
     assert int(cache.index) == 12
     if family == "deepseek_v3":  # the latent and the shared rotary key, not K and V per head
         c = model.config
-        assert cache.k.shape == (c.n_layers, 2, 1, 16, c.kv_lora_rank)
-        assert cache.v.shape == (c.n_layers, 2, 1, 16, c.qk_rope_dim)
+        # the cache's lane-dense layout: layers x rows x slots x (groups x width), one group
+        assert cache.k.shape == (c.n_layers, 2, 16, c.kv_lora_rank)
+        assert cache.v.shape == (c.n_layers, 2, 16, c.qk_rope_dim)
 
 
 def test_mla_kernels_see_padded_heads_and_match_the_reference():

@@ -6,7 +6,6 @@ registered tokenizer that can load it) plus whatever files the kind needs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -15,14 +14,17 @@ from typing import Any, ClassVar
 
 from theseus.core import safe_json
 from theseus.data.errors import TokenizerError
+from theseus.data.tokenizers.markers import (  # noqa: F401  (re-exported)
+    END_OF_TURN,
+    EOS,
+    PAD,
+    ROLE_TOKENS,
+    SPECIAL_TOKENS,
+    sha256_text,
+)
 
 CONFIG_FILE = "tokenizer_config.json"
 
-EOS = "<|endoftext|>"
-PAD = "<|pad|>"
-ROLE_TOKENS = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
-END_OF_TURN = "<|end|>"
-SPECIAL_TOKENS = [EOS, PAD, *ROLE_TOKENS.values(), END_OF_TURN]
 
 Corpus = Callable[[], Iterator[str]]
 
@@ -119,8 +121,3 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     if not path.exists():
         raise TokenizerError(f"{path} does not exist: not a saved theseus tokenizer")
     return safe_json.loads(path.read_text())
-
-
-def sha256_text(text: str | bytes) -> str:
-    data = text.encode() if isinstance(text, str) else text
-    return hashlib.sha256(data).hexdigest()

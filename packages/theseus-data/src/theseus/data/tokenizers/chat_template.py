@@ -48,10 +48,10 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from theseus.core.data.errors import DataError
-from theseus.data.tokenizers.base import END_OF_TURN, ROLE_TOKENS, Tokenizer, sha256_text
+from theseus.data.tokenizers.markers import END_OF_TURN, ROLE_TOKENS, sha256_text
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,25 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 # While a template renders with tracking on: (blocks rendered so far, generation spans).
 _TRACKING: ContextVar[tuple[list[str], list[Span]] | None] = ContextVar("tracking", default=None)
 _announced: set[str] = set()
+
+
+class Tokenizer(Protocol):
+    """What a chat template needs of a tokenizer (``base.Tokenizer`` has it; naming the
+    protocol here keeps this module from importing the tokenizers that call it)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def eos_id(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def special_id(self, token: str) -> int | None: ...
 
 
 class ChatTemplateError(DataError):
