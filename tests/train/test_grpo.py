@@ -94,7 +94,8 @@ def test_grpo_raises_the_reward_and_a_shuffled_control_does_not(shared_root, sft
 
 def test_lora_grpo_on_a_jsonl_task_starts_with_zero_kl_to_its_base(shared_root, sft, tmp_path):
     """A user's jsonl prompts (GSM8K-style answers, ``hash_answer``), LoRA, β > 0, truncated
-    importance sampling on."""
+    importance sampling on. Its ``data`` group names a dataset no step reads (its suffix
+    ``unread``): nothing tokenizes it, the tokenizer is the SFT run's."""
     path = tmp_path / "sums.jsonl"
     rows = [
         {"q": f"What is {a}+{b}?", "a": f"{a}+{b}\n#### {a + b}"}
@@ -102,12 +103,15 @@ def test_lora_grpo_on_a_jsonl_task_starts_with_zero_kl_to_its_base(shared_root, 
         for b in range(4)
     ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    args = [*GRPO, "training.global_batch_size=16", "training.total_steps=3", "eval.every=0"]
+    unread = [arg if arg != "data.suffix=byte1" else "data.suffix=unread" for arg in GRPO]
+    args = [*unread, "training.global_batch_size=16", "training.total_steps=3", "eval.every=0"]
     args += ["grpo.beta=0.04", "lora.rank=4", "grpo.eval_prompts=4", "grpo.task=jsonl"]
     args += [f"grpo.prompts_file={path}", "grpo.prompt_field=q", "grpo.answer_field=a"]
-    args += ["grpo.rewards=[hash_answer]", "grpo.tis_cap=2", "--name", "grpo-lora"]
-    done = run_cli(shared_root, *args)
+    args += ["grpo.rewards=[hash_answer]", "grpo.tis_cap=2"]
+    done = run_cli(shared_root, *args, "--name", "grpo-lora")
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not list((shared_root / "data").glob("*/*-unread"))  # no dataset tokenized
+    assert not list((shared_root / "runs").glob("data-tokenize-*-unread-*"))
     rows = metrics(shared_root, "grpo-lora")
     train = [r for r in rows if "train/kl" in r]
     assert train[0]["train/kl"] == 0.0  # adapters start at zero output: policy == reference

@@ -14,6 +14,7 @@ from theseus.core.tokenizer import Tokenizer
 if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
     from theseus.core.registry import Registries
+    from theseus.core.train.run_tokenizer import TokenizerOnly
     from theseus.core.train.setup import TrainSetup
 
 SPECIAL_TOKENS = (
@@ -103,7 +104,11 @@ def load_tokenizer(path: str | os.PathLike, registries: Registries | None = None
 
 
 def run_target(
-    setup: TrainSetup, data: TrainingData, params: Any, root: str, **options: Any
+    setup: TrainSetup,
+    data: TrainingData | TokenizerOnly,
+    params: Any,
+    root: str,
+    **options: Any,
 ) -> EvalTarget:
     """A training run's model with ``params``, its tokenizer and its validation data."""
     config = setup.config

@@ -13,13 +13,16 @@ if TYPE_CHECKING:
     from theseus.core.data.loader import TrainingData
     from theseus.core.rundir import RunDir
     from theseus.core.train.evaluation import RecordWriter, Tasks
+    from theseus.core.train.run_tokenizer import TokenizerOnly
     from theseus.core.train.setup import TrainSetup
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 8
 
 
-def training_tasks(setup: TrainSetup, data: TrainingData, root: str, run: RunDir) -> Tasks | None:
+def training_tasks(
+    setup: TrainSetup, data: TrainingData | TokenizerOnly, root: str, run: RunDir
+) -> Tasks | None:
     """``eval.tasks`` on the parameters of a step: each evaluation writes
     ``evaluations/step-<k>.json`` in the run (and ``step-<k>.lm-eval.json``, the harness's
     own results, for ``lm-eval``) and the same numbers to the metrics log. ``None`` when no

@@ -15,6 +15,7 @@ from theseus.core.errors import TheseusError
 from theseus.core.inspect.capture import module_paths, recording
 from theseus.core.train.opening import open_run
 from theseus.core.train.recipe import Replayable
+from theseus.core.train.run_tokenizer import TokenizerOnly
 from theseus.core.train.state import TrainState
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class Moment:
     def __init__(
         self,
         setup: TrainSetup,
-        data: TrainingData,
+        data: TrainingData | TokenizerOnly,
         run: str,
         step: int,
         state: TrainState,
@@ -52,7 +53,12 @@ class Moment:
 
     # ------------------------------------------------------------------ data
     def batch(self) -> dict:
-        """The batch of step k, exactly as training saw it."""
+        """The loader's batch of step k, exactly as training saw it (a run whose recipe
+        reads no dataset has none: see :meth:`trained_batch`)."""
+        if isinstance(self.data, TokenizerOnly):
+            raise InspectError(
+                f"run {self.run} read no dataset: its batches were made while training"
+            )
         return self.data.batch(self.step)
 
     def trained_batch(self) -> dict:
@@ -160,7 +166,7 @@ class Moment:
                 raise InspectError(f"no module of type {type_name!r} in run {self.run}")
         else:
             chosen = {p: self.module(p) for p in paths or []}
-        batch = self.batch()
+        batch = self.trained_batch()
         with recording(chosen) as captures:
             self.view(
                 batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]

@@ -32,6 +32,7 @@ from theseus.core.plugins import registries
 from theseus.core.sharding.config import ShardingError, planned_devices
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.recipe import PRETRAIN, Recipe
+from theseus.core.train.run_tokenizer import tokenizer_only
 
 log = logging.getLogger("theseus.core.plan")
 
@@ -54,9 +55,14 @@ def simulate_devices(config: TrainJobConfig) -> None:
         pass
 
 
-def vocab_size(config: TrainJobConfig, root: str) -> tuple[int, str]:
+def vocab_size(config: TrainJobConfig, root: str, recipe: Recipe = PRETRAIN) -> tuple[int, str]:
     if config.model.vocab_size:
         return config.model.vocab_size, "model.vocab_size"
+    if not recipe.reads_data:  # GRPO: no dataset, the starting weights' tokenizer
+        try:
+            return tokenizer_only(root, config, recipe).vocab_size, "the starting tokenizer"
+        except TheseusError:  # not on disk here (a run to dispatch): the configured size
+            return config.data.vocab_size, "data.vocab_size (no starting tokenizer here)"
     try:
         from theseus.core.train.setup import open_data
 
@@ -94,7 +100,7 @@ def plan(
         devices = target_devices(target) if target else None
         if devices is None:
             simulate_devices(config)
-        vocab, source = vocab_size(config, root)
+        vocab, source = vocab_size(config, root, recipe)
         regs = registries()
 
         def make(changed: TrainJobConfig) -> Any:

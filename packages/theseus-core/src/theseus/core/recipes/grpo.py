@@ -71,8 +71,8 @@ class GRPOJob(TrainingJob[GRPOJobConfig]):
     def recipe(cls, config: GRPOJobConfig) -> Recipe[Rollouts]:
         """The clipped objective on rollouts sampled while training: their advantages and
         log-probs travel in the batch (the dry run lowers with them); the held-out accuracy
-        replaces the validation loss. The data config names the tokenizer (``padded``: a
-        tokenized chat dataset, as SFT's)."""
+        replaces the validation loss. No dataset is read: the prompts come from the task,
+        the tokenizer from the starting weights (rows ``padded``, as SFT's)."""
         fields = {"advantages": np.float32, "sampler_logps": np.float32}
         if config.grpo.iterations > 1:
             fields["old_logps"] = np.float32
@@ -85,6 +85,7 @@ class GRPOJob(TrainingJob[GRPOJobConfig]):
             callbacks=rollout_callbacks,
             validation=False,
             plan=rollout_plan,
+            reads_data=False,
         )
 
 

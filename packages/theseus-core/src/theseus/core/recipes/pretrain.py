@@ -65,13 +65,15 @@ class TrainingJob(Job, Generic[JobConfig]):
         cls, config: JobConfig, root: str, run: RunDir | None = None
     ) -> list[Prerequisite]:
         """The tokenize runs of its datasets (``run``: a resumed run keeps the data it
-        recorded)."""
+        recorded); none for a recipe that reads no dataset."""
         from theseus.core.data.api import tokenize_prerequisites  # JAX, Grain: not at import
 
         check_init(config, root)  # before any prerequisite spends time
         check_evaluations(config)
         parse_steps(config.logging.profile_steps)
         check_loggers(registries(), config.logging.loggers, config)  # e.g. W&B credentials
+        if not cls.recipe(config).reads_data:
+            return []
         run_dir = run.path if run is not None and run.exists() else None
         return tokenize_prerequisites(config.data, root, run_dir=run_dir)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from theseus.core.evaluate.training import training_tasks
 from theseus.core.jobs import JobContext
@@ -18,8 +18,12 @@ from theseus.core.rundir import RunDir
 from theseus.core.sharding.distributed import initialize_from_env
 from theseus.core.train.job_layout import job_layout
 from theseus.core.train.recipe import Recipe
+from theseus.core.train.run_tokenizer import TokenizerOnly, tokenizer_only
 from theseus.core.train.setup import TrainSetup, open_data, plan_batch
 from theseus.core.train.trainer import Trainer
+
+if TYPE_CHECKING:
+    from theseus.core.data.loader import TrainingData
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +48,17 @@ def run_training(job: TrainingJob) -> dict[str, Any]:
     recipe = job.recipe(config)
     layout = job_layout(config)  # the mesh first, then the batch plan on it
     batch = plan_batch(config, recipe.layout, layout)  # the loader and the step both take it
-    data = open_data(config, context.root, recipe.layout, run=job.run, batch=batch)
+    data: TrainingData | TokenizerOnly = (
+        open_data(config, context.root, recipe.layout, run=job.run, batch=batch)
+        if recipe.reads_data
+        else tokenizer_only(context.root, config, recipe, context.registries)  # GRPO
+    )
     setup = TrainSetup.build(config, context.registries, data.vocab_size, recipe, layout, batch)
-    batches = recipe.batches(setup, data, job.run) if recipe.batches else data
+    if recipe.batches is not None:
+        batches = recipe.batches(setup, data, job.run)
+    else:  # the loader's (a recipe that reads no dataset makes its own: ``Recipe``)
+        assert not isinstance(data, TokenizerOnly)
+        batches = data
     tasks = training_tasks(setup, data, context.root, job.run) if recipe.validation else None
     trainer = Trainer(
         setup,

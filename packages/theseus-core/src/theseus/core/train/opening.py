@@ -28,17 +28,14 @@ from typing import TYPE_CHECKING, Any
 import jax
 from flax import nnx
 from theseus.core.adapters import cast_frozen, split_trainable
-from theseus.core.config import flatten, parse_overrides
-from theseus.core.data import format as fmt
-from theseus.core.data.api import run_dataset_path
-from theseus.core.errors import ConfigError, JobError, TheseusError, one_line
+from theseus.core.errors import ConfigError, TheseusError, one_line
 from theseus.core.jobs import parse_reference
 from theseus.core.plugins import registries as default_registries
-from theseus.core.rundir import RunDir, checkpoint_step, missing_run
-from theseus.core.runner import config_for, job_spec
+from theseus.core.rundir import RunDir, checkpoint_step
 from theseus.core.train.checkpoints import Checkpoints, abstract_of
 from theseus.core.train.configs import TrainJobConfig
-from theseus.core.train.recipe import PRETRAIN, Recipe
+from theseus.core.train.run_tokenizer import RunTokenizer, TokenizerOnly, tokenizer_only
+from theseus.core.train.saved_run import OpenRunError, recipe_of, saved_config, training_job
 from theseus.core.train.setup import TrainSetup, open_data
 from theseus.core.train.state import TrainState, split_params
 from theseus.core.train.weights import placed_like
@@ -48,10 +45,6 @@ if TYPE_CHECKING:
     from theseus.core.registry import Registries
 
 log = logging.getLogger(__name__)
-
-
-class OpenRunError(JobError):
-    """A run that cannot be opened at the step asked for."""
 
 
 @dataclass
@@ -84,19 +77,22 @@ class OpenedRun:
         model.merge_adapters()
         return split_trainable(split_params(model)[1], True)[1]
 
-    def data(self) -> TrainingData:
+    def data(self) -> TrainingData | TokenizerOnly:
         """The run's batches, exactly as it trained on them (files checked by size only:
-        reading a run records nothing in it)."""
-        config = self.config
+        reading a run records nothing in it); a run that read no dataset: its tokenizer."""
+        config, recipe = self.config, self.setup.recipe
+        if not recipe.reads_data:
+            return tokenizer_only(self.root, config, recipe, self.setup.registries)
         sized = dataclasses.replace(config.data, verify="size")
         replaced = dataclasses.replace(config, data=sized)
-        layout = self.setup.recipe.layout
-        return open_data(replaced, self.root, layout, run=self.run, from_record=True)
+        return open_data(replaced, self.root, recipe.layout, run=self.run, from_record=True)
 
     @property
     def tokenizer_dir(self) -> Path | None:
-        """Where the run's tokenizer is; ``None`` when nowhere (see :func:`tokenizer_dir`)."""
-        return tokenizer_dir(self.root, self.run, self.config)
+        """Where the run's tokenizer is; ``None`` when nowhere (``RunTokenizer.folder``)."""
+        setup = self.setup
+        found = RunTokenizer(self.root, self.run, self.config, setup.recipe, setup.registries)
+        return found.folder()
 
 
 def open_run(
@@ -120,28 +116,16 @@ def open_run(
     registries = registries or default_registries()
     name, at = parse_reference(reference, what or "run")
     run = RunDir(root, name)
-    if not run.exists():
-        raise error(f"{prefix}{missing_run(run)}")
-    try:
-        record = run.read_record()
-    except JobError as failure:
-        raise error(f"{prefix}{failure}") from failure
+    key, spec, job_class = training_job(run, registries, prefix, error)
     step = checkpoint_step(run, at, prefix, error)
-    key = record.get("key")
-    if not isinstance(key, str):
-        raise error(f"{prefix}{run.record_path} names no job (no 'key')")
-    spec = job_spec(key, registries)
-    job_class = spec.load()
-    config_type = getattr(job_class, "config_type", None)
-    if not (isinstance(config_type, type) and issubclass(config_type, TrainJobConfig)):
-        raise error(f"{prefix}run {name!r} is a {key} run, not a training run")
-    config, lacking = _saved_config(run, spec, registries, overrides, prefix, error)
+    config, lacking = saved_config(run, spec, registries, overrides, prefix, error)
     lacks = f"lacks {lacking}: is it truncated?" if lacking else ""
     setup = into
     if setup is None:
         try:
-            vocab_size = run_vocab_size(root, run, config)
-            setup = TrainSetup.build(config, registries, vocab_size, recipe_of(job_class, config))
+            recipe = recipe_of(job_class, config)
+            vocab_size = RunTokenizer(root, run, config, recipe, registries).vocab_size()
+            setup = TrainSetup.build(config, registries, vocab_size, recipe)
         except ConfigError as failure:  # e.g. a value cut short: max_seq_len: 6 (was 64)
             also = f"; it {lacks}" if lacks else ""
             raise error(f"{prefix}{run.config_path}: {failure}{also}") from failure
@@ -153,44 +137,6 @@ def open_run(
     state = TrainState.from_saved(saved, frozen_weights(setup, str(root)))
     log.info("opened run %s at step %d (%s)", name, step, key)
     return OpenedRun(str(root), run, key, job_class, step, config, setup, state)
-
-
-def recipe_of(job_class: type, config: TrainJobConfig) -> Recipe:
-    """The recipe the run trained with (its objective, reference, batch fields), so a
-    replayed step is the step it logged; pretraining's for a job that states none."""
-    recipe = getattr(job_class, "recipe", None)
-    return PRETRAIN if recipe is None else recipe(config)
-
-
-def _saved_config(
-    run: RunDir,
-    spec: Any,
-    registries: Registries,
-    overrides: Iterable[str],
-    prefix: str,
-    error: type[TheseusError],
-) -> tuple[TrainJobConfig, str]:
-    """The run's typed config, and the schema keys its saved file lacks ("" if none)."""
-    try:
-        base = run.read_config()
-        tree = config_for(spec, registries, [], base)
-        tree.validate()
-    except TheseusError as failure:
-        reason = str(failure)
-        if str(run.config_path) not in reason:
-            reason = f"{run.config_path} does not fit {spec.key}: {reason}"
-        raise error(f"{prefix}{reason}") from failure
-    tree.apply(parse_overrides(list(overrides)))
-    saved = {key for key, _ in flatten(base, tree=tree)}
-    missing = [key for key in tree.keys() if key not in saved]
-    lacking = ""
-    if missing:
-        listing = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
-        lacking = f"{len(missing)} key(s) ({listing})"
-    try:
-        return tree.to_object(spec.load().config_type), lacking
-    except ConfigError as failure:
-        raise error(f"{prefix}{run.config_path}: {failure}") from failure
 
 
 def _restore(
@@ -229,50 +175,6 @@ def _restore(
         reason = f"{type(failure).__name__}: {reason}"
     directory = run.checkpoint_dir / str(step)
     raise error(f"{prefix}checkpoint {directory} cannot be restored: {reason}{hint}") from failure
-
-
-# ---------------------------------------------------------------------------- the vocabulary
-
-
-def dataset_dir(root: str | Path, config: TrainJobConfig, run: RunDir | None = None) -> Path:
-    """The run's (first) tokenized dataset: ``<root>/data/<dataset>/<variant>``, as the run
-    recorded it, else as its config names it."""
-    return run_dataset_path(root, config.data, run.path if run is not None else None)
-
-
-def run_vocab_size(root: str | Path, run: RunDir, config: TrainJobConfig) -> int:
-    """The model's vocabulary: ``model.vocab_size``, else its tokenized dataset's."""
-    if config.model.vocab_size:
-        return int(config.model.vocab_size)
-    metadata = dataset_dir(root, config, run) / fmt.METADATA
-    if not metadata.is_file():
-        raise OpenRunError(
-            f"run {run.name!r} took its vocabulary from its tokenized data (model.vocab_size=0) "
-            f"and {metadata} is gone: tokenize the data again to read the run"
-        )
-    return int(fmt.read_json(metadata)["tokenizer"]["vocab_size"])
-
-
-def tokenizer_dir(root: str | Path, run: RunDir, config: TrainJobConfig) -> Path | None:
-    """Where a run's tokenizer is: ``<run>/tokenizer/`` (an imported run's Hugging Face
-    files), else the folder of an ``hf`` tokenizer's ``tokenizer.json`` (a run that trains
-    an imported one, chat template and all), else the tokenized dataset's ``tokenizer/``;
-    ``None`` when none is left on disk."""
-    own = run.tokenizer_dir
-    if (own / "tokenizer.json").is_file():
-        return own
-    data = config.data
-    found = dataset_dir(root, config, run) / "tokenizer"
-    if data.tokenizer == "hf" and data.tokenizer_options.get("path"):
-        given = Path(str(data.tokenizer_options["path"])).expanduser()
-        folder = given if given.is_dir() else given.parent
-        dataset_json = found / "tokenizer.json"
-        mine = folder / "tokenizer.json"
-        if mine.is_file() and (
-            not dataset_json.is_file() or dataset_json.read_bytes() == mine.read_bytes()
-        ):
-            return folder
-    return found if found.is_dir() else None
 
 
 # ---------------------------------------------------------------------------- weight sources

@@ -119,10 +119,16 @@ class Recipe(Generic[Source]):
     #: ``plan(setup) -> fields``: what the job adds to its dry run beside the step's plan
     #: (GRPO: its rollouts), with ``fits`` False when that does not fit its chip
     plan: Callable[[Any], Mapping[str, Any]] | None = None
+    #: whether the run reads the datasets of its ``data`` group; False (GRPO: its task
+    #: makes the prompts): none is tokenized or opened, ``data`` only names the tokenizer,
+    #: which is the starting weights' (``train/run_tokenizer.py``)
+    reads_data: bool = True
 
     def __post_init__(self) -> None:
         if self.layout not in ("packed", "padded", "pairs"):
             raise ValueError(f"Recipe.layout={self.layout!r}: expected packed, padded or pairs")
+        if not self.reads_data and self.batches is None:
+            raise ValueError("Recipe.reads_data=False: the recipe makes its batches (batches)")
 
 
 PRETRAIN: Recipe[BatchSource] = Recipe()
