@@ -424,7 +424,7 @@ def refusals() -> list[tuple[str, Any, str]]:
     return [
         ("groups", lambda: SigmoidMoE(8, 4, 6, 2, n_groups=4, **moe), "groups must divide"),
         ("group room", lambda: SigmoidMoE(8, 4, 8, 3, n_groups=4, **moe), "fewer than the 3"),
-        ("gemma scaling", lambda: tiny("gemma3", rope_scaling="llama3"), "'none' or 'linear'"),
+        ("gemma scaling", lambda: tiny("gemma3", rope_scaling="llama3"), "one of none, linear$"),
         ("gemma period", lambda: tiny("gemma3", global_every=0), "global_every=0"),
         (
             "gemma act",
@@ -450,7 +450,7 @@ def refusals() -> list[tuple[str, Any, str]]:
             ),
             "rope types",
         ),
-        ("deepseek scaling", lambda: tiny("deepseek_v3", rope_scaling="ntk"), "'none' or 'yarn'"),
+        ("deepseek scaling", lambda: tiny("deepseek_v3", rope_scaling="ntk"), "one of none, yarn$"),
         ("deepseek rope", lambda: tiny("deepseek_v3", qk_rope_dim=7), "even width"),
         ("deepseek grouping", lambda: tiny("deepseek_v3", moe_grouping="x"), "moe_grouping"),
         (

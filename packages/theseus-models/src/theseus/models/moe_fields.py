@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from theseus.core.components import option
 
+GROUPINGS = ("tiles", "ragged_dot")  # how the dropless layout multiplies with its experts
+
 
 @dataclass(unsafe_hash=True)
 class ExpertFields:
@@ -27,6 +29,7 @@ class ExpertFields:
         "dropless expert matmuls: tiles (batched over per-expert tiles, routed FLOPs on every "
         "backend) | ragged_dot (jax.lax.ragged_dot: grouped on TPU, every expert elsewhere)",
         resume_safe=True,
+        choices=GROUPINGS,
     )
 
 

@@ -31,7 +31,7 @@ class DeepseekV3Config(ExpertFields, ModelConfig):
     v_head_dim: int = option(32, "per-head value width", ge=1)
     rope_theta: float = option(10000.0, "RoPE base frequency", gt=0)
     rope_interleave: bool = option(True, "RoPE rotates pairs (2i, 2i+1) (DeepSeek's layout)")
-    rope_scaling: str = option("none", "RoPE scaling: 'none' or 'yarn'")
+    rope_scaling: str = option("none", "RoPE scaling: 'none' or 'yarn'", choices=("none", "yarn"))
     rope_factor: float = option(40.0, "yarn: context extension factor", gt=0)
     rope_original_max_len: int = option(
         4096, "yarn: the context length trained before scaling", ge=1

@@ -19,7 +19,9 @@ class Gemma3Config(LlamaConfig):
     head_dim: int = option(256, "width of one head (set independently of d_model)", ge=1)
     norm_eps: float = option(1e-6, "RMSNorm epsilon", gt=0)
     rope_theta: float = option(1000000.0, "RoPE base frequency of the global layers", gt=0)
-    rope_scaling: str = option("none", "RoPE scaling of the global layers: 'none' or 'linear'")
+    rope_scaling: str = option(
+        "none", "RoPE scaling of the global layers: 'none' or 'linear'", choices=("none", "linear")
+    )
     rope_factor: float = option(8.0, "linear scaling: positions divided by this factor", gt=0)
     local_rope_theta: float = option(10000.0, "RoPE base frequency of the local layers", gt=0)
     sliding_window: int = option(

@@ -44,7 +44,6 @@ from theseus.core.sharding.rules import BATCH_AXES, CONTEXT_AXIS, EXPERT_AXIS
 from theseus.models.errors import ModelError
 from theseus.models.layers.expert_parallel import expert_parallel
 from theseus.models.layers.expert_rows import (
-    GROUPINGS,
     MAX_TILE,
     PAD_SHARE,
     Matmul,
@@ -60,6 +59,7 @@ from theseus.models.layers.expert_rows import (
 )
 from theseus.models.layers.linear import Linear, param
 from theseus.models.layers.mlp import SwiGLU
+from theseus.models.moe_fields import GROUPINGS
 
 __all__ = [  # the buffer layouts live in expert_rows; these names stay importable from here
     "GROUPINGS",

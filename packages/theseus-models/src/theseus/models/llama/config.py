@@ -19,7 +19,9 @@ class LlamaConfig(ModelConfig):
     d_ff: int = option(1024, "SwiGLU hidden width", ge=1)
     norm_eps: float = option(1e-5, "RMSNorm epsilon", gt=0)
     rope_theta: float = option(10000.0, "RoPE base frequency", gt=0)
-    rope_scaling: str = option("none", "RoPE frequency scaling: 'none' or 'llama3'")
+    rope_scaling: str = option(
+        "none", "RoPE frequency scaling: 'none' or 'llama3'", choices=("none", "llama3")
+    )
     rope_factor: float = option(8.0, "llama3 scaling: factor", gt=0)
     rope_low_freq_factor: float = option(1.0, "llama3 scaling: low frequency factor", gt=0)
     rope_high_freq_factor: float = option(4.0, "llama3 scaling: high frequency factor", gt=0)

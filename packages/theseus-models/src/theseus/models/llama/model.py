@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from flax import nnx
-from theseus.models.errors import ModelError
 from theseus.models.layers import Attention, DecoderLM, RMSNorm, RoPE, SwiGLU
 from theseus.models.layers.block import LayerIndex
 from theseus.models.layers.rope import Llama3Scaling
@@ -26,15 +25,6 @@ class Llama(DecoderLM):
     config_class = LlamaConfig
     attention_cls = Attention
     mlp_cls = SwiGLU
-
-    def check_config(self) -> None:
-        config = self.config
-        if config.rope_scaling not in ("none", "llama3"):
-            raise ModelError(f"rope_scaling={config.rope_scaling!r}: use 'none' or 'llama3'")
-        if not config.head_dim and config.d_model % config.n_heads:
-            raise ModelError(
-                f"d_model={config.d_model} is not a multiple of n_heads={config.n_heads}; set head_dim"
-            )
 
     @property
     def head_dim(self) -> int:
