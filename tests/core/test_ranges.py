@@ -107,20 +107,38 @@ def test_a_range_names_what_is_wrong(declared, value, problem):
     assert declared.problem(value) == problem
 
 
-def test_values_outside_their_range_are_refused_when_set_and_the_range_is_shown():
+def refusal(override: str) -> str:
+    """The one-line error the pretraining job's config gives when ``override`` is set."""
     regs = registries()
-    spec = job_spec("gpt/train/pretrain", regs)
-    for override, message in [
+    with pytest.raises(ConfigError) as caught:
+        config_for(job_spec("gpt/train/pretrain", regs), regs, [override])
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # outside a declared range
         ("optimizer.learning_rate=-1", "optimizer.learning_rate=-1.0: must be 0 or more"),
         ("optimizer.learning_rate=nan", "optimizer.learning_rate=nan: must be a finite number"),
         ("data.validation_fraction=-0.5", "data.validation_fraction=-0.5: must be in [0, 1)"),
         ("optimizer.b2=1", "optimizer.b2=1.0: must be in [0, 1)"),
         ("sharding.tensor=-2", "sharding.tensor=-2: must be at least -1"),
         ("model.d_model=0", "model.d_model=0: must be at least 1"),
-    ]:
-        with pytest.raises(ConfigError) as caught:
-            config_for(spec, regs, [override])
-        assert str(caught.value).startswith(message), (override, str(caught.value))
+        # not one of a string option's choices
+        ("sharding.remat=most", "sharding.remat='most': expected one of auto, none, block"),
+        ("model.dtype=float8", "model.dtype='float8': expected one of auto, float32"),
+        ("data.padding_side=up", "data.padding_side='up': expected one of left, right"),
+        ("lora.base_dtype=int8", "lora.base_dtype='int8': expected one of '', float32"),
+    ],
+)
+def test_a_value_outside_its_range_or_choices_is_one_line_naming_it(override, message):
+    assert refusal(override).startswith(message)
+
+
+def test_values_outside_their_range_are_refused_when_set_and_the_range_is_shown():
+    regs = registries()
+    spec = job_spec("gpt/train/pretrain", regs)
     tree = ConfigTree(spec, regs)
     tree.apply(parse_overrides(["optimizer.name=sgd"]))  # a swapped-in component is checked too
     with pytest.raises(ConfigError, match=r"optimizer.momentum=1.0: must be in \[0, 1\)"):
@@ -133,23 +151,15 @@ def test_values_outside_their_range_are_refused_when_set_and_the_range_is_shown(
 
 def test_a_string_option_with_choices_refuses_others_once_where_it_is_set_and_shows_them():
     """``option(choices=...)``: refused when set on the command line (one line naming the
-    key and the choices), refused when the config is built in Python, shown by ``theseus
-    config``; every declared default is one of its choices."""
+    key and the choices, ``test_a_value_outside_its_range_or_choices_is_one_line_naming_it``),
+    refused when the config is built in Python, shown by ``theseus config``; every declared
+    default is one of its choices."""
     from theseus.core.ranges import choices_of
     from theseus.core.recipes.grpo_config import GRPOConfig
     from theseus.core.sharding.config import ShardingConfig, ShardingError
 
     regs = registries()
     spec = job_spec("gpt/train/pretrain", regs)
-    for override, message in [
-        ("sharding.remat=most", "sharding.remat='most': expected one of auto, none, block"),
-        ("model.dtype=float8", "model.dtype='float8': expected one of auto, float32"),
-        ("data.padding_side=up", "data.padding_side='up': expected one of left, right"),
-        ("lora.base_dtype=int8", "lora.base_dtype='int8': expected one of '', float32"),
-    ]:
-        with pytest.raises(ConfigError) as caught:
-            config_for(spec, regs, [override])
-        assert str(caught.value).startswith(message), (override, str(caught.value))
     with pytest.raises(ConfigError, match=r"^grpo.loss='mean': expected one of token_mean"):
         GRPOConfig(loss="mean")
     with pytest.raises(ShardingError, match=r"^sharding.context_order='spiral'"):
@@ -182,12 +192,10 @@ def test_a_string_option_with_choices_refuses_others_once_where_it_is_set_and_sh
 def test_a_number_beyond_what_the_step_computes_with_is_refused(override, message):
     """Every number, declared range or not: within int64 (a size of the step's arrays: int32)
     and float32's range."""
+    assert refusal(override).startswith(override.replace("1e300", "1e+300") + ": " + message)
+    # as large as still computes: a host count beyond 32 bits, the largest step size
     regs = registries()
     spec = job_spec("gpt/train/pretrain", regs)
-    with pytest.raises(ConfigError) as caught:
-        config_for(spec, regs, [override])
-    assert str(caught.value).startswith(override.replace("1e300", "1e+300") + ": " + message)
-    # as large as still computes: a host count beyond 32 bits, the largest step size
     for fine in (
         "data.max_documents=5000000000",
         "model.d_model=2147483647",

@@ -22,27 +22,32 @@ OPTIM = "theseus.core.optim.optimizers"
 SCHED = "theseus.core.optim.schedules"
 
 
+# (name, config, function in its module, description) of the built-in optimizers, schedules
+OPTIMIZERS = [
+    ("adamw", oc.AdamWConfig, "adamw", "AdamW with decoupled weight decay"),
+    ("lion", oc.LionConfig, "lion", "Lion (sign momentum)"),
+    ("sgd", oc.SGDConfig, "sgd", "SGD with (Nesterov) momentum"),
+    ("adafactor", oc.AdafactorConfig, "adafactor", "Adafactor"),
+    ("muon", oc.MuonConfig, "muon", "Muon for matrices, AdamW for the rest"),
+]
+SCHEDULES = [
+    ("constant", oc.ConstantConfig, "constant", "warmup, then constant"),
+    ("cosine", oc.CosineConfig, "cosine", "warmup, then cosine decay"),
+    ("wsd", oc.WSDConfig, "wsd", "warmup-stable-decay"),
+    ("linear-warmup", oc.LinearWarmupConfig, "linear_warmup", "linear warmup"),
+]
+
+
 @hookimpl
 def theseus_register_optimizers(register):
-    register(
-        Component("adamw", oc.AdamWConfig, f"{OPTIM}:adamw", "AdamW with decoupled weight decay")
-    )
-    register(Component("lion", oc.LionConfig, f"{OPTIM}:lion", "Lion (sign momentum)"))
-    register(Component("sgd", oc.SGDConfig, f"{OPTIM}:sgd", "SGD with (Nesterov) momentum"))
-    register(Component("adafactor", oc.AdafactorConfig, f"{OPTIM}:adafactor", "Adafactor"))
-    register(
-        Component("muon", oc.MuonConfig, f"{OPTIM}:muon", "Muon for matrices, AdamW for the rest")
-    )
+    for name, config, function, description in OPTIMIZERS:
+        register(Component(name, config, f"{OPTIM}:{function}", description))
 
 
 @hookimpl
 def theseus_register_schedules(register):
-    register(Component("constant", oc.ConstantConfig, f"{SCHED}:constant", "warmup, then constant"))
-    register(Component("cosine", oc.CosineConfig, f"{SCHED}:cosine", "warmup, then cosine decay"))
-    register(Component("wsd", oc.WSDConfig, f"{SCHED}:wsd", "warmup-stable-decay"))
-    register(
-        Component("linear-warmup", oc.LinearWarmupConfig, f"{SCHED}:linear_warmup", "linear warmup")
-    )
+    for name, config, function, description in SCHEDULES:
+        register(Component(name, config, f"{SCHED}:{function}", description))
 
 
 @dataclass
