@@ -154,9 +154,8 @@ def test_bootstrap_quotes_every_value(tmp_path):
         name="r",
         target="box",
     )
-    text = bootstrap.script(
-        sub, target, bundle_dir="/w/b", launch_dir="/w/l", root="/data/x y", workdir="/w"
-    )
+    paths = bootstrap.Paths(workdir="/w", root="/data/x y", bundle_dir="/w/b", launch_dir="/w/l")
+    text = bootstrap.script(sub, target, paths)
     assert "export NOTE='$(touch pwned); touch pwned'" in text
     assert "'a.b=$(touch pwned)' 'c=x; touch pwned' --root '/data/x y' --name r" in text
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)

@@ -21,7 +21,7 @@ from theseus.core.execution import AttentionKernel, ExecutionPlan, RematChoice
 from theseus.core.sharding import remat
 from theseus.core.train import remat_choice
 from theseus.core.train.chunked_loss import CHUNK_BYTES, chunked_cross_entropy, loss_chunks
-from theseus.core.train.step import summed_loss
+from theseus.core.train.step import Forward, summed_loss
 from theseus.models.layers.rope import RoPE, rotate
 from theseus.models.splash_blocks import DEFAULT, SplashBlocks, splash_blocks
 
@@ -76,7 +76,8 @@ def test_remat_levels_change_memory_not_gradients(level):
     def grads(level: str) -> list[np.ndarray]:
         execution = ExecutionPlan(remat=RematChoice(level, "the level under test"))
         graphdef, _, rest = nnx.split(tiny("llama", execution, n_layers=3), nnx.Param, ...)
-        fn = jax.jit(jax.grad(lambda p: summed_loss(graphdef, p, rest, batch)[0]))
+        forward = Forward(graphdef, rest)
+        fn = jax.jit(jax.grad(lambda p: summed_loss(forward, p, batch)[0]))
         return [np.asarray(g) for g in jax.tree.leaves(fn(params))]
 
     for got, want in zip(grads(level), grads("none"), strict=True):

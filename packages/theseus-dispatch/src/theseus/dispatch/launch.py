@@ -15,19 +15,10 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 
-from theseus.dispatch.bootstrap import Submission, secrets_file
+from theseus.dispatch.bootstrap import Paths, Submission, secrets_file
 from theseus.dispatch.bundle import Bundle
 from theseus.dispatch.remote import Shell, q
-
-
-@dataclass
-class Paths:
-    workdir: str
-    root: str
-    bundle_dir: str
-    launch_dir: str
 
 
 def expand(path: str, home: str) -> str:
@@ -44,8 +35,7 @@ def resolve_paths(shell: Shell, target, run: str, bundle_sha: str | None) -> Pat
         home = shell.home = shell.run('printf %s "$HOME"').stdout.strip() or "/"
     workdir = expand(target.workdir, home)
     root = expand(target.root, home)
-    bundle_dir = f"{workdir}/bundles/{bundle_sha[:16]}" if bundle_sha else ""
-    return Paths(workdir, root, bundle_dir, f"{workdir}/launches/{run}")
+    return Paths.under(workdir, root, run, bundle_sha[:16] if bundle_sha else "")
 
 
 def ensure_bundle(shell: Shell, paths: Paths, bundle: Bundle, timeout: float) -> bool:

@@ -7,6 +7,7 @@ together produce the loss logged as step k.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,26 +31,18 @@ class InspectError(TheseusError):
     """A step, run or module that cannot be inspected."""
 
 
+@dataclass
 class Moment:
     """One run at one checkpointed step: its setup, state, batch and model."""
 
-    def __init__(
-        self,
-        setup: TrainSetup,
-        data: TrainingData | TokenizerOnly,
-        run: str,
-        step: int,
-        state: TrainState,
-        run_dir: RunDir | None = None,
-    ) -> None:
-        self.setup = setup
-        self.data = data
-        self.run = run
-        self.step = step
-        self.state = state
-        self.run_dir = run_dir
-        self._model: Any = None
-        self._view: Any = None
+    setup: TrainSetup
+    data: TrainingData | TokenizerOnly
+    run: str
+    step: int
+    state: TrainState
+    run_dir: RunDir | None = None
+    _model: Any = field(default=None, init=False, repr=False)
+    _view: Any = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------ data
     def batch(self) -> dict:

@@ -17,7 +17,6 @@ import jax
 import numpy as np
 import optax
 from flax import nnx
-from theseus.core.adapters import dropout_key
 from theseus.core.data.api import open_training_data
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.loader import TrainingData
@@ -28,19 +27,12 @@ from theseus.core.sharding.placement import Layout
 from theseus.core.train.chunked_loss import loss_chunks
 from theseus.core.train.configs import TrainJobConfig
 from theseus.core.train.execution_choice import MeshFacts, dtype_plan, plan_execution
-from theseus.core.train.head_gather import gather_head
 from theseus.core.train.job_layout import job_layout
 from theseus.core.train.model_builder import ModelBuilder
 from theseus.core.train.recipe import PRETRAIN, ModelFn, Objective, Recipe
 from theseus.core.train.remat_choice import decide_remat
 from theseus.core.train.state import TrainState
-from theseus.core.train.step import (
-    cross_entropy,
-    forward,
-    make_eval_step,
-    make_train_step,
-    merged_model,
-)
+from theseus.core.train.step import Forward, cross_entropy, make_eval_step, make_train_step
 from theseus.core.train.vocab import check_vocab
 from theseus.core.train.weights import FrozenRole, WeightSource, frozen_role
 
@@ -448,32 +440,6 @@ def abstract_batch(
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=layout.batch_sharding)
         for name, dtype in {**BATCH_FIELDS, **(extra_fields or {})}.items()
     }
-
-
-@dataclass(frozen=True)
-class Forward:
-    """The step's forward pass (its blocks checkpointed as the plan in ``graphdef`` says):
-    what a recipe's objective is built on (``train.recipe.ModelFn``)."""
-
-    graphdef: Any
-    rest: Any
-    batch_shards: int = 1
-
-    def __call__(
-        self, params: Any, frozen: Any, batch: Mapping[str, Any], key: Any
-    ) -> tuple[Any, dict]:
-        return forward(self.graphdef, params, self.rest, batch, frozen, key)
-
-    def hidden(
-        self, params: Any, frozen: Any, batch: Mapping[str, Any], key: Any
-    ) -> tuple[Any, Any, dict]:
-        model = merged_model(self.graphdef, params, self.rest, frozen)
-        with dropout_key(key):
-            hidden, aux = model.hidden_with_aux(
-                batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
-            )
-        gather_head(model)  # once, not once per piece
-        return hidden, model.head, aux
 
 
 def model_fn(graphdef: Any, rest: Any, batch_shards: int = 1) -> ModelFn:

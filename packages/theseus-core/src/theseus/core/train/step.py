@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -32,23 +33,6 @@ def token_losses(logits_BxTxV: jax.Array, targets_BxT: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, targets_BxT)
 
 
-def forward(
-    graphdef: nnx.GraphDef,
-    params: Any,
-    rest: Any,
-    batch: Batch,
-    frozen: Any = None,
-    key: jax.Array | None = None,
-) -> tuple[jax.Array, dict]:
-    """``(logits_BxTxV, aux)`` of the model made of ``params`` and ``frozen`` on ``batch``;
-    dropout (in adapters) draws from ``key`` when one is given."""
-    model = merged_model(graphdef, params, rest, frozen)
-    with dropout_key(key):
-        return model.forward_with_aux(
-            batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
-        )
-
-
 def merged_model(graphdef: nnx.GraphDef, params: Any, rest: Any, frozen: Any = None) -> Any:
     """The model of ``params`` and ``frozen`` (its execution plan, remat level included, is
     part of ``graphdef``)."""
@@ -58,10 +42,39 @@ def merged_model(graphdef: nnx.GraphDef, params: Any, rest: Any, frozen: Any = N
     return nnx.merge(graphdef, params, frozen, rest)
 
 
+@dataclass(frozen=True)
+class Forward:
+    """The step's forward pass (its blocks checkpointed as the plan in ``graphdef`` says):
+    what a recipe's objective is built on (``train.recipe.ModelFn``). Dropout (in adapters)
+    draws from ``key`` when one is given."""
+
+    graphdef: Any
+    rest: Any
+    batch_shards: int = 1
+
+    def __call__(self, params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[Any, dict]:
+        """``(logits_BxTxV, aux)`` of the model made of ``params`` and ``frozen``."""
+        model = merged_model(self.graphdef, params, self.rest, frozen)
+        with dropout_key(key):
+            return model.forward_with_aux(
+                batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
+            )
+
+    def hidden(self, params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[Any, Any, dict]:
+        """``(hidden_BxTxD, head, aux)``: the final hidden states and the output head, for
+        a loss that takes its logits a few positions at a time."""
+        model = merged_model(self.graphdef, params, self.rest, frozen)
+        with dropout_key(key):
+            hidden, aux = model.hidden_with_aux(
+                batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
+            )
+        gather_head(model)  # once, not once per piece
+        return hidden, model.head, aux
+
+
 def summed_loss(
-    graphdef: nnx.GraphDef,
+    forward: Forward,
     params: Any,
-    rest: Any,
     batch: Batch,
     frozen: Any = None,
     key: jax.Array | None = None,
@@ -78,15 +91,10 @@ def summed_loss(
     """
     mask = batch["loss_mask"].astype(jnp.float32)
     if chunks > 1:
-        model = merged_model(graphdef, params, rest, frozen)
-        with dropout_key(key):
-            hidden, aux = model.hidden_with_aux(
-                batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
-            )
-        gather_head(model)  # once, not once per piece of the scan
-        ce_sum = chunked_cross_entropy(model.head, hidden, batch["targets"], mask, chunks)
+        hidden, head, aux = forward.hidden(params, frozen, batch, key)
+        ce_sum = chunked_cross_entropy(head, hidden, batch["targets"], mask, chunks)
     else:
-        logits, aux = forward(graphdef, params, rest, batch, frozen, key)
+        logits, aux = forward(params, frozen, batch, key)
         ce_sum = jnp.sum(token_losses(logits, batch["targets"]) * mask)
     count = jnp.sum(mask)
     losses = [value for name, value in aux.items() if not name.startswith(STAT_PREFIX)]
@@ -105,8 +113,10 @@ def cross_entropy(graphdef: nnx.GraphDef, rest: Any, chunks: int = 1) -> Objecti
     """Next-token cross entropy summed over the unmasked tokens (pretraining, SFT), its
     logits taken ``chunks`` pieces of the sequence at a time."""
 
+    forward = Forward(graphdef, rest)
+
     def objective(params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[jax.Array, Any]:
-        return summed_loss(graphdef, params, rest, batch, frozen, key, chunks)
+        return summed_loss(forward, params, batch, frozen, key, chunks)
 
     return objective
 

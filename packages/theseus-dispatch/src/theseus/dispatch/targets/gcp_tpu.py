@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Any, TextIO
 
-from theseus.dispatch.bootstrap import Submission, plan_text, script
+from theseus.dispatch.bootstrap import Paths, Submission, plan_text, script
 from theseus.dispatch.bundle import Bundle
 from theseus.dispatch.remote import DispatchError, SSHShell
 from theseus.dispatch.targets import hosts
@@ -212,10 +212,8 @@ class TpuBackend(Backend):
 
     def plan(self, sub: Submission) -> str:
         c = self.config
-        text = script(
-            sub, c, bundle_dir=f"{c.workdir}/bundles/<sha>", launch_dir=f"{c.workdir}/launches/{sub.name}",
-            root=c.root, workdir=c.workdir, coordinator=f"<worker 0>:{c.coordinator_port}",
-        )  # fmt: skip
+        coordinator = f"<worker 0>:{c.coordinator_port}"
+        text = script(sub, c, Paths.planned(c, sub.name), coordinator=coordinator)
         api = "gcloud" if c.use_gcloud and shutil.which("gcloud") else "REST"
         header = plan_text(
             [

@@ -11,10 +11,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from theseus.dispatch.bootstrap import Submission, script
+from theseus.dispatch.bootstrap import Paths, Submission, script
 from theseus.dispatch.bundle import Bundle
 from theseus.dispatch.launch import (
-    Paths,
     ensure_bundle,
     launch_files,
     remove_launch,
@@ -101,15 +100,7 @@ def launch_on(
         paths = [resolve_paths(s, target, sub.name, bundle.sha) for s in shells]
         for shell, p in zip(shells, paths, strict=True):
             ensure_bundle(shell, p, bundle, timeout=max(target.timeout, 120))
-            text = script(
-                sub,
-                target,
-                bundle_dir=p.bundle_dir,
-                launch_dir=p.launch_dir,
-                root=p.root,
-                workdir=p.workdir,
-                coordinator=coordinator,
-            )
+            text = script(sub, target, p, coordinator=coordinator)
             touched.append((shell, p))
             write_launch(shell, p, launch_files(sub, text, secrets), sub.attempt)
         for index, (shell, p) in enumerate(zip(shells, paths, strict=True)):

@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any, TextIO
 
-from theseus.dispatch.bootstrap import Submission, plan_text, script
+from theseus.dispatch.bootstrap import Paths, Submission, plan_text, script
 from theseus.dispatch.bundle import Bundle
 from theseus.dispatch.launch import (
-    Paths,
     ensure_bundle,
     launch_files,
     remove_launch,
@@ -159,25 +158,19 @@ class SlurmBackend(Backend):
         return resolve_paths(self.shell, self.config, run, sha)
 
     def plan(self, sub: Submission) -> str:
-        d = f"{self.config.workdir}/launches/{sub.name}"
-        text = script(
-            sub, self.config, bundle_dir=f"{self.config.workdir}/bundles/<sha>", launch_dir=d,
-            root=self.config.root, workdir=self.config.workdir,
-        )  # fmt: skip
+        paths = Paths.planned(self.config, sub.name)
+        text = script(sub, self.config, paths)
         where = f"over SSH on {self.config.login}" if self.config.login else "locally"
         header = plan_text(
             [("target", f"{self.name} (slurm, sbatch {where})"), ("nodes", str(sub.nodes))]
         )
-        return f"{header}\n--- job.sbatch\n{self.batch_script(sub, d)}--- bootstrap.sh (each task)\n{text}"
+        return f"{header}\n--- job.sbatch\n{self.batch_script(sub, paths.launch_dir)}--- bootstrap.sh (each task)\n{text}"
 
     # ------------------------------------------------------------------ lifecycle
     def launch(self, sub: Submission, bundle: Bundle, secrets: dict[str, str]) -> dict[str, Any]:
         paths = self._paths(sub.name, bundle.sha)
         ensure_bundle(self.shell, paths, bundle, timeout=max(self.config.timeout, 120))
-        text = script(
-            sub, self.config, bundle_dir=paths.bundle_dir, launch_dir=paths.launch_dir,
-            root=paths.root, workdir=paths.workdir,
-        )  # fmt: skip
+        text = script(sub, self.config, paths)
         files = launch_files(
             sub, text, secrets, {"job.sbatch": self.batch_script(sub, paths.launch_dir)}
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from theseus.dispatch.bootstrap import Submission, plan_text, script
+from theseus.dispatch.bootstrap import Paths, Submission, plan_text, script
 from theseus.dispatch.bundle import Bundle
 from theseus.dispatch.remote import DispatchError, SSHShell, split_host
 from theseus.dispatch.targets import hosts
@@ -55,14 +55,9 @@ class SSHBackend(Backend):
     def plan(self, sub: Submission) -> str:
         chosen = self.hosts_for(sub.nodes)
         first = split_host(chosen[0], self.config.port)[1]
+        coordinator = f"{first}:{self.config.coordinator_port}"
         text = script(
-            sub,
-            self.config,
-            bundle_dir=f"{self.config.workdir}/bundles/<sha>",
-            launch_dir=f"{self.config.workdir}/launches/{sub.name}",
-            root=self.config.root,
-            workdir=self.config.workdir,
-            coordinator=f"{first}:{self.config.coordinator_port}",
+            sub, self.config, Paths.planned(self.config, sub.name), coordinator=coordinator
         )
         header = plan_text(
             [

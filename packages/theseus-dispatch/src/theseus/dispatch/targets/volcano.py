@@ -19,7 +19,7 @@ import base64
 from typing import Any, TextIO
 
 from theseus.core.requirements import require
-from theseus.dispatch.bootstrap import Submission, plan_text, script, secrets_file
+from theseus.dispatch.bootstrap import Paths, Submission, plan_text, script, secrets_file
 from theseus.dispatch.bundle import Bundle
 from theseus.dispatch.remote import DispatchError, q
 from theseus.dispatch.targets.base import (
@@ -213,11 +213,10 @@ class VolcanoBackend(Backend):
     def _bootstrap(self, sub: Submission, bundle_sha: str) -> str:
         """Each pod's bootstrap; it checks that the PVC's mount point is mounted (the root is
         under it: the config refuses one that is not) before it starts."""
+        paths = Paths.under(WORK, self._root(), sub.name, bundle_sha[:16])
         return script(
-            sub, self.config, bundle_dir=f"{WORK}/bundles/{bundle_sha[:16]}",
-            launch_dir=f"{WORK}/launches/{sub.name}", root=self._root(), workdir=WORK,
-            mount=self.config.root_mount or self.config.mount_path,
-        )  # fmt: skip
+            sub, self.config, paths, mount=self.config.root_mount or self.config.mount_path
+        )
 
     def plan(self, sub: Submission) -> str:
         import yaml
