@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -421,48 +422,41 @@ def refusals() -> list[tuple[str, Any, str]]:
     }
     deepseek = {"hidden_act": "silu", "attention_bias": False}
     moe = dict(rngs=nnx.Rngs(0))
+
+    def gemma_from(changed: dict[str, Any]) -> Callable[[], Any]:
+        """Reading a Gemma 3 config.json with ``changed`` keys."""
+        return lambda: gemma_hf.config_from_hf({**gemma, **changed})
+
+    def deepseek_from(changed: dict[str, Any]) -> Callable[[], Any]:
+        """Reading a DeepSeek-V3 config.json with ``changed`` keys."""
+        return lambda: deepseek_hf.config_from_hf({**deepseek, **changed})
+
     return [
         ("groups", lambda: SigmoidMoE(8, 4, 6, 2, n_groups=4, **moe), "groups must divide"),
         ("group room", lambda: SigmoidMoE(8, 4, 8, 3, n_groups=4, **moe), "fewer than the 3"),
         ("gemma scaling", lambda: tiny("gemma3", rope_scaling="llama3"), "one of none, linear$"),
         ("gemma period", lambda: tiny("gemma3", global_every=0), "global_every=0"),
-        (
-            "gemma act",
-            lambda: gemma_hf.config_from_hf({**gemma, "hidden_activation": "relu"}),
-            "hidden_activation='relu'",
-        ),
+        ("gemma act", gemma_from({"hidden_activation": "relu"}), "hidden_activation='relu'"),
         (
             "gemma bidirectional",
-            lambda: gemma_hf.config_from_hf({**gemma, "use_bidirectional_attention": True}),
+            gemma_from({"use_bidirectional_attention": True}),
             "use_bidirectional_attention",
         ),
         (
             "gemma layers",
-            lambda: gemma_hf.config_from_hf(
-                {**gemma, "layer_types": ["full_attention", "sliding_attention"] * 2}
-            ),
+            gemma_from({"layer_types": ["full_attention", "sliding_attention"] * 2}),
             "repeating run",
         ),
         (
             "gemma rope",
-            lambda: gemma_hf.config_from_hf(
-                {**gemma, "rope_parameters": {"full_attention": {"rope_type": "yarn"}}}
-            ),
+            gemma_from({"rope_parameters": {"full_attention": {"rope_type": "yarn"}}}),
             "rope types",
         ),
         ("deepseek scaling", lambda: tiny("deepseek_v3", rope_scaling="ntk"), "one of none, yarn$"),
         ("deepseek rope", lambda: tiny("deepseek_v3", qk_rope_dim=7), "even width"),
         ("deepseek grouping", lambda: tiny("deepseek_v3", moe_grouping="x"), "moe_grouping"),
-        (
-            "deepseek act",
-            lambda: deepseek_hf.config_from_hf({**deepseek, "hidden_act": "gelu"}),
-            "hidden_act='gelu'",
-        ),
-        (
-            "deepseek bias",
-            lambda: deepseek_hf.config_from_hf({**deepseek, "attention_bias": True}),
-            "attention_bias=True",
-        ),
+        ("deepseek act", deepseek_from({"hidden_act": "gelu"}), "hidden_act='gelu'"),
+        ("deepseek bias", deepseek_from({"attention_bias": True}), "attention_bias=True"),
         (
             "deepseek rope type",
             lambda: deepseek_hf.rope_from_hf({"rope_parameters": {"rope_type": "dynamic"}}),

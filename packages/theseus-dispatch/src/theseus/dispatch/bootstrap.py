@@ -13,6 +13,7 @@ control character (:mod:`theseus.dispatch.script_values`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,16 +37,8 @@ class Submission:
     attempt: str = ""
 
     def record(self) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "overrides": self.overrides,
-            "name": self.name,
-            "target": self.target,
-            "nodes": self.nodes,
-            "chips": self.chips,
-            "chip": self.chip,
-            "attempt": self.attempt,
-        }
+        """Every field but the config's text (the launch writes that to its own config.yaml)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "config_yaml"}
 
 
 @dataclass

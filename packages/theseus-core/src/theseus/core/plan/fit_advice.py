@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from theseus.core.chips.specs import chip_of_device_kind
@@ -80,51 +81,54 @@ def advise(
     # fsdp splits the state over the expert axis too (a data axis outside the expert layers)
     shards = sizes["data"] * sizes["fsdp"] * sizes.get("expert", 1)
     tried = levers(config, setup.per_device, setup.remat.level, shards)
+    attempt = Attempt(build, hbm_bytes)
     advice: list[dict[str, Any]] = []
     for number, (label, change) in enumerate(tried, 1):
         if any(a["fits"] for a in advice):
             advice.append({"change": label, "fits": None, "problem": NOT_COMPILED})
             continue
         what = f"the step with {label} (change {number} of {len(tried)})"
-        advice.append(_attempt(label, change(config), build, hbm_bytes, what))
+        advice.append(attempt(label, change(config), what))
     if len(tried) > 1 and not any(a["fits"] for a in advice):
         together = config
         for _, change in tried:
             together = change(together)
         label = " ".join(label for label, _ in tried)
         what = f"the step with all {len(tried)} changes together"
-        advice.append(_attempt(label, together, build, hbm_bytes, what))
+        advice.append(attempt(label, together, what))
     return advice
 
 
-def _attempt(
-    label: str,
-    changed: TrainJobConfig,
-    build: Callable[[TrainJobConfig], Any],
-    hbm_bytes: int,
-    what: str,
-) -> dict[str, Any]:
-    """One lever built and compiled: its peak, whether it fits, its seconds; the one that
-    fits was compiled in full, so its step time is estimated too (no second dry run needed
-    to see what the change costs)."""
-    from theseus.core.plan.plan_report import compiled_fields
-    from theseus.core.plan.step_compile import compile_step, memory
+@dataclass(frozen=True)
+class Attempt:
+    """A lever tried: its config's setup made by ``build`` and its step compiled for a chip
+    of ``hbm_bytes``."""
 
-    started = time.perf_counter()
-    try:
-        setup = build(changed)
-        step = compile_step(setup, what)
-    except TheseusError as error:  # e.g. a mesh the new strategy cannot divide
-        seconds = time.perf_counter() - started
-        return {"change": label, "fits": False, "problem": str(error), "seconds": seconds}
-    peak = memory(step.compiled, step.needed).get("peak_bytes")
-    fits = peak is not None and 0 < peak <= hbm_bytes
-    entry: dict[str, Any] = {"change": label, "peak_bytes": peak, "fits": fits}
-    if fits and step.compiled is not None:
-        chip = chip_of_device_kind(setup.layout.device_kind)
-        found = compiled_fields(step.compiled, setup, chip)
-        entry.update(
-            {k: found[k] for k in ("step_seconds_estimate", "predicted_mfu") if k in found}
-        )
-    entry["seconds"] = time.perf_counter() - started
-    return entry
+    build: Callable[[TrainJobConfig], Any]
+    hbm_bytes: int
+
+    def __call__(self, label: str, changed: TrainJobConfig, what: str) -> dict[str, Any]:
+        """One lever built and compiled: its peak, whether it fits, its seconds; the one
+        that fits was compiled in full, so its step time is estimated too (no second dry
+        run needed to see what the change costs)."""
+        from theseus.core.plan.plan_report import compiled_fields
+        from theseus.core.plan.step_compile import compile_step, memory
+
+        started = time.perf_counter()
+        try:
+            setup = self.build(changed)
+            step = compile_step(setup, what)
+        except TheseusError as error:  # e.g. a mesh the new strategy cannot divide
+            seconds = time.perf_counter() - started
+            return {"change": label, "fits": False, "problem": str(error), "seconds": seconds}
+        peak = memory(step.compiled, step.needed).get("peak_bytes")
+        fits = peak is not None and 0 < peak <= self.hbm_bytes
+        entry: dict[str, Any] = {"change": label, "peak_bytes": peak, "fits": fits}
+        if fits and step.compiled is not None:
+            chip = chip_of_device_kind(setup.layout.device_kind)
+            found = compiled_fields(step.compiled, setup, chip)
+            entry.update(
+                {k: found[k] for k in ("step_seconds_estimate", "predicted_mfu") if k in found}
+            )
+        entry["seconds"] = time.perf_counter() - started
+        return entry
