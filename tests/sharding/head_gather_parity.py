@@ -47,8 +47,10 @@ def main() -> None:
     }
     batch = jax.device_put(batch, setup.layout.batch_sharding)
 
+    forward = step.Forward(setup.graphdef, setup.rest)
+
     def loss(p):
-        total, _ = step.summed_loss(setup.graphdef, p, setup.rest, batch, chunks=CHUNKS)
+        total, _ = step.summed_loss(forward, p, batch, chunks=CHUNKS)
         return total
 
     def run():
