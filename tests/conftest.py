@@ -19,32 +19,42 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
 # The files that take longest, longest first: seconds summed over their tests (setup, call,
-# teardown) with --durations=0 on two shared cores, main 9deb803. xdist gives a worker one
-# file at a time in collection order (pyproject's addopts turn off its own reordering, which
+# teardown) with --durations=0 on two cores shared with other work (so about 1.5x CI's),
+# main 900b4f6, less what the tour's GRPO runs and the GRPO plan and rows tests no longer
+# cost. xdist gives a worker one file at a time in collection order (pyproject's addopts turn off its own reordering, which
 # put files with the most tests first and so the one-test README tour last: the run's last
 # 10 minutes had one worker busy). The rest follow in the usual order.
 LONGEST_FIRST = [
-    "tests/core/test_readme_tour.py",  # 718 s
-    "tests/sharding/test_parity.py",  # 288 s
-    "tests/evaluate/test_lm_eval.py",  # 270 s
-    "tests/faults/test_inspect_faults.py",  # 207 s
-    "tests/models/test_models_families.py",  # 202 s
-    "tests/train/test_lora.py",  # 191 s
-    "tests/train/test_grpo.py",  # 186 s
-    "tests/chips/test_compile_matrix.py",  # 184 s
-    "tests/dispatch/test_dispatch_ssh.py",  # 175 s
-    "tests/docs/test_train_on_chips.py",  # 174 s
-    "tests/faults/test_resume_faults.py",  # 172 s
-    "tests/train/test_training.py",  # 167 s
-    "tests/train/test_determinism.py",  # 149 s
-    "tests/sharding/test_family_parity.py",  # 140 s
-    "tests/train/test_dpo.py",  # 138 s
-    "tests/faults/test_config_faults.py",  # 134 s
-    "tests/sharding/test_expert_parallel.py",  # 125 s
-    "tests/models/test_attention_impls.py",  # 125 s
-    "tests/models/test_lora_export.py",  # 123 s
-    "tests/sharding/test_context_parallel.py",  # 112 s
-    "tests/inspect/test_serve_api.py",  # 112 s
+    "tests/core/test_readme_tour.py",  # 845 s
+    "tests/models/test_models_families.py",  # 381 s
+    "tests/faults/test_inspect_faults.py",  # 294 s
+    "tests/evaluate/test_lm_eval.py",  # 283 s
+    "tests/sharding/test_parity.py",  # 244 s
+    "tests/train/test_grpo.py",  # 235 s
+    "tests/train/test_lora.py",  # 226 s
+    "tests/train/test_training.py",  # 208 s
+    "tests/chips/test_compile_matrix.py",  # 181 s
+    "tests/dispatch/test_dispatch_ssh.py",  # 161 s
+    "tests/sharding/test_family_parity.py",  # 144 s
+    "tests/chips/test_grpo_plan.py",  # 140 s
+    "tests/sharding/test_split_resume.py",  # 138 s
+    "tests/docs/test_train_on_chips.py",  # 130 s
+    "tests/train/test_determinism.py",  # 128 s
+    "tests/train/test_dpo.py",  # 123 s
+    "tests/models/test_models_layers.py",  # 121 s
+    "tests/train/test_optimizers.py",  # 118 s
+    "tests/train/test_base_tokenizer.py",  # 117 s
+    "tests/faults/test_resume_faults.py",  # 110 s
+    "tests/models/test_attention_impls.py",  # 93 s
+    "tests/models/test_models_scan.py",  # 89 s
+    "tests/models/test_decode_loop.py",  # 88 s
+    "tests/sharding/test_reshard.py",  # 84 s
+    "tests/models/test_lora_export.py",  # 80 s
+    "tests/sharding/test_expert_parallel.py",  # 80 s
+    "tests/dispatch/test_dispatch_slurm.py",  # 78 s
+    "tests/models/test_models_generate.py",  # 75 s
+    "tests/train/test_sft.py",  # 73 s
+    "tests/faults/test_data_faults.py",  # 71 s
 ]
 
 

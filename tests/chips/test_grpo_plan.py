@@ -4,7 +4,8 @@
   compiled peak), and so do GRPO's rollouts beside the trainer's state; the plan says the
   KV cache a pass of rows holds and a decoding turn's time.
 * Rollouts that cannot fit beside the state (every row of a long batch decoded at once) are
-  refused in one line with exit 2, after the plan that shows why.
+  refused in one line with exit 2, after the rollouts' plan that shows why, and before the
+  step is compiled (the part to change first; compiling would only cost time).
 * A task file without problems is refused in one line before any work, run or dry run.
 """
 
@@ -57,6 +58,7 @@ def test_rollouts_that_cannot_fit_beside_the_state_are_refused_in_one_line(tmp_p
     )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     assert "does NOT fit in" in done.stdout  # the rollouts' lines of the plan
+    assert "compiled in" not in done.stdout and "compiling" not in done.stderr  # not compiled
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "the rollouts need" in errors[0] and "grpo.sample_rows" in errors[0]
     assert "Traceback" not in done.stderr

@@ -12,14 +12,9 @@ numbers a person would look at are asserted:
   evaluation is above that at the first, and the accuracy is above one half;
 * the fine-tuned model answers the README's question as the README shows, from theseus
   (``generate.chat=true``) and from ``transformers`` (the export's chat template);
-* GRPO (docs/grpo.md's example, from the SFT run's step 400) ends at least ``GRPO_RISE``
-  above the same run with its rewards shuffled across completions (the control: the same
-  start, the same samples' lengths, no information in the rewards), and does not lose held-out
-  exact match beyond two standard errors of its start. How far GRPO rises in 100 steps depends
-  on the start, and the start on the machine: the SFT run's floats differ between CPUs (step
-  400 held 0.515 on one two-core machine, 0.275 on another; from 0.26, 0.34 after 100 steps,
-  from 0.515, 0.70, and from 0.275 0.255 while its control fell to 0.05), so the claim that
-  holds on every machine is the one against the control.
+GRPO's learning from the tour's SFT run (docs/grpo.md) is a measurement, not part of the
+tour: two 100-step runs cost about 2 CPU-minutes that CI's budget has no room for, and GRPO's
+rise over its shuffled control is asserted by ``tests/train/test_grpo.py``.
 """
 
 from __future__ import annotations
@@ -39,16 +34,6 @@ from tests.core.test_readme import REPO, readme_commands
 from tests.train.conftest import metrics
 
 EXACT_MATCH = 0.3  # chosen before measuring: 60x chance on 0..198
-# Chosen after one 100-step measurement (0.26 -> 0.34; control 0.26 -> 0.13), before the
-# 300-step run docs/grpo.md reports: 1.5 standard errors of 200 held-out problems at p = 0.3.
-GRPO_RISE = 0.05
-GRPO_PROMPTS = 200  # grpo.eval_prompts below
-GRPO = (
-    "gpt/train/grpo init.checkpoint=sft@400 training.seq_len=32 grpo.generations=8 "
-    "training.global_batch_size=128 training.total_steps=100 schedule.name=constant "
-    f"optimizer.learning_rate=1e-4 grpo.rewards=[addition_exact] grpo.eval_prompts={GRPO_PROMPTS} "
-    "eval.every=100 logging.progress=false"
-)
 BPE_VOCAB = 8192
 
 
@@ -142,19 +127,6 @@ def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     answered = run_line(asking, env, tmp_path)[1].strip().splitlines()
     assert answered[0] == shown_answer(), answered  # "What is 47+38? -> 85", printed once
     assert answered.count(answered[0]) == 1, answered
-
-    held_out = {}
-    for name, extra in [("grpo", ""), ("grpo-control", " grpo.shuffle_rewards=true")]:
-        times[name] = run_line(f"uv run theseus run {GRPO}{extra} --name {name}", env, tmp_path)[0]
-        held_out[name] = [r["eval/accuracy"] for r in metrics(root, name) if "eval/accuracy" in r]
-    print(
-        f"GRPO held-out exact match {held_out} ({times['grpo']:.0f} s, control {times['grpo-control']:.0f} s)"
-    )
-    grpo, control = held_out["grpo"], held_out["grpo-control"]
-    assert grpo[0] == control[0], held_out  # the same start
-    start_error = math.sqrt(grpo[0] * (1 - grpo[0]) / GRPO_PROMPTS)
-    assert control[-1] <= grpo[-1] - GRPO_RISE, held_out
-    assert grpo[-1] >= grpo[0] - 2 * start_error, held_out
 
 
 def check_the_export_comes_back(env: dict, cwd: Path, root: Path) -> None:

@@ -49,7 +49,7 @@ def test_rows_padded_to_their_bucket_give_the_padded_loss_and_gradients():
 
     def loss_and_grads(T: int):
         batch = rollout_rows(prompts, completions, advantages, T, logps)
-        grad = jax.grad(setup.objective, has_aux=True)
+        grad = jax.jit(jax.grad(setup.objective, has_aux=True))
         grads, (total, count, _) = grad(state.params, state.frozen, batch, None)
         return float(total / count), grads
 

@@ -25,7 +25,7 @@ from theseus.core.chips.targets import parse_target
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.errors import TheseusError
 from theseus.core.plan.fit_advice import advise
-from theseus.core.plan.plan_format import format_report, size
+from theseus.core.plan.plan_format import format_report, rollout_lines, size
 from theseus.core.plan.progress import Clock
 from theseus.core.plan.recipe_summary import summary
 from theseus.core.plugins import registries
@@ -89,7 +89,9 @@ def plan(
     recipe: Recipe = PRETRAIN,
 ) -> dict[str, Any]:
     """The plan of ``recipe``'s step (the job's) as a dict; advice added when the step does
-    not fit its chip."""
+    not fit its chip. What the job adds to the step (GRPO's rollouts) is planned first: when
+    it cannot fit, the step is not compiled (``step_compiled`` false) and the plan holds only
+    that part, the one to change first."""
     from theseus.core.plan.plan_report import report
     from theseus.core.train.job_layout import job_layout
     from theseus.core.train.setup import TrainSetup
@@ -108,11 +110,15 @@ def plan(
             return TrainSetup.build(changed, regs, vocab, recipe, layout=layout)
 
         setup = make(config)
-    result = report(setup, source, target or "", clock)
-    result["recipe"] = summary(config)
+    added: dict[str, Any] = {}
     if recipe.plan is not None:
         with clock.part("job", "planning what the job adds to its step"):
-            result.update(recipe.plan(setup))
+            added = dict(recipe.plan(setup))
+    if added.get("rollouts") and not added["rollouts"]["fits"]:
+        return {**added, "step_compiled": False, **clock.fields()}
+    result = report(setup, source, target or "", clock)
+    result["recipe"] = summary(config)
+    result.update(added)
     if result.get("fits") is False and result.get("hbm_bytes"):
         log.info("dry run: the step does not fit; looking for a change that makes it fit")
         with clock.part("fit search"):
@@ -129,7 +135,12 @@ def dry_run(
     recipe: Recipe = PRETRAIN,
 ) -> dict[str, Any]:
     result = plan(config, root, target, recipe)
-    print(json.dumps(result, sort_keys=True) if as_json else format_report(result))
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+    elif result.get("step_compiled", True):
+        print(format_report(result))
+    else:
+        print("\n".join(rollout_lines(result["rollouts"])))
     if result.get("fits") is False:
         raise ShardingError(not_fitting(result))
     rollouts = result.get("rollouts")
