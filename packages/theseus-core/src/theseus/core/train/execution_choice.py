@@ -166,6 +166,7 @@ def plan_execution(
         expert_ways=sizes.get("expert", 1),
         expert_capacity=capacity,
         capacity_rule=capacity_rule,
+        model_capacity=model_capacity if experts else 0.0,
         expert_dispatch=dispatch,
         dispatch_rule=rule,
     )
