@@ -124,6 +124,10 @@ class ExecutionPlan:
     # the model's own capacity factor (``model.capacity_factor``; 0: dropless): what the
     # routings without an all-to-all apply
     model_capacity: float = 0.0
+    # how a dropless mixture multiplies its rows with their experts (tiles, ragged_dot:
+    # ``chips.moe_grouping``) and the rule that chose it
+    moe_grouping: str = "tiles"
+    grouping_rule: str = ""
     # how the all-to-all sends the tokens (one of EXPERT_DISPATCHES) and the rule that chose it
     expert_dispatch: str = "slabs"
     dispatch_rule: str = ""
@@ -185,6 +189,22 @@ class ExecutionPlan:
         )
         return f"all_to_all over expert={self.expert_ways}, {sends}, {room}"
 
+    def capped(self) -> bool:
+        """Whether a capacity sizes the experts' rows (then no grouping applies: each expert
+        multiplies its capacity's rows in one batched matmul)."""
+        split_capacity = self.experts == "all_to_all" and self.expert_capacity > 0
+        return self.model_capacity > 0 or split_capacity
+
+    def grouping_line(self) -> str:
+        """``ragged_dot (auto: ...)``, or the capacity layout when a capacity applies."""
+        if self.capped():
+            return "a batched matmul over each expert's capacity rows (a capacity applies)"
+        return (
+            f"{self.moe_grouping} ({self.grouping_rule})"
+            if self.grouping_rule
+            else self.moe_grouping
+        )
+
     def lines(self) -> list[str]:
         """The plan as ``name: value`` lines for the start-up log and the dry run."""
         kernel = self.attention
@@ -198,6 +218,7 @@ class ExecutionPlan:
             f"attention: {kernel.label()}{blocks}" + (f" ({kernel.why})" if kernel.why else ""),
             f"context: {context}",
             f"experts: {self.expert_line()} ({EXPERT_ROUTES[self.experts]})",
+            *([f"expert matmuls: {self.grouping_line()}"] if self.experts != "none" else []),
             f"remat: {self.remat.level} ({self.remat.reason})",
             f"compute dtype: {self.compute_dtype} ({self.dtype_rule})",
         ]

@@ -15,8 +15,10 @@ many times as it runs:
   (XLA:TPU writes matmuls as convolutions), inside fusions too, and for cuBLAS GEMM calls;
   cuDNN fused attention calls from their shapes (forward ``4 * B * H * T * S * K``, backward
   2.5 times that -- five matmuls for two -- halved when causal, since the kernel skips the
-  masked blocks). Pallas/Mosaic kernels (splash) are opaque: counted as 0 and in
-  ``opaque_kernels``.
+  masked blocks); XLA:TPU's grouped-matmul kernel for ``jax.lax.ragged_dot`` (``ragged-dot-*``
+  Mosaic calls) from its shapes, each row multiplied with one group's matrix (its weight
+  gradient is a matmul masked per expert, counted as written: every expert). Other Pallas and
+  Mosaic kernels (splash) are opaque: counted as 0 and in ``opaque_kernels``.
 * **bytes**: for every instruction of a non-fused computation, the bytes of its operands and
   results (a fusion reads its inputs and writes its outputs once), bookkeeping (tuples,
   bitcasts, parameters, loop and call boundaries) excluded: the HBM traffic of a roofline.
@@ -310,9 +312,33 @@ def _matmul_flops(instruction: Instruction, shapes: dict, stats: HloStats) -> fl
             return _gemm_flops(instruction, shapes)
         if "fmha" in name:
             return _fmha_flops(instruction, name)
+        if name == "tpu_custom_call" and instruction.name.startswith(RAGGED_DOT):
+            return _ragged_dot_flops(instruction, shapes)
         if name in ("tpu_custom_call", "mosaic_gpu", "__gpu$xla.gpu.triton"):
             stats.opaque_kernels += 1
     return 0.0
+
+
+RAGGED_DOT = "ragged-dot"  # XLA:TPU's names of its ragged_dot kernels (and their metadata)
+
+
+def _ragged_dot_flops(instruction: Instruction, shapes: dict) -> float:
+    """``2 M K N`` of a grouped matmul: rows ``[M, K]`` (the 2-D float operand), groups of
+    ``[K, N]`` matrices (the 3-D one), result ``[M, N]``, every row through one group; 0 for
+    the kernel that only reads the group sizes."""
+    floats = [
+        dims
+        for operand in instruction.operands
+        for dtype, dims in shapes.get(operand, [])
+        if dtype in ("bf16", "f32", "f16")
+    ]
+    rows = next((dims for dims in floats if len(dims) == 2), None)
+    groups = any(len(dims) == 3 for dims in floats)
+    if rows is None or not groups or not instruction.result:
+        return 0.0
+    M, K = rows
+    out = instruction.result[0][1]
+    return 2.0 * math.prod(out) * K if out and out[0] == M else 0.0
 
 
 def _operand_shape(instruction: Instruction, index: int, shapes: dict) -> tuple[int, ...]:

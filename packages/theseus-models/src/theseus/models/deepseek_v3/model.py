@@ -22,12 +22,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.chips.moe_grouping import CHOICES
 from theseus.models.deepseek_v3.config import DeepseekV3Config
 from theseus.models.errors import ModelError
 from theseus.models.layers import Block, RMSNorm, RoPE, SwiGLU
 from theseus.models.layers.block import LayerIndex
 from theseus.models.layers.mla import MultiHeadLatentAttention
-from theseus.models.layers.moe import GROUPINGS, SigmoidMoE
+from theseus.models.layers.moe import SigmoidMoE
 from theseus.models.layers.moe_decoder import ExpertsDecoder, MoEBlock, reported, router_health
 from theseus.models.layers.rope import YarnScaling
 
@@ -58,8 +59,8 @@ class DeepseekV3(ExpertsDecoder):
         c = self.config
         if c.rope_scaling not in ("none", "yarn"):
             raise ModelError(f"rope_scaling={c.rope_scaling!r}: use 'none' or 'yarn'")
-        if c.moe_grouping not in GROUPINGS:
-            raise ModelError(f"moe_grouping={c.moe_grouping!r}: use one of {', '.join(GROUPINGS)}")
+        if c.moe_grouping not in CHOICES:
+            raise ModelError(f"moe_grouping={c.moe_grouping!r}: use one of {', '.join(CHOICES)}")
         if c.qk_rope_dim % 2:
             raise ModelError(f"qk_rope_dim={c.qk_rope_dim}: RoPE rotates pairs, use an even width")
 

@@ -17,7 +17,6 @@ import jax.numpy as jnp
 
 MAX_TILE = 512  # rows per tile in the dropless layout, at most
 PAD_SHARE = 8  # the tiles' padding adds at most 1 / PAD_SHARE of the routed rows
-GROUPINGS = ("tiles", "ragged_dot")  # how the dropless layout multiplies with its experts
 
 Matmul = Callable[[jax.Array, jax.Array], jax.Array]  # (rows, w_ExIxO) -> rows x O
 
