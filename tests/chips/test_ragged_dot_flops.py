@@ -1,6 +1,7 @@
-"""``hlo_stats`` counts XLA:TPU's grouped-matmul kernel for ``jax.lax.ragged_dot`` (a Mosaic
-call the compiler cannot see into) at its routed FLOPs, so the estimate prices the
-``ragged_dot`` grouping by its work, not as an opaque call."""
+"""``hlo_stats`` counts grouped-matmul Mosaic kernels (calls the compiler cannot see into) at
+their routed FLOPs: XLA:TPU's for ``jax.lax.ragged_dot`` and megablox's ``gmm``/``tgmm``
+(MaxText's), so the estimate prices the ``ragged_dot`` grouping and MaxText's experts by their
+work, not as opaque calls."""
 
 from __future__ import annotations
 
@@ -33,6 +34,23 @@ def test_a_ragged_dot_kernel_counts_each_row_through_one_group():
     # any other Mosaic call stays opaque
     other = analyze(KERNEL.replace("ragged-dot-none", "splash_mha_fwd"))
     assert other.flops == 0 and other.opaque_kernels == 1
+
+
+def test_megablox_kernels_count_their_routed_flops_too():
+    """MaxText's dropless experts: ``gmm`` as the ragged-dot kernel, and ``tgmm``, the weight
+    gradient, from rows [M, D] and [M, F] into one [D, F] per group: 2 M D F, not E times."""
+    gmm = KERNEL.replace("ragged-dot-none", "gmm.3")
+    assert analyze(gmm).flops == 2 * M * D * F
+    tgmm = f"""HloModule m, is_scheduled=true
+
+ENTRY %main (x: bf16[{M},{D}], dy: bf16[{M},{F}], g: s32[{E + 1}]) -> bf16[{E},{D},{F}] {{
+  %x = bf16[{M},{D}]{{1,0}} parameter(0)
+  %dy = bf16[{M},{F}]{{1,0}} parameter(1)
+  %g = s32[{E + 1}]{{0}} parameter(2)
+  ROOT %tgmm.1 = bf16[{E},{D},{F}]{{2,1,0}} custom-call(%g, %x, %dy), custom_call_target="tpu_custom_call"
+}}
+"""
+    assert analyze(tgmm).flops == 2 * M * D * F and analyze(tgmm).opaque_kernels == 0
 
 
 def test_a_compiled_ragged_dot_forward_and_backward_count_what_the_chip_computes():

@@ -36,7 +36,13 @@ def test_the_table_is_read_from_the_one_file_and_holds_the_v5e_measurement():
          "auto: the faster measured on TPU v5 lite at d_model 1024, 8 experts of 1024, top-2, "
          "T=2048 x 8 rows: ragged_dot 53,183, tiles 47,333 tokens/s"),
         # a TPU never measured takes the measured TPU's rows, and says so
-        ("tpu", "TPU v5", QWEN3_30B, "ragged_dot", "measured on TPU v5 lite, taken for TPU v5"),
+        ("tpu", "TPU v5", MIXTRAL_SMALL, "ragged_dot", "measured on TPU v5 lite, taken for TPU v5"),
+        # 128 experts: no row within reach (ragged_dot's weight gradient grows with the experts)
+        ("tpu", "TPU v5", QWEN3_30B, "tiles",
+         "auto: tiles, no grouping measured on TPU v5 lite, taken for TPU v5 near 128 experts "
+         "(measured at 8)"),
+        ("tpu", "TPU v5 lite", ExpertShape(4096, 14336, 16, 2), "ragged_dot", "measured on TPU v5 lite at"),
+        ("tpu", "TPU v5 lite", ExpertShape(4096, 14336, 32, 2), "tiles", "near 32 experts"),
         # nothing measured off TPU: today's tiles (ragged_dot there computes every expert)
         ("cpu", "cpu", MIXTRAL_SMALL, "tiles", "auto on cpu: no grouping measured there"),
         ("gpu", "NVIDIA H100 80GB HBM3", MIXTRAL_SMALL, "tiles", "auto on gpu: no grouping"),
