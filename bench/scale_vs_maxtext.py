@@ -17,7 +17,11 @@ CPU machine:
 Both are read the same way: memory per chip from the compiler's memory stats (arguments +
 outputs - aliased + temporaries + code: ``step_compile.memory``), collective bytes per chip
 per step by kind from the optimized HLO with scanned loops counted by their trip counts
-(``hlo_stats.analyze``), and the roofline step estimate (``step_estimate``) for both.
+(``hlo_stats.analyze``: result sizes), the same collectives priced as what they send over
+the links (``link_bytes``: a ring all-reduce twice (n - 1) / n of its size, an all-gather,
+a reduce-scatter or an all-to-all (n - 1) / n, a permute as sent), and the roofline step
+estimate (``step_estimate``) for both. Each side states its work (``scale_work``: strategy,
+dropless or not, remat, rows per chip) and each row whether the two sides do the same.
 
 Writes ``bench/results/scale_vs_maxtext.json`` after every side of every row (a long run
 keeps what finished; other rows are kept, this run's replace theirs) and the table in
@@ -45,6 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale_work import compared, maxtext_work, theseus_work  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "scale_vs_maxtext.json"
@@ -95,6 +102,11 @@ class Row:
 ROWS = [
     Row("Qwen3-30B-A3B", "v5p-64", "qwen3_moe", "30b-a3b", 151936, 4096, 2, "full",
         QWEN3_30B, QWEN3_MOE),
+    Row("Qwen3-30B-A3B (fsdp, dropless)", "v5p-64", "qwen3_moe", "30b-a3b", 151936, 4096, 2,
+        "full", QWEN3_30B, QWEN3_MOE,
+        "the same work on both sides: fsdp over all 32 chips, dropless (theseus "
+        "sharding.expert=1; MaxText's defaults)",
+        ("sharding.expert=1",)),
     Row("Qwen3-30B-A3B (expert 8)", "v5p-64", "qwen3_moe", "30b-a3b", 151936, 4096, 2, "full",
         QWEN3_30B, f"{QWEN3_MOE} ici_expert_parallelism=8",
         "experts over an expert axis of 8 (fsdp 4 x expert 8) on both sides",
@@ -152,7 +164,16 @@ def program_fields(text: str, target: str) -> dict[str, Any]:
         "collective_seconds_hidden": estimate.hidden_seconds,
         "opaque_kernels": stats.opaque_kernels,
         "hlo_dynamic_loops": stats.dynamic_loops,
+        **link_fields(text),
     }
+
+
+def link_fields(text: str) -> dict[str, Any]:
+    """The collectives as link traffic (``core/plan/link_bytes.py``), by kind and in all."""
+    from theseus.core.plan.link_bytes import link_bytes
+
+    sent = {k: int(v) for k, v in link_bytes(text).items()}
+    return {"link_bytes": int(sum(sent.values())), "link_bytes_by_kind": sent}
 
 
 _STATS = re.compile(r"Memory analysis: CompiledMemoryStats\(([^)]*)\)")
@@ -223,6 +244,7 @@ def maxtext_side(row: Row, fresh: bool) -> dict[str, Any]:
         **memory_from_log(text),
         **program_fields(module.read_text(), row.target),
     }
+    result["work"] = maxtext_work(chip_count(row.target), row.extra, row.remat, row.per_chip)
     params = re.findall(r"number parameters: ([\d.]+) billion", text)
     if params:
         result["parameters_billion"] = float(params[-1])
@@ -288,12 +310,14 @@ def theseus_side(row: Row) -> dict[str, Any]:
         "step_seconds_estimate", "collective_seconds_estimate", "collective_seconds_hidden",
         "collective_seconds_exposed", "predicted_mfu", "parameters",
         "strategy", "mesh", "attention", "per_device_batch", "compile_seconds", "fits",
-        "estimate_method", "hlo_dynamic_loops", "error",
+        "estimate_method", "hlo_dynamic_loops", "error", "remat", "execution",
     )  # fmt: skip
     result = {k: plan[k] for k in keys if k in plan}
+    result["work"] = theseus_work(plan)
     try:
         module = optimized_module(dump, "jit_")  # theseus's step: jit_traced
         result["hlo"] = str(module.relative_to(WORK))
+        result.update(link_fields(module.read_text()))
     except FileNotFoundError:
         pass
     result["wall_seconds"] = wall
@@ -331,10 +355,16 @@ def entry(row: Row, old: dict[str, Any] | None) -> dict[str, Any]:
     return base
 
 
+def chip_count(target: str) -> int:
+    from theseus.core.chips.targets import parse_target
+
+    return parse_target(target).devices
+
+
 def ratios(r: dict[str, Any]) -> dict[str, float]:
     t, m = r.get("theseus") or {}, r.get("maxtext") or {}
     out = {}
-    for name in ("peak_bytes", "collective_bytes_total"):
+    for name in ("peak_bytes", "collective_bytes_total", "link_bytes", "step_seconds_estimate"):
         if t.get(name) and m.get(name):
             out[name] = t[name] / m[name]
     return out
@@ -347,6 +377,8 @@ def save(rows: dict[str, dict[str, Any]]) -> None:
     ordered = [rows[k] for k in order if k in rows] + [v for k, v in rows.items() if k not in order]
     for r in ordered:
         r["theseus_over_maxtext"] = ratios(r)
+        sides = ((r.get(side) or {}).get("work") for side in ("theseus", "maxtext"))
+        r.update(compared(*sides))
     OUT.write_text(json.dumps({"jax": jax.__version__, "rows": ordered}, indent=2) + "\n")
     write_doc(ordered)
 
@@ -368,12 +400,32 @@ def side_cells(s: dict[str, Any] | None) -> list[str]:
         return [f"error: {s['error'][:60]}", "", "", ""]
     split = f"{gib(s.get('argument_bytes'))} + {gib(s.get('temp_bytes'))}"
     step = s.get("step_seconds_estimate")
+    links = f", links {gib(s.get('link_bytes'))}" if "link_bytes" in s else ", links not read"
     return [
         f"{gib(s.get('peak_bytes'))} ({split})",
-        f"{comms(s.get('collective_bytes'))} (all {gib(s.get('collective_bytes_total'))})",
+        f"{comms(s.get('collective_bytes'))} (all {gib(s.get('collective_bytes_total'))}{links})",
         f"{step:.3g} s" if step else "n/a",
         f"{s['compile_seconds']:.0f} s" if "compile_seconds" in s else "",
     ]
+
+
+RATIO_NAMES = {
+    "peak_bytes": "memory",
+    "collective_bytes_total": "collectives",
+    "link_bytes": "link bytes",
+    "step_seconds_estimate": "est. step",
+}
+
+
+def differences(r: dict[str, Any]) -> str:
+    """What differs between the sides' work (``theseus / MaxText`` for each key)."""
+    work = r.get("work") or {}
+    parts = [
+        f"{key} {value['theseus']} / {value['maxtext']}"
+        for key, value in work.items()
+        if isinstance(value, dict)
+    ]
+    return "; ".join(parts) or "not stated"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -383,10 +435,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     ]
     for r in rows:
         what = f"{r['model']}, {r['target']}, {r['seq']}, {r['per_chip_batch']}, {r['remat']}"
+        what += "; same work" if r.get("same_work") else f"; other work: {differences(r)}"
         ratio = r.get("theseus_over_maxtext", {})
-        said = ", ".join(
-            f"{'memory' if k == 'peak_bytes' else 'collectives'} {v:.2f}x" for k, v in ratio.items()
-        )
+        said = ", ".join(f"{RATIO_NAMES[k]} {v:.2f}x" for k, v in ratio.items())
         for side in ("maxtext", "theseus_before", "theseus"):
             if side == "theseus_before" and side not in r:
                 continue  # a row planned once: no earlier plan kept beside it
@@ -412,6 +463,14 @@ def write_doc(rows: list[dict[str, Any]]) -> None:
     else:
         text += "\n" + block + "\n"
     DOC.write_text(text)
+
+
+def commit() -> str:
+    """The checkout's commit (what a side was compiled at)."""
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    return done.stdout.strip()
 
 
 def main() -> int:
@@ -446,6 +505,7 @@ def main() -> int:
                 result = maxtext_side(row, args.fresh) if side == "maxtext" else theseus_side(row)
             except (OSError, ValueError) as error:
                 result = {"error": f"{type(error).__name__}: {error}"}
+            result["commit"] = commit()
             current = entry(row, rows.get(row.key))
             current[side] = result
             rows[row.key] = current

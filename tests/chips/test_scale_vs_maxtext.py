@@ -51,7 +51,11 @@ def test_only_picks_rows_by_regex() -> None:
     def chosen(pattern: str) -> list[str]:
         return [r.key for r in bench.ROWS if re.search(pattern, r.key, re.IGNORECASE)]
 
-    assert chosen("qwen3") == ["Qwen3-30B-A3B v5p-64", "Qwen3-30B-A3B (expert 8) v5p-64"]
+    assert chosen("qwen3") == [
+        "Qwen3-30B-A3B v5p-64",
+        "Qwen3-30B-A3B (fsdp, dropless) v5p-64",
+        "Qwen3-30B-A3B (expert 8) v5p-64",
+    ]
     assert chosen("8B v5p-8$") == ["Llama 3.1 8B v5p-8"]
     assert len(chosen("8b")) == 2
 
@@ -89,3 +93,41 @@ def test_a_ragged_all_to_all_counts_what_balanced_routing_sends() -> None:
     assert counted == {"ragged-all-to-all": 64 * 2 * 1024 * 2}
     plain = analyze(RAGGED.replace("ragged-all-to-all(", "all-to-all(")).collective_bytes
     assert "ragged-all-to-all" not in plain
+
+
+def test_each_side_states_its_work_and_a_row_whether_it_is_the_same() -> None:
+    """The published Qwen3 row: theseus's default mesh puts the experts on 32 chips, MaxText
+    runs fsdp over them; the same-work row runs fsdp 32 on both, dropless on both."""
+    work = load("scale_work")
+    plan = {
+        "mesh": "data=1 x fsdp=1 x expert=32 x context=1 x tensor=1",
+        "remat": "full",
+        "per_device_batch": 2,
+        "execution": [
+            "attention: splash",
+            "experts: all_to_all over expert=32, ragged_all_to_all of exactly the assignments "
+            "(auto on tpu, the model being dropless), dropless (sharding.expert_capacity=0, "
+            "the model being dropless) (experts split over the expert axis, ...)",
+        ],
+    }
+    ours = work.theseus_work(plan)
+    assert ours == {"strategy": "expert 32", "dropless": True, "remat": "full", "batch": 2}
+    theirs = work.maxtext_work(32, "decoder_block=qwen3_moe num_experts=128", "full", 2)
+    assert theirs == {"strategy": "fsdp 32", "dropless": True, "remat": "full", "batch": 2}
+    row = work.compared(ours, theirs)
+    assert row["same_work"] is False
+    assert row["work"]["strategy"] == {"theseus": "expert 32", "maxtext": "fsdp 32"}
+    assert row["work"]["dropless"] is True
+    # fsdp over all 32 chips on both: the same work
+    fsdp = work.theseus_work({**plan, "mesh": "data=1 x fsdp=32 x expert=1 x tensor=1"})
+    assert work.compared(fsdp, theirs) == {"work": theirs, "same_work": True}
+    # a capacity drops tokens; MaxText's expert axis and capacity are read from its settings
+    capped = [line.replace("dropless (", "capacity factor 1.25 per expert (") + "; what "
+              "overflows is dropped" for line in plan["execution"]]  # fmt: skip
+    assert work.theseus_work({**plan, "execution": capped})["dropless"] is False
+    eight = work.maxtext_work(32, "num_experts=128 ici_expert_parallelism=8", "full", 2)
+    assert eight["strategy"] == "fsdp 4 x expert 8" and eight["dropless"] is True
+    assert (
+        work.maxtext_work(32, "num_experts=8 capacity_factor=1.25", "full", 2)["dropless"] is False
+    )
+    assert work.maxtext_work(4, "rope_max_timescale=500000", "full", 2)["dropless"] is None

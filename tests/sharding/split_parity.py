@@ -381,8 +381,8 @@ def setup_for(model: str, sizes: dict[str, int], method: str, devices: list):
         "schedule.name=constant",
         f"sharding.strategy={strategy}",
         f"sharding.context_attention={method}",
-        # the dropless dispatch (the default sizes it by a capacity, which may drop): the
-        # split run must follow the unsplit one exactly
+        # the dropless dispatch (the default, set here so that the split run follows the
+        # unsplit one exactly whatever the default becomes)
         "sharding.expert_capacity=0",
         *(
             f"sharding.{axis}={sizes.get(axis, 1)}"

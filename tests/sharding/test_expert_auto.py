@@ -65,12 +65,20 @@ SLABS, RAGGED = "all_to_all of fixed slabs", "ragged_all_to_all of exactly the a
 @pytest.mark.parametrize(
     "model_capacity, sharding, sizes, platform, dispatch, line",
     [
-        # split experts, a dropless model on TPU: ragged, its room by sharding.expert_capacity
+        # split experts, a dropless model, the defaults: dropless, on TPU by the ragged
+        # exchange, elsewhere by slabs
         (0.0, {}, {"fsdp": 2, "expert": 4}, "tpu", "ragged",
+         f"expert=4, {RAGGED} (auto on tpu, the model being dropless), dropless "
+         "(sharding.expert_capacity=0, the model being dropless)"),
+        (0.0, {}, {"fsdp": 2, "expert": 4}, "cpu", "slabs",
+         f"expert=4, {SLABS} (auto on cpu: ragged is measured on TPU), dropless "
+         "(sharding.expert_capacity=0"),
+        # a capacity asked for: ragged on TPU, its room by sharding.expert_capacity
+        (0.0, {"expert_capacity": 1.25}, {"fsdp": 2, "expert": 4}, "tpu", "ragged",
          f"expert=4, {RAGGED} (auto on tpu, the model being dropless), each expert taking "
          "at most 1.25x its balanced share of what arrives (sharding.expert_capacity=1.25"),
         # off TPU the same plan sends slabs sized by the capacity
-        (0.0, {}, {"fsdp": 2, "expert": 4}, "cpu", "slabs",
+        (0.0, {"expert_capacity": 1.25}, {"fsdp": 2, "expert": 4}, "cpu", "slabs",
          f"expert=4, {SLABS} (auto on cpu: ragged is measured on TPU), capacity factor 1.25"),
         # the model's own capacity wins, and only the slabs apply it
         (2.0, {}, {"expert": 4}, "tpu", "slabs", "capacity factor 2 per expert (model."),
@@ -81,7 +89,12 @@ SLABS, RAGGED = "all_to_all of fixed slabs", "ragged_all_to_all of exactly the a
         (0.0, {"expert_dispatch": "ragged"}, {"expert": 4}, "cpu", "ragged_gathered",
          "from an all-gather (no ragged-all-to-all here) (sharding.expert_dispatch=ragged on cpu)"),
         # experts not split: no dispatch, no capacity (the dropless layer stays dropless)
-        (0.0, {}, {"fsdp": 8}, "tpu", "slabs", "experts: per_device ("),
+        (0.0, {}, {"fsdp": 8}, "tpu", "slabs", "experts: per_device, dropless (model."),
+        (0.0, {"expert_capacity": 1.25}, {}, "cpu", "slabs", "experts: global, dropless ("),
+        # ... and a model with its own capacity drops, said so
+        (1.5, {}, {"fsdp": 8}, "tpu", "slabs",
+         "experts: per_device, capacity factor 1.5 per expert (model.capacity_factor=1.5; "
+         "what overflows is dropped"),
     ],
 )  # fmt: skip
 def test_the_plan_states_the_expert_axis_and_the_dispatch(
@@ -94,8 +107,10 @@ def test_the_plan_states_the_expert_axis_and_the_dispatch(
     assert line in text, text
     assert execution.expert_dispatch == dispatch
     split = sizes.get("expert", 1) > 1
-    expected = (model_capacity or sharding.get("expert_capacity", 1.25)) if split else 0.0
+    expected = (model_capacity or sharding.get("expert_capacity", 0.0)) if split else 0.0
     assert execution.expert_capacity == expected
+    assert execution.model_capacity == model_capacity
+    assert ("dropped" in text) == (expected > 0 or model_capacity > 0)
 
 
 def test_a_ragged_dispatch_refuses_a_model_that_caps_each_expert():

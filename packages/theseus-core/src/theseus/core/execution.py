@@ -11,8 +11,9 @@ the ambient mesh or the backend what to run, and no model is changed after it is
   all-gather, or not split);
 * ``experts``: how a mixture routes its tokens (all-to-all over ``expert``, on each device,
   or over the whole batch), and for the all-to-all the capacity factor its dispatch is sized
-  by (``expert_capacity``; 0: dropless) and how it sends them (``expert_dispatch``: fixed
-  slabs, or ragged: exactly the assignments);
+  by (``expert_capacity``; 0, the default: dropless) and how it sends them
+  (``expert_dispatch``: fixed slabs, or ragged: exactly the assignments); elsewhere the
+  model's own capacity factor (``model_capacity``; 0: dropless);
 * ``remat``: what the backward pass recomputes, and why (each block runs through
   ``theseus.core.sharding.remat.checkpointed`` at its level);
 * ``compute_dtype``: the dtype the model computes in, and the rule that chose it;
@@ -44,6 +45,9 @@ EXPERT_ROUTES = {
 #: the platforms whose ``auto`` compute dtype is bfloat16 (JAX's names for NVIDIA/AMD GPUs
 #: and TPUs); float32 elsewhere
 HALF_PRECISION_PLATFORMS = ("gpu", "cuda", "rocm", "tpu")
+
+#: what the plan's ``experts`` line says of a capacity
+DROPPED = "what overflows is dropped, the fraction logged as model/stat/moe_drop_fraction"
 
 EXPERT_DISPATCHES = {
     "slabs": "all_to_all of fixed slabs",
@@ -117,6 +121,13 @@ class ExecutionPlan:
     # the capacity factor of the all-to-all dispatch (0: dropless) and where it came from
     expert_capacity: float = 0.0
     capacity_rule: str = ""
+    # the model's own capacity factor (``model.capacity_factor``; 0: dropless): what the
+    # routings without an all-to-all apply
+    model_capacity: float = 0.0
+    # how a dropless mixture multiplies its rows with their experts (tiles, ragged_dot:
+    # ``chips.moe_grouping``) and the rule that chose it
+    moe_grouping: str = "tiles"
+    grouping_rule: str = ""
     # how the all-to-all sends the tokens (one of EXPERT_DISPATCHES) and the rule that chose it
     expert_dispatch: str = "slabs"
     dispatch_rule: str = ""
@@ -151,9 +162,19 @@ class ExecutionPlan:
         )
 
     def expert_line(self) -> str:
-        """``all_to_all over expert=32, capacity factor 1.25 (...)`` or the routing alone."""
-        if self.experts != "all_to_all":
+        """The routing and whether tokens are dropped: ``all_to_all over expert=32, ...,
+        dropless (...)``, ``per_device, dropless``, ``global, capacity factor 1.25 per expert
+        (...)``; ``none`` for a dense model."""
+        if self.experts == "none":
             return self.experts
+        if self.experts != "all_to_all":
+            own = f"{self.model_capacity:g}"
+            if self.model_capacity <= 0:
+                return f"{self.experts}, dropless (model.capacity_factor=0)"
+            return (
+                f"{self.experts}, capacity factor {own} per expert (model.capacity_factor="
+                f"{own}; {DROPPED})"
+            )
         sends = f"{EXPERT_DISPATCHES[self.expert_dispatch]} ({self.dispatch_rule})"
         factor = f"{self.expert_capacity:g}"
         bound = (
@@ -162,12 +183,27 @@ class ExecutionPlan:
             else f"capacity factor {factor} per expert"
         )
         room = (
-            f"{bound} ({self.capacity_rule}; what overflows is dropped, the fraction logged "
-            "as model/stat/moe_drop_fraction)"
+            f"{bound} ({self.capacity_rule}; {DROPPED})"
             if self.expert_capacity > 0
             else f"dropless ({self.capacity_rule})"
         )
         return f"all_to_all over expert={self.expert_ways}, {sends}, {room}"
+
+    def capped(self) -> bool:
+        """Whether a capacity sizes the experts' rows (then no grouping applies: each expert
+        multiplies its capacity's rows in one batched matmul)."""
+        split_capacity = self.experts == "all_to_all" and self.expert_capacity > 0
+        return self.model_capacity > 0 or split_capacity
+
+    def grouping_line(self) -> str:
+        """``ragged_dot (auto: ...)``, or the capacity layout when a capacity applies."""
+        if self.capped():
+            return "a batched matmul over each expert's capacity rows (a capacity applies)"
+        return (
+            f"{self.moe_grouping} ({self.grouping_rule})"
+            if self.grouping_rule
+            else self.moe_grouping
+        )
 
     def lines(self) -> list[str]:
         """The plan as ``name: value`` lines for the start-up log and the dry run."""
@@ -182,6 +218,7 @@ class ExecutionPlan:
             f"attention: {kernel.label()}{blocks}" + (f" ({kernel.why})" if kernel.why else ""),
             f"context: {context}",
             f"experts: {self.expert_line()} ({EXPERT_ROUTES[self.experts]})",
+            *([f"expert matmuls: {self.grouping_line()}"] if self.experts != "none" else []),
             f"remat: {self.remat.level} ({self.remat.reason})",
             f"compute dtype: {self.compute_dtype} ({self.dtype_rule})",
         ]

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from theseus.core.chips.moe_grouping import CHOICES
 from theseus.core.components import option
-
-GROUPINGS = ("tiles", "ragged_dot")  # how the dropless layout multiplies with its experts
 
 
 @dataclass(unsafe_hash=True)
@@ -25,11 +24,13 @@ class ExpertFields:
         0.0, "expert capacity = factor * tokens * k / experts; 0 = dropless", ge=0
     )
     moe_grouping: str = option(
-        "tiles",
-        "dropless expert matmuls: tiles (batched over per-expert tiles, routed FLOPs on every "
-        "backend) | ragged_dot (jax.lax.ragged_dot: grouped on TPU, every expert elsewhere)",
+        "auto",
+        "dropless expert matmuls: auto (the faster one measured on the chip for the nearest "
+        "shape: chips/measured.json; tiles where none is measured) | tiles (batched over "
+        "per-expert tiles, routed FLOPs on every backend) | ragged_dot (jax.lax.ragged_dot: "
+        "grouped on TPU, every expert elsewhere)",
         resume_safe=True,
-        choices=GROUPINGS,
+        choices=CHOICES,
     )
 
 

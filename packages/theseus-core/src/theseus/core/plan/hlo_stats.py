@@ -15,8 +15,11 @@ many times as it runs:
   (XLA:TPU writes matmuls as convolutions), inside fusions too, and for cuBLAS GEMM calls;
   cuDNN fused attention calls from their shapes (forward ``4 * B * H * T * S * K``, backward
   2.5 times that -- five matmuls for two -- halved when causal, since the kernel skips the
-  masked blocks). Pallas/Mosaic kernels (splash) are opaque: counted as 0 and in
-  ``opaque_kernels``.
+  masked blocks); grouped-matmul Mosaic kernels from their shapes, each row multiplied with
+  one group's matrix: XLA:TPU's for ``jax.lax.ragged_dot`` (``ragged-dot-*``; its weight
+  gradient is a matmul masked per expert, counted as written: every expert) and megablox's
+  ``gmm``/``tgmm`` (MaxText's dropless experts, weight gradient included). Other Pallas and
+  Mosaic kernels (splash) are opaque: counted as 0 and in ``opaque_kernels``.
 * **bytes**: for every instruction of a non-fused computation, the bytes of its operands and
   results (a fusion reads its inputs and writes its outputs once), bookkeeping (tuples,
   bitcasts, parameters, loop and call boundaries) excluded: the HBM traffic of a roofline.
@@ -310,8 +313,35 @@ def _matmul_flops(instruction: Instruction, shapes: dict, stats: HloStats) -> fl
             return _gemm_flops(instruction, shapes)
         if "fmha" in name:
             return _fmha_flops(instruction, name)
+        if name == "tpu_custom_call" and GROUPED.match(instruction.name):
+            return _grouped_flops(instruction, shapes)
         if name in ("tpu_custom_call", "mosaic_gpu", "__gpu$xla.gpu.triton"):
             stats.opaque_kernels += 1
+    return 0.0
+
+
+# grouped-matmul Mosaic kernels: XLA:TPU's for ragged_dot (and the one reading its group
+# sizes), megablox's gmm and its transposed tgmm (MaxText's dropless experts)
+GROUPED = re.compile(r"^(ragged-dot|t?gmm)\b")
+
+
+def _grouped_flops(instruction: Instruction, shapes: dict) -> float:
+    """``2 M K N`` of a grouped matmul, every one of M rows through one group: rows ``[M, K]``
+    times groups of ``[K, N]`` into ``[M, N]`` (``ragged-dot``, ``gmm``), or rows ``[M, K]``
+    and ``[M, N]`` into one ``[K, N]`` per group (``tgmm``: a weight gradient); 0 for a
+    kernel of no float operands (the group sizes' metadata)."""
+    floats = [
+        dims
+        for operand in instruction.operands
+        for dtype, dims in shapes.get(operand, [])
+        if dtype in ("bf16", "f32", "f16")
+    ]
+    rows = [dims for dims in floats if len(dims) == 2]
+    out = instruction.result[0][1] if instruction.result else ()
+    if len(out) == 2 and rows and rows[0][0] == out[0] and any(len(d) == 3 for d in floats):
+        return 2.0 * math.prod(out) * rows[0][1]
+    if len(out) == 3 and len(rows) == 2 and rows[0][0] == rows[1][0]:
+        return 2.0 * rows[0][0] * out[1] * out[2]
     return 0.0
 
 
@@ -440,7 +470,8 @@ SLICING = ("dynamic-slice", "slice", "gather")
 def _bytes_moved(instruction: Instruction, shapes: dict, by_name: dict) -> int:
     """HBM bytes an instruction reads and writes: its operands and results, except what it
     only slices (a scanned layer reads its own slice of the stacked weights, not all of
-    them) and the buffer a dynamic-update-slice writes in place (only the update moves)."""
+    them) and the buffer a dynamic-update-slice writes in place (only the update moves; a
+    slice of it read beside, as a scatter-add's loop reads what it adds to, moves too)."""
     if instruction.opcode in SLICING:
         return 2 * instruction.result_bytes
     if instruction.opcode == "dynamic-update-slice":
@@ -458,14 +489,19 @@ def _bytes_moved(instruction: Instruction, shapes: dict, by_name: dict) -> int:
             index = integer(inner.arguments) if inner.opcode == "parameter" else None
             uses = users.get(inner.name, [])
             if index is not None and index < len(read) and uses:
-                sliced = _sliced_bytes(inner.name, users, by_name)
+                # a buffer updated in place, and read only where it is sliced (a slice read,
+                # changed and written back: a scatter-add's loop) moves only those slices
+                others = [
+                    use
+                    for use in uses
+                    if not (use.opcode == "dynamic-update-slice" and use.operands[0] == inner.name)
+                ]
+                if not others:
+                    read[index] = 0
+                    continue
+                sliced = _sliced_bytes(inner.name, {**users, inner.name: others}, by_name)
                 if sliced is not None:
                     read[index] = sliced
-                elif all(
-                    use.opcode == "dynamic-update-slice" and use.operands[0] == inner.name
-                    for use in uses
-                ):
-                    read[index] = 0  # the buffer updated in place
         # a dynamic-update-slice of a buffer passed in writes only its update, in place
         # (beside any other outputs of the fusion: a matmul whose output is stacked)
         parameters = {i.name for i in fused.instructions if i.opcode == "parameter"}

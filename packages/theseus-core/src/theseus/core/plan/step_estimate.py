@@ -4,7 +4,10 @@ One method on every chip, TPU and GPU alike: a **roofline** over the compiled HL
 instruction takes ``max(FLOPs / peak bf16 FLOP/s, bytes / HBM bandwidth)`` (the chip's
 published peaks, ``chips.specs``; float32 matmuls at the chip's TF32 rate where it has one),
 loops times their trip counts; each splash attention call (opaque to XLA) at the rate
-measured for it (``chips.kernel_rates``); plus the part of the collectives' time (bytes over
+measured for it (``chips.kernel_rates``); ``ragged_dot``'s grouped-matmul kernel by its
+FLOPs counted from its shapes (``hlo_stats``: each row through one group), at the peak like
+XLA's own matmuls (no rate of the kernel alone is measured; the step that runs it is, in
+``measured.json``'s ``moe_grouping`` table); plus the part of the collectives' time (bytes over
 the chip's ICI or NVLink bandwidth; an all-reduce moves its bytes twice, reduce-scatter then
 all-gather) that the compiled schedule does not hide behind compute (``overlap``: a
 collective started before some compute and waited for after it is hidden by that compute's

@@ -7,8 +7,11 @@ need not start at 0 nor step by 1: the loops XLA:TPU writes for a matmul with it
 or reduce-scatter in pieces (``windowed_dot_general``) step by 2, one piece from each
 neighbour per trip. So the trips are ``ceil((N - start) / step)``, with the start read from
 the tuple the loop is given (a constant, through copies) and the step from the body's result
-(``counter + constant``); 0 and 1 where they cannot be read. None: no bound found (a loop
-whose bounds are computed at run time).
+(``counter + constant``); 0 and 1 where they cannot be read. The counter may be copied or
+converted before it is compared or added to (``add(copy(get-tuple-element(p, k)), 2)``, as
+XLA:TPU writes some windowed matmuls), and the sum copied before it is returned: each is
+followed back through those. None: no bound found (a loop whose bounds are computed at run
+time).
 """
 
 from __future__ import annotations
@@ -52,9 +55,9 @@ def _bound(condition: Computation) -> tuple[int, int | None] | None:
             continue
         left, right = (_constant(name, own) for name in i.operands)
         if "direction=LT" in i.attributes and right is not None:
-            return right, _tuple_index(own.get(i.operands[0]))
+            return right, _tuple_index(_origin(i.operands[0], own))
         if "direction=GT" in i.attributes and left is not None:
-            return left, _tuple_index(own.get(i.operands[1]))
+            return left, _tuple_index(_origin(i.operands[1], own))
     return None
 
 
@@ -72,21 +75,27 @@ def _step(body: Computation, index: int) -> int:
     root = next((i for i in body.instructions if i.root), None)
     if root is None or root.opcode != "tuple" or index >= len(root.operands):
         return 1
-    update = own.get(root.operands[index])
+    update = _origin(root.operands[index], own)
     if update is None or update.opcode != "add" or len(update.operands) != 2:
         return 1
     for counter, other in (update.operands, update.operands[::-1]):
         step = _constant(other, own)
-        if _tuple_index(own.get(counter)) == index and step is not None and step > 0:
+        if _tuple_index(_origin(counter, own)) == index and step is not None and step > 0:
             return step
     return 1
 
 
-def _constant(name: str, values: dict[str, Instruction]) -> int | None:
-    """The integer a scalar constant holds, through copies and conversions."""
+def _origin(name: str, values: dict[str, Instruction]) -> Instruction | None:
+    """The instruction ``name`` is a copy, bitcast or conversion of (itself if none)."""
     instruction = values.get(name)
     while instruction is not None and instruction.opcode in PASS_THROUGH:
         instruction = values.get(instruction.operands[0]) if instruction.operands else None
+    return instruction
+
+
+def _constant(name: str, values: dict[str, Instruction]) -> int | None:
+    """The integer a scalar constant holds, through copies and conversions."""
+    instruction = _origin(name, values)
     if instruction is None or instruction.opcode != "constant":
         return None
     return integer(instruction.arguments)

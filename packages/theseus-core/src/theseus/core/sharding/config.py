@@ -56,14 +56,14 @@ class ShardingConfig:
         ge=-1,
     )
     expert_capacity: float = option(
-        1.25,
+        0.0,
         "capacity factor of the all-to-all dispatch when experts are split over expert and "
-        "the model is dropless (model.capacity_factor=0): each expert takes at most "
+        "the model is dropless (model.capacity_factor=0); 0 (the default): dropless, as "
+        "Hugging Face and MaxText are (slabs of every assignment, or a ragged receive buffer "
+        "with room for all). f > 0 drops tokens: each expert takes at most "
         "ceil(f x tokens x k / experts) of each device's assignments, the rest dropped (the "
-        "fraction logged); 0: dropless dispatch (slabs of every assignment, expert times the "
-        "traffic). With expert_dispatch=ragged: each expert takes at most "
-        "ceil(f x tokens x k / its device's experts) of the rows that arrive at its device, "
-        "the rest dropped (0: all of them)",
+        "fraction logged); with expert_dispatch=ragged, at most "
+        "ceil(f x tokens x k / its device's experts) of the rows that arrive at its device",
         resume_safe=True,
         ge=0,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from theseus.core.chips.moe_grouping import ExpertShape, choose_grouping
 from theseus.core.execution import AttentionKernel, ContextSplit, ExecutionPlan, compute_dtype
 from theseus.core.ranges import check_at_most
 from theseus.core.sharding.config import ShardingConfig, ShardingError
@@ -124,11 +125,14 @@ def plan_execution(
     name: str,
     base: ExecutionPlan | None = None,
     model_capacity: float = 0.0,
+    grouping: str = "auto",
+    expert_shape: ExpertShape | None = None,
 ) -> ExecutionPlan:
     """``base`` (its compute dtype: :func:`dtype_plan`) completed for ``model`` (abstract,
     built in ``base``) on ``mesh``; refuses, in one line, a split the model cannot run.
-    ``model_capacity`` is the model's ``capacity_factor`` (0: dropless). The remat level is
-    left for ``decide_remat``."""
+    ``model_capacity`` is the model's ``capacity_factor`` (0: dropless); ``grouping`` its
+    ``moe_grouping`` (``auto``: chosen for the mesh's chips and ``expert_shape`` from the
+    measured table, ``chips.moe_grouping``). The remat level is left for ``decide_remat``."""
     sizes = mesh.sizes
     experts = expert_dimensions(model)
     if sizes.get("expert", 1) > 1:
@@ -155,6 +159,11 @@ def plan_execution(
     most = max(experts.values(), default=0)
     capacity, capacity_rule = dispatch_capacity(routing, sharding, model_capacity, most)
     dispatch, rule = dispatch_method(routing, sharding, mesh.platform, model_capacity)
+    grouped, grouping_rule = (
+        choose_grouping(grouping, mesh.platform, mesh.device_kind, expert_shape)
+        if experts
+        else ("tiles", "")
+    )
     return replace(
         base or ExecutionPlan(),
         mesh_axes=tuple(sizes.items()),
@@ -166,6 +175,9 @@ def plan_execution(
         expert_ways=sizes.get("expert", 1),
         expert_capacity=capacity,
         capacity_rule=capacity_rule,
+        model_capacity=model_capacity if experts else 0.0,
+        moe_grouping=grouped,
+        grouping_rule=grouping_rule,
         expert_dispatch=dispatch,
         dispatch_rule=rule,
     )

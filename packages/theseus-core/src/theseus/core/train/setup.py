@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import optax
 from flax import nnx
+from theseus.core.chips.moe_grouping import ExpertShape
 from theseus.core.data.api import open_training_data
 from theseus.core.data.batch_plan import BatchPlan
 from theseus.core.data.loader import TrainingData
@@ -124,6 +125,8 @@ def first_plan(
         config.model.name,
         dtype,
         float(getattr(model.config, "capacity_factor", 0.0) or 0.0),
+        str(getattr(model.config, "moe_grouping", "auto")),
+        ExpertShape.of(model.config),
     )
     return execution, probe, flops_per_token
 

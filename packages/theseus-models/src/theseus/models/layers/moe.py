@@ -21,7 +21,9 @@ each token gathers its k outputs back and sums them weighted by its router weigh
   FLOPs are the routed rows' plus at most 1 / PAD_SHARE of padding, on every backend.
 * dropless, ``grouping="ragged_dot"``: the sorted rows go through ``jax.lax.ragged_dot``,
   a grouped matmul natively on TPU; elsewhere (jax 0.10) it lowers to a masked matmul with
-  every expert, E / k times the routed FLOPs, so it is not the default.
+  every expert, E / k times the routed FLOPs. ``model.moe_grouping=auto`` (the default)
+  takes the one measured faster on the chip (``theseus.core.chips.moe_grouping``): the
+  execution plan says which.
 * with a capacity (``capacity_factor > 0``): every expert owns ``capacity`` rows, claimed by
   first choices first, then in token order; assignments past it are dropped (their output
   is zero) and the fraction reported. Padding tokens claim no row.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.chips.moe_grouping import GROUPINGS
 from theseus.core.execution import ExecutionPlan
 from theseus.core.optim.balance import BalanceBias
 from theseus.core.sharding.rules import BATCH_AXES, CONTEXT_AXIS, EXPERT_AXIS
@@ -59,7 +62,6 @@ from theseus.models.layers.expert_rows import (
 )
 from theseus.models.layers.linear import Linear, param
 from theseus.models.layers.mlp import SwiGLU
-from theseus.models.moe_fields import GROUPINGS
 
 __all__ = [  # the buffer layouts live in expert_rows; these names stay importable from here
     "GROUPINGS",

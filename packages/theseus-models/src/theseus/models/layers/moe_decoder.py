@@ -70,11 +70,17 @@ class ExpertsDecoder(DecoderLM):
             c.n_experts_per_token,
             norm_topk_prob=c.norm_topk_prob,
             capacity_factor=c.capacity_factor,
-            grouping=c.moe_grouping,
+            grouping=self.grouping(),
             execution=self.execution,
             **self.init_options(rngs),
             **options,
         )
+
+    def grouping(self) -> str:
+        """The config's ``moe_grouping``; ``auto``: the one the execution plan chose for its
+        chips (``tiles`` for a model built without one)."""
+        asked = self.config.moe_grouping
+        return self.execution.moe_grouping if asked == "auto" else asked
 
     def matmul_share(self, path: tuple[str, ...], size: float) -> float:
         """A token goes through k of the E routed experts (``n_experts_per_token /

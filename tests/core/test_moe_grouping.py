@@ -1,0 +1,80 @@
+"""``model.moe_grouping=auto``: the grouped expert matmuls measured faster on the chip
+(``chips/measured.json``'s ``moe_grouping`` table), ``tiles`` where nothing is measured."""
+
+from __future__ import annotations
+
+import pytest
+from theseus.core.chips.measured import measured
+from theseus.core.chips.moe_grouping import (
+    MEASURED,
+    ExpertShape,
+    Measured,
+    choose_grouping,
+    nearest,
+)
+
+# the shape measured on the v5e (issue 46): d_model 1024, 8 experts of 1024, top-2
+MIXTRAL_SMALL = ExpertShape(d_model=1024, moe_d_ff=1024, n_experts=8, k=2)
+QWEN3_30B = ExpertShape(d_model=2048, moe_d_ff=768, n_experts=128, k=8)
+
+
+def test_the_table_is_read_from_the_one_file_and_holds_the_v5e_measurement():
+    rows = measured()["moe_grouping"]["chips"]["TPU v5 lite"]
+    assert [r.tokens_per_s for r in MEASURED["TPU v5 lite"]] == [
+        {g: float(v) for g, v in r["tokens_per_s"].items()} for r in rows
+    ]
+    (row,) = MEASURED["TPU v5 lite"]
+    assert row.tokens_per_s == {"tiles": 47333.0, "ragged_dot": 53183.0}
+    assert row.fastest() == "ragged_dot"
+
+
+@pytest.mark.parametrize(
+    "platform, kind, shape, grouping, rule",
+    [
+        # the chip measured: the faster grouping there, with the figures that chose it
+        ("tpu", "TPU v5 lite", MIXTRAL_SMALL, "ragged_dot",
+         "auto: the faster measured on TPU v5 lite at d_model 1024, 8 experts of 1024, top-2, "
+         "T=2048 x 8 rows: ragged_dot 53,183, tiles 47,333 tokens/s"),
+        # a TPU never measured takes the measured TPU's rows, and says so
+        ("tpu", "TPU v5", MIXTRAL_SMALL, "ragged_dot", "measured on TPU v5 lite, taken for TPU v5"),
+        # 128 experts: no row within reach (ragged_dot's weight gradient grows with the experts)
+        ("tpu", "TPU v5", QWEN3_30B, "tiles",
+         "auto: tiles, no grouping measured on TPU v5 lite, taken for TPU v5 near 128 experts "
+         "(measured at 8)"),
+        ("tpu", "TPU v5 lite", ExpertShape(4096, 14336, 16, 2), "ragged_dot", "measured on TPU v5 lite at"),
+        ("tpu", "TPU v5 lite", ExpertShape(4096, 14336, 32, 2), "tiles", "near 32 experts"),
+        # nothing measured off TPU: today's tiles (ragged_dot there computes every expert)
+        ("cpu", "cpu", MIXTRAL_SMALL, "tiles", "auto on cpu: no grouping measured there"),
+        ("gpu", "NVIDIA H100 80GB HBM3", MIXTRAL_SMALL, "tiles", "auto on gpu: no grouping"),
+    ],
+)  # fmt: skip
+def test_auto_takes_the_faster_grouping_measured_for_the_chip(
+    platform, kind, shape, grouping, rule
+):
+    chosen, why = choose_grouping("auto", platform, kind, shape)
+    assert chosen == grouping
+    assert rule in why, why
+
+
+def test_a_grouping_asked_for_by_name_is_kept_on_every_chip():
+    for asked in ("tiles", "ragged_dot"):
+        for platform, kind in (("tpu", "TPU v5 lite"), ("cpu", "cpu")):
+            chosen, why = choose_grouping(asked, platform, kind, MIXTRAL_SMALL)
+            assert (chosen, why) == (asked, f"model.moe_grouping={asked}")
+
+
+def test_the_nearest_row_decides_where_two_shapes_disagree():
+    """Two made-up rows whose faster groupings differ: a shape takes its neighbour's."""
+    small = Measured(
+        {"d_model": 1024, "moe_d_ff": 1024, "n_experts": 8, "k": 2, "seq_len": 2048, "rows": 8},
+        {"tiles": 1.0, "ragged_dot": 2.0},
+        "x",
+    )
+    wide = Measured(
+        {"d_model": 4096, "moe_d_ff": 768, "n_experts": 128, "k": 8, "seq_len": 4096, "rows": 2},
+        {"tiles": 3.0, "ragged_dot": 2.0},
+        "y",
+    )
+    assert nearest([small, wide], MIXTRAL_SMALL) is small
+    assert nearest([small, wide], QWEN3_30B) is wide
+    assert nearest([small, wide], QWEN3_30B).fastest() == "tiles"
