@@ -46,6 +46,23 @@ def test_the_table_picks_measured_blocks_and_clamps_them_to_the_sequence():
     assert SplashBlocks(1024, 1024, 512).clamped(256).kv_compute == 256
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_clamped_blocks_are_valid_for_every_length(head_dim):
+    """The kernel refuses a compute block that does not divide its block, and the sequence
+    is padded to the common multiple of every block: at every length the blocks must nest,
+    and a sequence that fits in one block is padded by less than the lane width (a GRPO
+    learning bucket of 552 tokens once got kv 640 beside kv_compute 512)."""
+    for length in range(1, 5000, 3):
+        blocks = splash_blocks("TPU v5 lite", length, head_dim)
+        assert blocks.kv % blocks.kv_compute == 0, (length, blocks)
+        assert blocks.kv_dkv % blocks.kv_dkv_compute == 0, (length, blocks)
+        step = blocks.padded_to
+        padded = -(-length // step) * step
+        if length <= 1024:
+            assert padded - length < 128, (length, blocks)
+        assert padded < 2 * length + 1024, (length, blocks)
+
+
 def test_fused_backward_in_the_interpreter_equals_reference():
     B, H, K, T = 1, 2, 64, 200
     x = jax.random.normal(jax.random.key(5), (B, T, 32))

@@ -37,11 +37,18 @@ class SplashBlocks:
     fused_bwd: bool = False
 
     def clamped(self, length: int) -> SplashBlocks:
-        """Every block at most ``length`` (a multiple of 128), compute blocks within theirs."""
+        """Blocks for a sequence of ``length``: none longer than the length padded to 128.
+
+        A sequence no longer than the largest block is one block long (``cap``): a block
+        that does not divide ``cap`` becomes ``cap``, so every block divides it, the compute
+        blocks divide theirs, and the padding stays under 128 (552 tokens: blocks of 640,
+        where 512 beside 640 would pad to their common multiple, 2560, and a compute block
+        of 512 cannot walk a block of 640). Longer sequences keep the table's blocks.
+        """
         cap = max(MIN_BLOCK, -(-length // MIN_BLOCK) * MIN_BLOCK)
         fit = {name: min(getattr(self, name), cap) for name in BLOCK_FIELDS}
-        fit["kv_compute"] = min(fit["kv_compute"], fit["kv"])
-        fit["kv_dkv_compute"] = min(fit["kv_dkv_compute"], fit["kv_dkv"])
+        if cap <= max(getattr(self, name) for name in BLOCK_FIELDS):
+            fit = {name: block if cap % block == 0 else cap for name, block in fit.items()}
         return SplashBlocks(**fit, fused_bwd=self.fused_bwd)
 
     @property
