@@ -40,6 +40,12 @@ SHAPES = {
     ),
     "tiny": ("llama", ["model.preset=tiny"]),
 }
+# What a shape's GRPO run needs on one v5e (a --dry-run --target v5e-1 says so): Qwen3-0.6B
+# learns from 128 x 552 in micro-steps of 16 rows (at 128 rows at once the step needs 20.5
+# GiB) and samples in passes of 64 rows, as Tunix does (its KV cache beside the state)
+GRPO_EXTRA = {
+    "qwen3_06b": ["training.per_device_batch_size=16", "grpo.sample_rows=64"],
+}
 PROMPT = 40  # room for the task's prompts (the longest addition prompt is about 30 tokens)
 
 
@@ -75,7 +81,7 @@ def grpo(shape: str, new_tokens: int, name: str, *extra: str) -> list[dict]:
     args += ["grpo.generations=8", "training.global_batch_size=128", "schedule.name=constant"]
     args += ["optimizer.learning_rate=1e-6", f"training.total_steps={STEPS}", "eval.every=0"]
     args += ["grpo.eval_prompts=1", "logging.every=1", "logging.progress=false"]
-    args += ["checkpoint.every=0", *extra, "--name", name]
+    args += ["checkpoint.every=0", *GRPO_EXTRA.get(shape, []), *extra, "--name", name]
     done = cli(*args)
     path = ROOT / "runs" / name / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
