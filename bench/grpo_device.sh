@@ -11,11 +11,11 @@ PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-d
 bash bench/tunix_install.sh > "$out/tunix_install.log" 2>&1 || { tail -5 "$out/tunix_install.log"; exit 1; }
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/site" PYTHONUNBUFFERED=1
 end=$((SECONDS + ${BUDGET_S:-570}))
-timeout $((end - SECONDS - 260)) python3 bench/grpo_tpu.py "$out/theseus.json" "export:$shape" \
+timeout $((end - SECONDS - 240)) python3 bench/grpo_tpu.py "$out/theseus.json" "export:$shape" \
     "$case_" "$@" > "$out/theseus.log" 2>&1
 echo "theseus rc=$? $(grep -E '^\[|^[a-z_0-9]+:[0-9]+ ' "$out/theseus.log" | cut -c1-300)"
 left=$((end - SECONDS)); [ $left -lt 150 ] && { echo "tunix skipped: ${left}s left"; exit 0; }
 PYTHONPATH=$PYTHONPATH:/tmp/tunix-site timeout $left python3 bench/tunix_grpo.py \
-    "/tmp/grpo-bench/hf-$shape" --rows 128 --generations 8 --new-tokens "$new" --steps 4 \
+    "/tmp/grpo-bench/hf-$shape" --rows 128 --generations 8 --new-tokens "$new" --steps 3 \
     --warmup 1 --out "$out/tunix.json" 2>&1 | tail -c 100000 > "$out/tunix.log"
 echo "tunix rc=${PIPESTATUS[0]} $(grep -h '^tunix_grpo:' "$out/tunix.log")"
