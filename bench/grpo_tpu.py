@@ -16,6 +16,7 @@ rollout, not to ``training.seq_len``).
 
     python bench/grpo_tpu.py OUT.json prepare gpt_12x768:512 qwen3_06b:1024 learn_lengths
     python bench/grpo_tpu.py x.json prepare tiny:16   # a CPU smoke run
+    python bench/grpo_tpu.py x.json llama_12x768:512:training.per_device_batch_size=16
 """
 
 from __future__ import annotations
@@ -95,15 +96,17 @@ def median(rows: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def case(shape: str, new_tokens: int) -> dict:
+def case(shape: str, new_tokens: int, *overrides: str) -> dict:
     sft(shape)
-    rows = grpo(shape, new_tokens, f"grpo-{shape}-{new_tokens}", "grpo.stop_at_end=false")
+    name = f"grpo-{shape}-{new_tokens}" + "".join(f"-{o.split('=')[-1]}" for o in overrides)
+    rows = grpo(shape, new_tokens, name, "grpo.stop_at_end=false", *overrides)
     sample, score, learn = (median(rows, f"time/{k}") for k in ("sample", "score", "learn"))
     step = None if None in (sample, score, learn) else sample + score + learn
     tokens = 128 * new_tokens
     return {
         "shape": shape,
         "new_tokens": new_tokens,
+        "overrides": list(overrides),
         "theseus": {
             "step_s": step,
             "sample_s": sample,
@@ -147,8 +150,8 @@ def main() -> None:
             elif part == "learn_lengths":
                 report["learn_lengths"] = learn_lengths()
             else:
-                shape, new_tokens = part.split(":")
-                report["cases"].append(case(shape, int(new_tokens)))
+                shape, new_tokens, *overrides = part.split(":")
+                report["cases"].append(case(shape, int(new_tokens), *overrides))
         except Exception as error:  # a part that fails is reported, the others still run
             report.setdefault("errors", {})[part] = str(error)[-1500:]
         print(part, json.dumps(report.get("cases", [])[-1:] or report.get(part, "")), flush=True)

@@ -16,6 +16,22 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(CACHE))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# Most tests compile many tiny programs once and run them for milliseconds: XLA:CPU's
+# optimising backend is most of their time (tests/models/test_models_families.py 189 s ->
+# 88 s with a cold cache). Programs that run for long (the README tour's jobs) are started
+# without it (``runtime_env``). Numbers stay within every test's tolerance: the passes left
+# out schedule and vectorise, the float32 arithmetic is the same operations.
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+os.environ.setdefault("XLA_FLAGS", FAST_COMPILE)
+
+
+def runtime_env(**extra: str) -> dict[str, str]:
+    """The environment for a subprocess that runs long rather than compiles much: this
+    one's, without the suite's fast-compile flags (a user's own XLA_FLAGS stay)."""
+    env = dict(os.environ, **extra)
+    if env.get("XLA_FLAGS") == FAST_COMPILE:
+        del env["XLA_FLAGS"]
+    return env
 
 
 # The files that take longest, longest first: seconds summed over their tests (setup, call,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import runtime_env
 from tests.core.test_readme import REPO, readme_commands
 from tests.train.conftest import metrics
 
@@ -91,7 +92,7 @@ def training_runs(root: Path) -> set[str]:
 @pytest.mark.timeout(1800)  # about 7 minutes on two idle cores; shared machines are slower
 def test_the_readme_in_order_is_fast_and_visibly_learns(tmp_path: Path):
     root = tmp_path / "runs"
-    env = dict(os.environ, THESEUS_ROOT=str(root))
+    env = runtime_env(THESEUS_ROOT=str(root))
     took, out = run_line(readme_commands()[0], env, tmp_path)
     times = {"main job": took}
     assert "run " in out and str(root) in out  # where the run went
