@@ -55,42 +55,52 @@ def main() -> None:
         for case in report.get("cases", []):
             if "error" not in case:
                 decode.append({"call": call, **case})
-    cases: dict[tuple[str, int], dict] = {}
+    cases: dict[tuple[str, int, tuple[str, ...]], dict] = {}
+    learn_lengths = None
     for call, report in [*load("grpo_call*.json"), *load("theseus_*.json")]:
+        if "learn_lengths" in report:
+            learn_lengths = {"call": call, **report["learn_lengths"]}
         for case in report.get("cases", []):
-            key = (case["shape"], case["new_tokens"])
+            overrides = tuple(case.get("overrides", []))
+            key = (case["shape"], case["new_tokens"], overrides)
             cases.setdefault(key, {"shape": key[0], "new_tokens": key[1]})
+            if overrides:
+                cases[key]["overrides"] = list(overrides)
             cases[key]["theseus"] = {"call": call, **case["theseus"]}
+    peers: dict[tuple[str, int], dict] = {}
     for call, result in load("tunix_*.json"):
         if "step_s" not in result:
             continue
         shape = "qwen3_06b" if "Qwen3" in result.get("architecture", "") else "llama_12x768"
-        key = (shape, result["new_tokens"])
-        cases.setdefault(key, {"shape": key[0], "new_tokens": key[1]})
-        cases[key]["peer"] = {
+        peers[(shape, result["new_tokens"])] = {  # the latest call's, calls in order
             "call": call,
             "name": f"tunix {result['version']}",
             "step_s": result["step_s"],
             "sample_s": result["sample_s"],
             "learn_s": result["learn_s"],
             "decode_tokens_per_s": result["decode_tokens_per_s"],
+            "train_micro_steps": result.get("train_micro_steps_per_step"),
+            "rollout_calls": result.get("rollout_calls_per_step"),
             "notes": result.get("notes", []),
         }
-    for case in cases.values():
+    for shape, new_tokens in peers:
+        cases.setdefault((shape, new_tokens, ()), {"shape": shape, "new_tokens": new_tokens})
+    for key, case in cases.items():
         case.setdefault("theseus", None)
-        case.setdefault("peer", None)
-        if case["theseus"] is None:
-            case["missing"] = (
-                "theseus's run at this shape was refused on the chip (the bench did not give "
-                "the GRPO run model.max_seq_len, which a run started from a checkpoint does "
-                "not inherit) and the session's device time was spent"
-            )
+        case["peer"] = peers.get(key[:2])
+        if case["theseus"] and case["peer"]:
+            case["speedup"] = {
+                part: round(case["peer"][f"{part}_s"] / case["theseus"][f"{part}_s"], 3)
+                for part in ("step", "sample", "learn")
+            }
     out = {
         "device": "TPU v5 lite",
-        "commit": "decode: 9099342 (kernel v2), 86f0720 (kernel v1); GRPO: 6240d88",
+        "commit": "decode: 9099342 (kernel v2), 86f0720 (kernel v1); GRPO: theseus 8ae52fb "
+        "(calls 5-7), Tunix's harness 6240d88",
         "vocabulary": "GRPO cases: the byte tokenizer (262 tokens) on both sides; decode: "
         "each model's own (Qwen3 151,936; GPT 50,304)",
         "cases": list(cases.values()),
+        "learn_lengths": learn_lengths,
         "decode": decode,
     }
     (RESULTS / "grpo_tpu.json").write_text(json.dumps(out, indent=1) + "\n")
