@@ -33,6 +33,17 @@ LLAMA350 = [
     "model.d_ff=2816",
     "model.vocab_size=32000",
 ]
+MIXTRAL = [
+    "model.n_layers=12",
+    "model.d_model=1024",
+    "model.n_heads=16",
+    "model.n_kv_heads=8",
+    "model.n_experts=8",
+    "model.n_experts_per_token=2",
+    "model.moe_d_ff=1024",
+    "model.sliding_window=0",
+    "model.vocab_size=32000",
+]
 # name -> (job family, overrides, seq_len, rows); MaxText's knobs for the same work in
 # tpu_device.sh (its GPT-124M class is its Llama block with MLP 2048: the same FLOPs)
 SHAPES: dict[str, tuple[str, list[str], int, int]] = {
@@ -41,6 +52,9 @@ SHAPES: dict[str, tuple[str, list[str], int, int]] = {
     "qwen3_06b_t2048": ("qwen3", ["model.preset=0.6b", "model.vocab_size=32000"], 2048, 8),
     "llama350_t8192": ("llama", LLAMA350, 8192, 1),
     "llama350_t32768": ("llama", LLAMA350, 32768, 1),
+    # the issue's mixture: Mixtral's block, 12 x 1024, 16 heads of 64 (8 kv), 8 experts of
+    # 1024, top-2, dropless (MaxText e591f30's Mixtral block with megablox, same shape)
+    "mixtral_t2048": ("mixtral", MIXTRAL, 2048, 8),
     "tiny": ("llama", ["model.preset=tiny", "model.vocab_size=256"], 256, 2),  # CPU smoke
 }
 DEFAULT_SHAPES = [name for name in SHAPES if name != "tiny"]
