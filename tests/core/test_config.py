@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from theseus.core.config import ConfigTree, parse_overrides
+from theseus.core.config import ConfigTree
+from theseus.core.config_sources import parse_overrides
 from theseus.core.errors import (
     ConfigError,
     ConfigKeyError,

@@ -13,7 +13,8 @@ import typing
 
 import pytest
 from theseus.core.components import Choice
-from theseus.core.config import ConfigTree, parse_overrides
+from theseus.core.config import ConfigTree
+from theseus.core.config_sources import parse_overrides
 from theseus.core.errors import ConfigError
 from theseus.core.plugins import registries
 from theseus.core.ranges import Range, range_of

@@ -14,7 +14,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from theseus.core.config import ConfigSource, ConfigView
+from theseus.core.config import ConfigView
+from theseus.core.config_sources import ConfigSource
 from theseus.core.errors import TheseusError
 from theseus.core.runner import PreparedRun, default_root, prepare
 

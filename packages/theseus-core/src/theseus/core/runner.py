@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 from theseus.core import safe_yaml, stop
 from theseus.core.components import JobSpec
-from theseus.core.config import ConfigSource, ConfigTree, parse_overrides, read_config_source
+from theseus.core.config import ConfigTree
+from theseus.core.config_sources import ConfigSource, parse_overrides, read_config_source
 from theseus.core.console import RunLogHandler
 from theseus.core.environment import check_root
 from theseus.core.errors import JobError, PreemptedError, TheseusError

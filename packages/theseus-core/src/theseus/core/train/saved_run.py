@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from theseus.core.config import flatten, parse_overrides
+from theseus.core.config import flatten
+from theseus.core.config_sources import parse_overrides
 from theseus.core.errors import ConfigError, JobError, TheseusError
 from theseus.core.rundir import RunDir, missing_run
 from theseus.core.runner import config_for, job_spec
