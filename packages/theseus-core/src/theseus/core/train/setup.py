@@ -144,12 +144,15 @@ def with_remat(
     model: ModelBuilder,
     rest: Any,
     chunks: int,
-    recipe: Recipe = PRETRAIN,
+    recipe: Recipe,
+    batch: BatchPlan,
 ) -> ExecutionPlan:
     """``execution`` with its remat level: ``sharding.remat``, or for ``auto`` the most
     kept that fits the chip beside ``state`` (``remat_choice``), measured on the job's own
-    step: its objective (DPO's pairs and reference, GRPO's log-probabilities) on its batch
-    (the recipe's fields included), its frozen weights in ``state``."""
+    step: its objective (DPO's pairs and reference, GRPO's log-probabilities) on one
+    micro-step's rows of ``batch`` (the recipe's fields included), its frozen weights in
+    ``state``."""
+    rows = batch.per_device * batch.batch_shards
 
     def objective_at(level: str) -> Objective:
         graphdef = model.graphdef(at_level(execution, level))
@@ -159,10 +162,11 @@ def with_remat(
         config.sharding.remat,
         layout,
         state,
-        abstract_batch(config, layout, recipe.extra_fields),
+        abstract_batch(config, layout, recipe.extra_fields, rows),
         objective_at,
         compute_dtype=execution.compute_dtype,
         layers=getattr(model.config, "n_layers", 1),
+        micro_steps=batch.micro_steps,
     )
     return replace(execution, remat=remat)
 
@@ -282,7 +286,7 @@ class TrainSetup:
         seq_len, vocab = config.training.seq_len, configured.vocab_size
         chunks = loss_chunks(batch.per_device, seq_len, vocab, layout.context)
         state = abstract.abstract(shardings)
-        execution = with_remat(execution, config, layout, state, model, rest, chunks, recipe)
+        execution = with_remat(execution, config, layout, state, model, rest, chunks, recipe, batch)
         graphdef = model.graphdef(execution)
         objective, eval_objective = objectives(
             recipe, model, graphdef, rest, chunks, layout.batch_shards
@@ -434,11 +438,14 @@ class TrainSetup:
 
 
 def abstract_batch(
-    config: TrainJobConfig, layout: Layout, extra_fields: Mapping[str, Any] | None = None
+    config: TrainJobConfig,
+    layout: Layout,
+    extra_fields: Mapping[str, Any] | None = None,
+    rows: int | None = None,
 ) -> dict[str, jax.ShapeDtypeStruct]:
-    """The global batch as abstract arrays (with the layout's sharding), for tracing and
-    lowering the step without data."""
-    shape = (config.training.global_batch_size, config.training.seq_len)
+    """The global batch (or ``rows`` of it) as abstract arrays (with the layout's sharding),
+    for tracing and lowering the step without data."""
+    shape = (rows or config.training.global_batch_size, config.training.seq_len)
     return {
         name: jax.ShapeDtypeStruct(shape, dtype, sharding=layout.batch_sharding)
         for name, dtype in {**BATCH_FIELDS, **(extra_fields or {})}.items()
