@@ -35,42 +35,42 @@ def runtime_env(**extra: str) -> dict[str, str]:
 
 
 # The files that take longest, longest first: seconds summed over their tests (setup, call,
-# teardown) with --durations=0 on two cores shared with other work (so about 1.5x CI's),
-# main 900b4f6, less what the tour's GRPO runs and the GRPO plan and rows tests no longer
-# cost. xdist gives a worker one file at a time in collection order (pyproject's addopts turn off its own reordering, which
-# put files with the most tests first and so the one-test README tour last: the run's last
-# 10 minutes had one worker busy). The rest follow in the usual order.
+# teardown) with --durations=0 in a fresh-clone .ci/run on two cores shared with other work
+# (so slower than CI's), main 8ae52fb+. xdist gives a worker one file at a time in
+# collection order (pyproject's addopts turn off its own reordering, which put files with the
+# most tests first and so the one-test README tour last: the run's last 10 minutes had one
+# worker busy). The rest follow in the usual order.
 LONGEST_FIRST = [
-    "tests/core/test_readme_tour.py",  # 845 s
-    "tests/models/test_models_families.py",  # 381 s
-    "tests/faults/test_inspect_faults.py",  # 294 s
-    "tests/evaluate/test_lm_eval.py",  # 283 s
-    "tests/sharding/test_parity.py",  # 244 s
-    "tests/train/test_grpo.py",  # 235 s
-    "tests/train/test_lora.py",  # 226 s
-    "tests/train/test_training.py",  # 208 s
-    "tests/chips/test_compile_matrix.py",  # 181 s
-    "tests/dispatch/test_dispatch_ssh.py",  # 161 s
-    "tests/sharding/test_family_parity.py",  # 144 s
-    "tests/chips/test_grpo_plan.py",  # 140 s
-    "tests/sharding/test_split_resume.py",  # 138 s
-    "tests/docs/test_train_on_chips.py",  # 130 s
-    "tests/train/test_determinism.py",  # 128 s
-    "tests/train/test_dpo.py",  # 123 s
-    "tests/models/test_models_layers.py",  # 121 s
-    "tests/train/test_optimizers.py",  # 118 s
-    "tests/train/test_base_tokenizer.py",  # 117 s
-    "tests/faults/test_resume_faults.py",  # 110 s
-    "tests/models/test_attention_impls.py",  # 93 s
-    "tests/models/test_models_scan.py",  # 89 s
-    "tests/models/test_decode_loop.py",  # 88 s
-    "tests/sharding/test_reshard.py",  # 84 s
-    "tests/models/test_lora_export.py",  # 80 s
-    "tests/sharding/test_expert_parallel.py",  # 80 s
-    "tests/dispatch/test_dispatch_slurm.py",  # 78 s
-    "tests/models/test_models_generate.py",  # 75 s
-    "tests/train/test_sft.py",  # 73 s
-    "tests/faults/test_data_faults.py",  # 71 s
+    "tests/core/test_readme_tour.py",  # 631 s
+    "tests/sharding/test_parity.py",  # 318 s
+    "tests/train/test_grpo.py",  # 265 s
+    "tests/faults/test_inspect_faults.py",  # 241 s
+    "tests/train/test_training.py",  # 186 s
+    "tests/dispatch/test_dispatch_ssh.py",  # 186 s
+    "tests/chips/test_compile_matrix.py",  # 160 s
+    "tests/evaluate/test_lm_eval.py",  # 160 s
+    "tests/train/test_lora.py",  # 129 s
+    "tests/models/test_models_families.py",  # 115 s
+    "tests/docs/test_train_on_chips.py",  # 103 s
+    "tests/chips/test_grpo_plan.py",  # 96 s
+    "tests/train/test_determinism.py",  # 89 s
+    "tests/sharding/test_family_parity.py",  # 87 s
+    "tests/chips/test_v5e_step.py",  # 80 s
+    "tests/sharding/test_split_resume.py",  # 78 s
+    "tests/train/test_dpo.py",  # 74 s
+    "tests/dispatch/test_dispatch_slurm.py",  # 67 s
+    "tests/faults/test_data_faults.py",  # 64 s
+    "tests/faults/test_resume_faults.py",  # 63 s
+    "tests/sharding/test_reshard.py",  # 62 s
+    "tests/train/test_sft.py",  # 61 s
+    "tests/train/test_optimizers.py",  # 59 s
+    "tests/sharding/test_context_parallel.py",  # 59 s
+    "tests/sharding/test_expert_parallel.py",  # 58 s
+    "tests/sharding/test_dry_run.py",  # 54 s
+    "tests/train/test_base_tokenizer.py",  # 53 s
+    "tests/models/test_lora_export.py",  # 51 s
+    "tests/faults/test_environment_faults.py",  # 49 s
+    "tests/sharding/test_multihost.py",  # 49 s
 ]
 
 

@@ -13,6 +13,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = str(REPO / ".venv" / "bin" / "python")
 THESEUS = [VENV_PYTHON, "-m", "theseus.cli.main"]
+# What a remote run takes from the suite's environment to compile as the test's local
+# reference does (bit for bit): the compile cache's settings and the XLA flags
+COMPILE_ENV = ("JAX_COMPILATION", "JAX_PERSIS", "XLA_FLAGS")
 
 
 def login(server, tmp: Path, prefix: str) -> dict:

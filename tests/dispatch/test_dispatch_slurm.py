@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from dispatch_helpers import REPO, VENV_PYTHON, run_status, wait_for
+from dispatch_helpers import COMPILE_ENV, REPO, VENV_PYTHON, run_status, wait_for
 from dispatch_servers import free_port
 
 from tests.train.conftest import TINY
@@ -170,11 +170,12 @@ def test_two_nodes_run_jax_distributed(slurm2, cli, tmp_path):
          "--root", str(root), "--name", "one"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
         env={**os.environ, "JAX_PLATFORMS": "cpu",
-             "XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+             "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
+                          "--xla_force_host_platform_device_count=2"},
     )  # fmt: skip
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert "2 cpu devices (data=2" in reference.stderr + reference.stdout
-    cache = {k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION", "JAX_PERSIS"))}
+    cache = {k: v for k, v in os.environ.items() if k.startswith(COMPILE_ENV)}
     cli.write({"pair": slurm_target(slurm2, tmp_path, env={"JAX_PLATFORMS": "cpu", **cache})})
     cli("submit", TRAIN_JOB, *TRAIN_OVERRIDES, "--nodes", "2", "--name", "dist")
     launch = tmp_path / "shared-work" / "launches" / "dist"

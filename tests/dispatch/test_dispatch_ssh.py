@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dispatch_helpers import REPO, VENV_PYTHON, run_status, ssh_target, wait_for
+from dispatch_helpers import COMPILE_ENV, REPO, VENV_PYTHON, run_status, ssh_target, wait_for
 
 from tests.core.plugin_factory import write_plugin
 from tests.train.conftest import TINY, final_params, train_losses
@@ -378,7 +378,7 @@ def test_killed_training_job_resumes_bit_exactly_when_resubmitted(sshds, cli, tm
     write_plugin(site, "hold-after-checkpoint", "hold", "hold_after_checkpoint", HOLD_PLUGIN)
     marker = tmp_path / "held.pid"
     env = {
-        **{k: v for k, v in os.environ.items() if k.startswith(("JAX_COMPILATION", "JAX_PERSIS"))},
+        **{k: v for k, v in os.environ.items() if k.startswith(COMPILE_ENV)},
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": str(site),
         "THESEUS_TEST_HOLD_FILE": str(marker),

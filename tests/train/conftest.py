@@ -57,9 +57,15 @@ def theseus_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "theseus.cli.main", *args]
 
 
-def run_cli(root: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_cli(
+    root: Path, *args: str, timeout: int = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        theseus_cmd(*args, "--root", str(root)), capture_output=True, text=True, timeout=timeout
+        theseus_cmd(*args, "--root", str(root)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 

@@ -8,7 +8,9 @@ shuffled across completions (a control: the updates are as large, the signal is 
 not rise by more than 0.02; at the end, the greedy accuracy on training prompts must be at
 least 0.2 above the control's. The held-out accuracy is recorded, not asserted: a 2-layer,
 64-wide model memorises the 100 one-digit sums pair by pair and does not generalise to pairs
-it is not trained on (measured: it falls).
+it is not trained on (measured: it falls). The SFT run and the two learning runs are long
+runs, compiled as a user's are (``runtime_env``): the curve is one trajectory of float32
+sums, and the suite's fast-compile flags round some of them otherwise.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from theseus.core.inspect import open_step
 from theseus.core.inspect.timetravel import InspectError
 
+from tests.conftest import runtime_env
 from tests.train.conftest import metrics, resumed_after_kill, run_cli, train_losses
 
 COMMON = [
@@ -59,7 +62,7 @@ LEARN = [
 def sft(shared_root) -> str:
     args = ["run", "gpt/train/sft", *COMMON, "training.global_batch_size=16"]
     args += ["training.total_steps=150", "eval.every=0", "optimizer.learning_rate=0.003"]
-    done = run_cli(shared_root, *args, "--name", "grpo-sft")
+    done = run_cli(shared_root, *args, "--name", "grpo-sft", env=runtime_env())
     assert done.returncode == 0, done.stderr[-3000:]
     return "grpo-sft"
 
@@ -73,7 +76,7 @@ def reward_curve(root, name: str) -> tuple[list[float], list[dict]]:
 def test_grpo_raises_the_reward_and_a_shuffled_control_does_not(shared_root, sft):
     for name, shuffle in (("grpo-learn", "false"), ("grpo-control", "true")):
         args = [*LEARN, f"grpo.shuffle_rewards={shuffle}", "--name", name]
-        done = run_cli(shared_root, *args)
+        done = run_cli(shared_root, *args, env=runtime_env())
         assert done.returncode == 0, done.stderr[-3000:]
     rewards, evals = reward_curve(shared_root, "grpo-learn")
     control, control_evals = reward_curve(shared_root, "grpo-control")
