@@ -25,6 +25,12 @@ FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_
 os.environ.setdefault("XLA_FLAGS", FAST_COMPILE)
 
 
+def host_devices(count: int) -> str:
+    """XLA_FLAGS for a subprocess with ``count`` simulated CPU devices, the suite's own
+    flags kept (both sides of a comparison compile alike)."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}"
+
+
 def runtime_env(**extra: str) -> dict[str, str]:
     """The environment for a subprocess that runs long rather than compiles much: this
     one's, without the suite's fast-compile flags (a user's own XLA_FLAGS stay)."""

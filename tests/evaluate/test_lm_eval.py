@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from theseus.core.data.api import find_dataset
 
+from tests.conftest import host_devices
 from tests.evaluate.conftest import ADDITION_SFT, RUN, STEPS, corpus_lines, write_jsonl
 from tests.train.conftest import metrics, theseus_cmd
 
@@ -317,7 +318,7 @@ def test_the_cli_on_four_simulated_devices_with_fsdp_agrees(
     pretrained, folder, reference, tmp_path
 ):
     """``theseus lm-eval`` (lm-eval's own command line) with the parameters sharded."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env = {**os.environ, "XLA_FLAGS": host_devices(4)}
     args = theseus_cmd(
         "lm-eval", "--model", "theseus",
         "--model_args", f"run={RUN}@{STEPS},root={pretrained},sharding=fsdp",

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import host_devices
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -23,7 +25,7 @@ def run_module(
     # the collective on stderr); on two shared cores a slow device once took longer, so allow
     # a third of the run's time before calling it stuck
     environment["XLA_FLAGS"] = (
-        f"--xla_force_host_platform_device_count={devices}"
+        f"{host_devices(devices)}"
         f" --xla_cpu_collective_call_terminate_timeout_seconds={max(40, timeout // 3)}"
     )
     environment["JAX_PLATFORMS"] = "cpu"

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from tests.conftest import host_devices
 from tests.sharding.conftest import REPO
 from tests.train.conftest import TINY as TINY_ALL
 from tests.train.conftest import metrics, theseus_cmd, train_losses
@@ -40,7 +41,7 @@ def free_port() -> int:
 
 
 def env_with(devices: int, **extra: str) -> dict[str, str]:
-    env = {**os.environ, **extra, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env = {**os.environ, **extra, "XLA_FLAGS": host_devices(devices)}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     return env
 

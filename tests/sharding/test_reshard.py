@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import host_devices
 from tests.train.conftest import TINY as TINY_ALL
 from tests.train.conftest import theseus_cmd, train_losses
 
@@ -21,7 +22,7 @@ STEPS, AT = 6, 3
 
 
 def cli(root: Path, devices: int, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env = {**os.environ, "XLA_FLAGS": host_devices(devices)}
     command = theseus_cmd(*args, "--root", str(root))
     return subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
 

@@ -20,6 +20,7 @@ from theseus.models.layers.attention import Attention
 from theseus.models.qwen3_moe.config import PRESETS, Qwen3MoeConfig
 from theseus.models.qwen3_moe.model import Qwen3Moe
 
+from tests.conftest import host_devices
 from tests.train.conftest import TINY, theseus_cmd
 
 
@@ -162,7 +163,7 @@ def test_refusals_are_one_line_errors_at_the_command_line(tmp_path):
         "--root",
         str(tmp_path),
     )
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {**os.environ, "XLA_FLAGS": host_devices(2)}
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import host_devices
 from tests.sharding.test_context_parallel import loss_bounds
 from tests.train.conftest import kill_after, theseus_cmd, train_losses
 
@@ -45,7 +46,7 @@ ARGS = [
 
 
 def devices_env(count: int) -> dict[str, str]:
-    return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={count}"}
+    return {**os.environ, "XLA_FLAGS": host_devices(count)}
 
 
 def cli(root: Path, devices: int, *args: str) -> subprocess.CompletedProcess:
@@ -83,7 +84,7 @@ def whole(tmp_path_factory) -> tuple[Path, dict[int, float]]:
 @pytest.mark.slow
 def test_a_killed_split_run_resumes_bit_for_bit(whole, monkeypatch):
     root, expected = whole
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    monkeypatch.setenv("XLA_FLAGS", host_devices(4))
     code = kill_after(root, "killed", [*ARGS, *SPLIT], steps=5)
     assert code == -9, f"the run ended with {code} before it was killed"
     assert len(train_losses(root, "killed")) < STEPS
