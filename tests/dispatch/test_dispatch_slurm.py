@@ -11,6 +11,7 @@ import pytest
 from dispatch_helpers import COMPILE_ENV, REPO, VENV_PYTHON, run_status, wait_for
 from dispatch_servers import free_port
 
+from tests.conftest import host_devices
 from tests.train.conftest import TINY
 
 # The job most tests submit (fast: no JAX work); the two-node test trains a tiny GPT.
@@ -170,8 +171,7 @@ def test_two_nodes_run_jax_distributed(slurm2, cli, tmp_path):
          "--root", str(root), "--name", "one"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
         env={**os.environ, "JAX_PLATFORMS": "cpu",
-             "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
-                          "--xla_force_host_platform_device_count=2"},
+             "XLA_FLAGS": host_devices(2)},
     )  # fmt: skip
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert "2 cpu devices (data=2" in reference.stderr + reference.stdout
