@@ -8,6 +8,8 @@
 #   theseus   the step at every shape, defaults (+ BENCH_VARIANTS, BENCH_PROFILE)
 #                                                             -> OUT/theseus.json
 #   maxtext   MaxText's train.py at the same shapes          -> OUT/maxtext.json
+#             (MAXTEXT_REMATS="minimal full ...": each of those remat policies, keyed shape/remat)
+#   moe       a mixture layer's pieces timed alone (moe_ops_tpu.py) -> OUT/moe_ops.json
 # Every part logs to OUT/PART.log. bench/tpu_merge.py joins them into bench/results/tpu_v5e.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +29,11 @@ declare -A MAXTEXT=(
     [qwen3_06b_t2048]="LAYERS=28 EMB=1024 HEADS=16 KV=8 HEAD_DIM=128 MLP=3072 VOCAB=32000 SEQ=2048 BATCH=8 REMAT=full"
     [llama350_t8192]="LAYERS=24 EMB=1024 HEADS=16 KV=16 HEAD_DIM=64 MLP=2816 VOCAB=32000 SEQ=8192 BATCH=1 REMAT=full"
     [llama350_t32768]="LAYERS=24 EMB=1024 HEADS=16 KV=16 HEAD_DIM=64 MLP=2816 VOCAB=32000 SEQ=32768 BATCH=1 REMAT=full"
+    [mixtral_t2048]="LAYERS=12 EMB=1024 HEADS=16 KV=8 HEAD_DIM=64 MLP=1024 VOCAB=32000 SEQ=2048 BATCH=8 REMAT=minimal"
 )
 MAXTEXT_EXTRA_qwen3_06b_t2048="decoder_block=qwen3 logits_via_embedding=true"
+# its defaults for a mixture are theseus's: dropless (capacity_factor=-1), megablox grouped matmuls
+MAXTEXT_EXTRA_mixtral_t2048="decoder_block=mixtral num_experts=8 num_experts_per_tok=2"
 SHAPES="${BENCH_SHAPES:-llama350_t2048 gpt124m_t1024 qwen3_06b_t2048 llama350_t8192 llama350_t32768}"
 
 for part in "$@"; do
@@ -45,25 +50,37 @@ for part in "$@"; do
         grep -E "^[a-z0-9_]+ [a-z_]+ \{" "$out/theseus.log" | cut -c1-400
         ;;
     maxtext)
+        runs=()
         for shape in $SHAPES; do
-            extra_var="MAXTEXT_EXTRA_$shape"
-            # shellcheck disable=SC2046
-            env $(echo "${MAXTEXT[$shape]}") STEPS="${MAXTEXT_STEPS:-12}" WARMUP=5 \
-                EXTRA="${!extra_var:-}" timeout "${MAXTEXT_TIMEOUT:-200}" \
-                bash .peers-maxtext/run.sh "/tmp/mt_$shape" > "/tmp/mt_$shape.log" 2>&1
-            echo "maxtext $shape exit $?: $(tail -c 300 /tmp/mt_$shape/maxtext.json 2>/dev/null | tr '\n' ' ')"
-            tail -n 30 "/tmp/mt_$shape.log" >> "$out/maxtext.log"
+            for remat in ${MAXTEXT_REMATS:-default}; do
+                key="$shape"; [ "$remat" = default ] || key="$shape/$remat"
+                runs+=("$key")
+                extra_var="MAXTEXT_EXTRA_$shape"
+                knobs="${MAXTEXT[$shape]}"
+                [ "$remat" = default ] || knobs="$knobs REMAT=$remat"
+                # shellcheck disable=SC2046,SC2086
+                env $knobs STEPS="${MAXTEXT_STEPS:-12}" WARMUP=5 \
+                    EXTRA="${!extra_var:-}" timeout "${MAXTEXT_TIMEOUT:-200}" \
+                    bash .peers-maxtext/run.sh "/tmp/mt_${key/\//_}" > "/tmp/mt_${key/\//_}.log" 2>&1
+                echo "maxtext $key exit $?: $(tail -c 300 "/tmp/mt_${key/\//_}/maxtext.json" 2>/dev/null | tr '\n' ' ')"
+                tail -n 30 "/tmp/mt_${key/\//_}.log" >> "$out/maxtext.log"
+            done
         done
-        python3 - "$out/maxtext.json" $SHAPES <<'PY'
+        python3 - "$out/maxtext.json" "${runs[@]}" <<'PY'
 import json, sys
 found = {}
-for shape in sys.argv[2:]:
+for key in sys.argv[2:]:
     try:
-        found[shape] = json.load(open(f"/tmp/mt_{shape}/maxtext.json"))
+        found[key] = json.load(open(f"/tmp/mt_{key.replace('/', '_')}/maxtext.json"))
     except (OSError, ValueError) as error:
-        found[shape] = {"ok": False, "error": str(error)}
+        found[key] = {"ok": False, "error": str(error)}
 json.dump(found, open(sys.argv[1], "w"), indent=1)
 PY
+        ;;
+    moe)
+        timeout "${MOE_TIMEOUT:-240}" python3 bench/moe_ops_tpu.py "$out/moe_ops.json" 2>&1 \
+            | grep -v -E "^(W|I)[0-9]{4}" > "$out/moe.log"
+        tail -n 12 "$out/moe.log"
         ;;
     *) echo "unknown part $part" >&2 ;;
     esac

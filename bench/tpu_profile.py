@@ -71,10 +71,12 @@ def profile_steps(step: Any, state: Any, batch: Any, step_s: float) -> dict:
     by_kind: dict[str, float] = defaultdict(float)
     by_category: dict[str, float] = defaultdict(float)
     by_op: dict[str, float] = defaultdict(float)
+    by_name: dict[str, float] = defaultdict(float)
     for name, category, seconds in ops:
         by_kind[kind_of(name, category)] += seconds
         by_category[category or "?"] += seconds
         by_op[name.split(".")[0]] += seconds
+        by_name[name] += seconds
 
     def shares(table: dict[str, float], limit: int = 0) -> dict[str, float]:
         items = sorted(table.items(), key=lambda kv: -kv[1])
@@ -87,4 +89,5 @@ def profile_steps(step: Any, state: Any, batch: Any, step_s: float) -> dict:
         "by_kind": shares(by_kind),
         "by_category": shares(by_category),
         "top_ops": shares(by_op, TOP),
+        "top_named": shares(by_name, 2 * TOP),
     }
