@@ -90,8 +90,8 @@ def cases() -> dict[str, tuple[Callable, tuple, float]]:
         return jax.vjp(gather, x)[1](dy)[0]
 
     def layer(grouping: str) -> Callable:
-        from theseus.models.layers.moe import MoE
         from flax import nnx
+        from theseus.models.layers.moe import MoE
 
         moe = MoE(D, F, E, K, grouping=grouping, dtype=bf16, rngs=nnx.Rngs(0))
         graph, params = nnx.split(moe)
