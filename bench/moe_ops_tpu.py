@@ -70,6 +70,11 @@ def cases() -> dict[str, tuple[Callable, tuple, float]]:
     def ragged_drhs(x, w, dy):
         return jax.vjp(lambda b: ragged(x, b), w)[1](dy)[0]
 
+    def grouped_drhs(x, dy):
+        from theseus.models.layers.grouped_matmul import grouped_weight_gradient
+
+        return grouped_weight_gradient(x, dy, sizes_E, interpret=SMALL)
+
     tile = 512
     G = (M + E * (tile - 1)) // tile
     tile_expert_G = jnp.minimum(jnp.arange(G) * E // G, E - 1).astype(jnp.int32)
@@ -103,12 +108,14 @@ def cases() -> dict[str, tuple[Callable, tuple, float]]:
 
     ragged_layer, params = layer("ragged_dot")
     tiles_layer, _ = layer("tiles")
+    grouped_layer, _ = layer("grouped")
     layer_flops = 3 * 3 * matmul_flops
     return {
         "dense_matmul": (lambda x, w: x @ w, (x_MxD, w_DxF), matmul_flops),
         "ragged_dot": (ragged, (x_MxD, w_ExDxF), matmul_flops),
         "ragged_dot_dlhs": (ragged_dlhs, (x_MxD, w_ExDxF, dy_MxF), matmul_flops),
         "ragged_dot_drhs": (ragged_drhs, (x_MxD, w_ExDxF, dy_MxF), matmul_flops),
+        "grouped_drhs": (grouped_drhs, (x_MxD, dy_MxF), matmul_flops),
         "tiles_matmul": (tiles, (x_GxCxD, w_ExDxF), matmul_flops),
         "tiles_grads": (tiles_grads, (x_GxCxD, w_ExDxF, dy_GxCxF), 2 * matmul_flops),
         "gather_rows": (gather, (x_NxD,), 0.0),
@@ -116,6 +123,7 @@ def cases() -> dict[str, tuple[Callable, tuple, float]]:
         "argsort": (lambda e: jnp.argsort(e, stable=True), (expert_M,), 0.0),
         "layer_ragged_dot_fwd_bwd": (ragged_layer, (params, x_NxD), layer_flops),
         "layer_tiles_fwd_bwd": (tiles_layer, (params, x_NxD), layer_flops),
+        "layer_grouped_fwd_bwd": (grouped_layer, (params, x_NxD), layer_flops),
     }
 
 

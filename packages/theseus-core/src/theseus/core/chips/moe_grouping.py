@@ -28,7 +28,11 @@ from typing import Any
 from theseus.core.chips.measured import section
 from theseus.core.chips.specs import chip_of_device_kind
 
-GROUPINGS = ("tiles", "ragged_dot")  # how the dropless layout multiplies with its experts
+GROUPINGS = (
+    "tiles",
+    "ragged_dot",
+    "grouped",
+)  # how the dropless layout multiplies with its experts
 CHOICES = ("auto", *GROUPINGS)
 DEFAULT = "tiles"  # off the chips measured
 SHAPE_KEYS = ("d_model", "moe_d_ff", "n_experts", "k")  # what ``nearest`` compares

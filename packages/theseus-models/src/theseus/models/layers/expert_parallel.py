@@ -75,6 +75,7 @@ class Plan(NamedTuple):
     k: int
     capacity_factor: float
     grouping: str
+    interpret: bool  # the grouped kernel in Pallas' interpreter (off TPU)
     dispatch: str  # slabs | ragged | ragged_gathered (ExecutionPlan.expert_dispatch)
     tensor: str | None  # the mesh axis splitting the experts' hidden width, if any
     token_axes: tuple[str, ...]  # the mesh axes splitting the tokens
@@ -108,7 +109,9 @@ def expert_parallel(
     tokens = (*rows, sequence) if sequence else rows
     # the layer's own capacity, else the one the execution plan sized the dispatch by
     capacity = float(moe.capacity_factor) or float(moe.dispatch_capacity)
-    plan = Plan(devices, E, moe.k, capacity, moe.grouping, moe.dispatch, tensor, tokens)
+    plan = Plan(
+        devices, E, moe.k, capacity, moe.grouping, moe.interpret, moe.dispatch, tensor, tokens
+    )
     tokens3, tokens2 = spec(rows, sequence, None), spec(rows, sequence)
     w_in, w_out = spec(EXPERT_AXIS, None, tensor), spec(EXPERT_AXIS, tensor, None)
     return jax.shard_map(
@@ -163,7 +166,14 @@ def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights)
     every = jnp.ones((M,), bool)
     if P == 1:  # the experts are all here: the layer's own computation on these tokens
         return routed_rows(
-            x_nxD, token_M, expert_M, every, weights, capacity=None, grouping=plan.grouping
+            x_nxD,
+            token_M,
+            expert_M,
+            every,
+            weights,
+            capacity=None,
+            grouping=plan.grouping,
+            interpret=plan.interpret,
         )[0]
     peer_M = expert_M // local_experts
     # row of each assignment in the send buffer: slab of its peer, in assignment order
@@ -182,6 +192,7 @@ def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights)
         weights,
         capacity=None,
         grouping=plan.grouping,
+        interpret=plan.interpret,
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
     )
     y_SxD = _exchange(plan, y_RxD)
@@ -255,6 +266,7 @@ def _ragged(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
         weights,
         capacity=capacity,
         grouping=plan.grouping,
+        interpret=plan.interpret,
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
     )
     y_SxD = exchange(y_RxD, routes.back(), M, EXPERT_AXIS, native)  # zeros: not sent

@@ -14,10 +14,12 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+from theseus.models.layers.grouped_matmul import grouped_matmul
 
 MAX_TILE = 512  # rows per tile in the dropless layout, at most
 PAD_SHARE = 8  # the tiles' padding adds at most 1 / PAD_SHARE of the routed rows
 
+SORTED_ROWS = ("ragged_dot", "grouped")  # the groupings of unpadded rows sorted by expert
 Matmul = Callable[[jax.Array, jax.Array], jax.Array]  # (rows, w_ExIxO) -> rows x O
 
 
@@ -113,19 +115,22 @@ def routed_rows(
     capacity: int | None,
     grouping: str = "tiles",
     tile: int | None = None,
+    interpret: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Each assignment's expert output, MxD (zeros where it got no row), and ``kept_M``.
 
     Assignment m sends row ``x_NxD[token_M[m]]`` to expert ``expert_M[m]`` of the E whose
     stacked weights are ``weights``; ``keep_M`` False asks for no row. The buffer layout is
     the module docstring's: with ``capacity`` (rows per expert) the capacity layout, else the
-    dropless one (``tile``: rows per tile, by default ``dropless_tile``). Expert parallelism
-    runs this unchanged on each device, over the rows the others sent it.
+    dropless one (``tile``: rows per tile, by default ``dropless_tile``; ``ragged_dot`` and
+    ``grouped``: none, the rows sorted by expert; ``interpret``: the ``grouped`` kernel in
+    Pallas' interpreter, off TPU). Expert parallelism runs this unchanged on each device, over
+    the rows the others sent it.
     """
     E, M, D = weights[0].shape[0], expert_M.shape[0], x_NxD.shape[-1]
     if capacity is not None:
         tile = capacity
-    elif grouping == "ragged_dot":
+    elif grouping in SORTED_ROWS:
         tile = 1
     elif tile is None:
         tile = dropless_tile(M, E)
@@ -139,10 +144,16 @@ def routed_rows(
     elif grouping == "ragged_dot":  # rows sorted by expert, sizes_E of each
         matmul = partial(jax.lax.ragged_dot, group_sizes=sizes_E)
         y_PxD = swiglu_experts(x_PxD, weights, matmul)
+    elif grouping == "grouped":  # the same, with theseus's weight-gradient kernel
+        y_PxD = swiglu_experts(x_PxD, weights, partial(_grouped, sizes_E, interpret))
     else:
         matmul = partial(tile_matmul, tile_expert_G=tile_expert_G)
         y_PxD = swiglu_experts(x_PxD.reshape(G, tile, D), weights, matmul).reshape(-1, D)
     return jnp.take(y_PxD, row_M, axis=0, mode="fill", fill_value=0), kept_M
+
+
+def _grouped(sizes_E: jax.Array, interpret: bool, x: jax.Array, w: jax.Array) -> jax.Array:
+    return grouped_matmul(x, w, sizes_E, interpret)
 
 
 def combine(y_MxD: jax.Array, top_w_Nxk: jax.Array) -> jax.Array:

@@ -20,9 +20,13 @@ each token gathers its k outputs back and sums them weighted by its router weigh
   expert's weights (one batched matmul over the tiles, the weights gathered per tile). The
   FLOPs are the routed rows' plus at most 1 / PAD_SHARE of padding, on every backend.
 * dropless, ``grouping="ragged_dot"``: the sorted rows go through ``jax.lax.ragged_dot``,
-  a grouped matmul natively on TPU; elsewhere (jax 0.10) it lowers to a masked matmul with
-  every expert, E / k times the routed FLOPs. ``model.moe_grouping=auto`` (the default)
-  takes the one measured faster on the chip (``theseus.core.chips.moe_grouping``): the
+  a grouped matmul natively on TPU (but its weight gradient multiplies every row with every
+  expert, E times the routed FLOPs); elsewhere (jax 0.10) it lowers to a masked matmul with
+  every expert, E / k times the routed FLOPs.
+* dropless, ``grouping="grouped"``: ``ragged_dot`` forward, with theseus's own weight
+  gradient, a Pallas kernel that does the routed work (``layers/grouped_matmul.py``; a TPU
+  kernel, run in Pallas' interpreter elsewhere). ``model.moe_grouping=auto`` (the default)
+  takes the one measured fastest on the chip (``theseus.core.chips.moe_grouping``): the
   execution plan says which.
 * with a capacity (``capacity_factor > 0``): every expert owns ``capacity`` rows, claimed by
   first choices first, then in token order; assignments past it are dropped (their output
@@ -186,6 +190,7 @@ class MoE(nnx.Module):
             self.expert_weights(),
             capacity=capacity,
             grouping=self.grouping,
+            interpret=self.interpret,
         )
         y_NxD = combine(y_MxD, top_w_Nxk.astype(self.dtype))
         if capacity is None:
@@ -211,6 +216,8 @@ class MoE(nnx.Module):
         self.dispatch_capacity = float(execution.expert_capacity)
         self.dispatch = execution.expert_dispatch
         self.mesh_sizes = execution.mesh_axes  # (axis, size) pairs: hashable, in the graph
+        # the grouped kernel is a TPU kernel: elsewhere it runs in Pallas' interpreter
+        self.interpret = (execution.platform or jax.default_backend()) != "tpu"
 
     def routes_per_device(self) -> bool:
         """Whether each device routes its own tokens (``layers/expert_parallel.py``), as the

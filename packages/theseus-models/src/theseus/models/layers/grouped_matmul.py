@@ -1,0 +1,169 @@
+"""Grouped matmuls for dropless experts: rows sorted by group, each through its group's matrix.
+
+``grouped_matmul(x_MxK, w_ExKxN, sizes_E)`` is ``jax.lax.ragged_dot`` with its own gradient:
+
+* the forward pass and the input gradient are ``ragged_dot`` (on TPU XLA's grouped-matmul
+  kernel, which does the routed work);
+* the weight gradient is :func:`grouped_weight_gradient`, a Pallas kernel that does the routed
+  work too. ``ragged_dot``'s own weight gradient on TPU (jax 0.10) is a matmul masked per
+  group, every row with every group's block: E times the routed FLOPs (8x at Mixtral's 8
+  experts, 128x at Qwen3-30B-A3B's).
+
+The kernel walks the row tiles of every group in order. A tile that holds the end of one group
+and the start of the next is visited once for each, its other rows masked to zero; a group
+with no rows is visited once, on nothing, so that its gradient is written as zeros. Hence at
+most ``tiles + E - 1`` visits; the schedule (which group, which tile) is computed on the device
+from the group sizes and given to the kernel as scalars. For each block of the output the
+visits of one group accumulate in float32 in VMEM and are written when its last visit ends.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+KERNEL_NAME = "tgmm_theseus"  # the HLO's custom call: the step estimate counts its FLOPs
+ROW_TILE = 512  # rows per visit at most
+MAX_BLOCK = 1024  # the output block's sides at most (VMEM: float32 accumulator + 2 buffers)
+
+
+def _block(size: int) -> int:
+    """The largest side <= MAX_BLOCK that divides ``size`` in multiples of 128, else whole."""
+    for side in range(min(size, MAX_BLOCK) // 128 * 128, 0, -128):
+        if size % side == 0:
+            return side
+    return size
+
+
+def row_tile(rows: int) -> int:
+    """Rows per visit: ``ROW_TILE``, or fewer (a multiple of 8) for short inputs."""
+    return min(ROW_TILE, max(8, -(-rows // 8) * 8))
+
+
+def visit_schedule(
+    sizes_E: jax.Array, tiles: int, tile: int
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``(group_V, tile_V, live_V, starts_E, ends_E)`` for ``V = tiles + E - 1`` visits.
+
+    Visit v reads row tile ``tile_V[v]`` for group ``group_V[v]``; groups come in order, each
+    with one visit per tile its rows touch (one for an empty group). Visits past the last real
+    one repeat it with ``live_V`` 0: they add nothing.
+    """
+    E = sizes_E.shape[0]
+    V = tiles + E - 1
+    sizes_E = sizes_E.astype(jnp.int32)
+    ends_E = jnp.cumsum(sizes_E)
+    starts_E = ends_E - sizes_E
+    first_E = jnp.minimum(starts_E // tile, tiles - 1)
+    last_E = jnp.where(sizes_E > 0, (ends_E - 1) // tile, first_E)
+    count_E = last_E - first_E + 1
+    visit_ends_E = jnp.cumsum(count_E)
+    v_V = jnp.arange(V, dtype=jnp.int32)
+    group_V = jnp.minimum(jnp.searchsorted(visit_ends_E, v_V, side="right"), E - 1)
+    offset_V = v_V - (visit_ends_E - count_E)[group_V]
+    tile_V = jnp.minimum(first_E[group_V] + offset_V, last_E[group_V])
+    live_V = (v_V < visit_ends_E[-1]).astype(jnp.int32)
+    return group_V.astype(jnp.int32), tile_V.astype(jnp.int32), live_V, starts_E, ends_E
+
+
+def _kernel(group_V, tile_V, live_V, starts_E, ends_E, x_ref, dy_ref, out_ref, acc_ref, *, tile):
+    from jax.experimental import pallas as pl
+
+    v, visits = pl.program_id(2), pl.num_programs(2)
+    group = group_V[v]
+    first = jnp.logical_or(v == 0, group_V[jnp.maximum(v - 1, 0)] != group)
+    last = jnp.logical_or(v == visits - 1, group_V[jnp.minimum(v + 1, visits - 1)] != group)
+
+    @pl.when(first)
+    def _start():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    @pl.when(live_V[v] == 1)
+    def _accumulate():
+        rows = tile_V[v] * tile + jax.lax.broadcasted_iota(jnp.int32, (tile, 1), 0)
+        mine = jnp.logical_and(rows >= starts_E[group], rows < ends_E[group])
+        x = jnp.where(mine, x_ref[...], jnp.zeros((), x_ref.dtype))
+        acc_ref[...] += jax.lax.dot_general(
+            x, dy_ref[...], (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32
+        )
+
+    @pl.when(last)
+    def _write():
+        out_ref[...] = acc_ref[...].astype(out_ref.dtype)
+
+
+def grouped_weight_gradient(
+    x_MxK: jax.Array, dy_MxN: jax.Array, sizes_E: jax.Array, *, interpret: bool = False
+) -> jax.Array:
+    """``out[e] = x[rows of e].T @ dy[rows of e]`` (ExKxN, in ``x``'s dtype, summed in
+    float32), the rows of group e being ``sizes_E[e]`` consecutive ones after the groups
+    before it; rows past the groups add nothing."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    M, K = x_MxK.shape
+    N = dy_MxN.shape[1]
+    E = sizes_E.shape[0]
+    tile = row_tile(M)
+    padded = -(-M // tile) * tile
+    if padded != M:  # whole tiles; the rows added belong to no group
+        x_MxK = jnp.pad(x_MxK, ((0, padded - M), (0, 0)))
+        dy_MxN = jnp.pad(dy_MxN, ((0, padded - M), (0, 0)))
+    tiles = padded // tile
+    bk, bn = _block(K), _block(N)
+    schedule = visit_schedule(sizes_E, tiles, tile)
+    visits = schedule[0].shape[0]
+
+    def x_block(k, n, v, group_V, tile_V, *_):
+        return tile_V[v], k
+
+    def dy_block(k, n, v, group_V, tile_V, *_):
+        return tile_V[v], n
+
+    def out_block(k, n, v, group_V, *_):
+        return group_V[v], k, n
+
+    return pl.pallas_call(
+        functools.partial(_kernel, tile=tile),
+        out_shape=jax.ShapeDtypeStruct((E, K, N), x_MxK.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=len(schedule),
+            grid=(K // bk, N // bn, visits),
+            in_specs=[pl.BlockSpec((tile, bk), x_block), pl.BlockSpec((tile, bn), dy_block)],
+            out_specs=pl.BlockSpec((None, bk, bn), out_block),
+            scratch_shapes=[pltpu.VMEM((bk, bn), jnp.float32)],
+        ),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=64 * 1024 * 1024,
+        ),
+        interpret=interpret,
+        name=KERNEL_NAME,
+    )(*schedule, x_MxK, dy_MxN)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def grouped_matmul(
+    x_MxK: jax.Array, w_ExKxN: jax.Array, sizes_E: jax.Array, interpret: bool = False
+) -> jax.Array:
+    """``ragged_dot(x, w, sizes)``: row block e of x (``sizes_E[e]`` rows, in order) times
+    ``w[e]``, with the weight gradient of :func:`grouped_weight_gradient`."""
+    return jax.lax.ragged_dot(x_MxK, w_ExKxN, sizes_E)
+
+
+def _forward(x_MxK, w_ExKxN, sizes_E, interpret):
+    return grouped_matmul(x_MxK, w_ExKxN, sizes_E, interpret), (x_MxK, w_ExKxN, sizes_E)
+
+
+def _backward(interpret, saved, dy_MxN):
+    x_MxK, w_ExKxN, sizes_E = saved
+    dy_MxN = dy_MxN.astype(x_MxK.dtype)
+    dx_MxK = jax.lax.ragged_dot(dy_MxN, jnp.swapaxes(w_ExKxN, 1, 2), sizes_E)
+    dw_ExKxN = grouped_weight_gradient(x_MxK, dy_MxN, sizes_E, interpret=interpret)
+    sizes_zero = jnp.zeros(sizes_E.shape, jax.dtypes.float0)
+    return dx_MxK, dw_ExKxN.astype(w_ExKxN.dtype), sizes_zero
+
+
+grouped_matmul.defvjp(_forward, _backward)
