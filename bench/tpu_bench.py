@@ -6,8 +6,8 @@ tokens/s, MFU against the chip's 197 TFLOP/s, the device's peak memory, what ``a
 chose, and the step time that ``--dry-run --target v5e-1`` predicted on a CPU machine
 before the run (``bench/results/tpu_v5e_predicted.json``, from ``bench/tpu_predict.py``).
 ``BENCH_VARIANTS="name:key=value,key=value;..."`` times variants of every shape too (other
-remat levels, kernels); ``BENCH_PROFILE=1`` traces 3 steps of each default and sums the
-chip's op time by kind (``tpu_profile.py``).
+remat levels, kernels); ``BENCH_PROFILE=1`` traces 3 steps of each default (``all``: of
+every variant too) and sums the chip's op time by kind (``tpu_profile.py``).
 
     python bench/tpu_bench.py OUT.json [SHAPE ...]        # on the TPU: bench/tpu_device.sh
     BENCH_STEPS=2 python bench/tpu_bench.py x.json tiny   # a CPU smoke run
@@ -128,7 +128,8 @@ def measure(shape: str, extra: list[str]) -> dict:
         peak_bytes=stats.get("peak_bytes_in_use"),
         bytes_limit=stats.get("bytes_limit"),
     )
-    if os.environ.get("BENCH_PROFILE") and not extra:
+    profile = os.environ.get("BENCH_PROFILE", "")
+    if profile == "all" or profile and not extra:
         from tpu_profile import profile_steps
 
         result["profile"] = profile_steps(compiled, state, batch, step_s)
