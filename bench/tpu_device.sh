@@ -33,7 +33,7 @@ declare -A MAXTEXT=(
 )
 MAXTEXT_EXTRA_qwen3_06b_t2048="decoder_block=qwen3 logits_via_embedding=true"
 # its defaults for a mixture are theseus's: dropless (capacity_factor=-1), megablox grouped matmuls
-MAXTEXT_EXTRA_mixtral_t2048="decoder_block=mixtral num_experts=8 num_experts_per_tok=2"
+MAXTEXT_EXTRA_mixtral_t2048="decoder_block=mixtral num_experts=8 num_experts_per_tok=2 base_moe_mlp_dim=1024"
 SHAPES="${BENCH_SHAPES:-llama350_t2048 gpt124m_t1024 qwen3_06b_t2048 llama350_t8192 llama350_t32768}"
 
 for part in "$@"; do

@@ -75,3 +75,28 @@ def test_a_compiled_ragged_dot_forward_and_backward_count_what_the_chip_computes
     stats = analyze(text)
     assert stats.flops == 2 * (2 * M * D * F) + 2 * E * M * D * F
     assert stats.opaque_kernels == 0
+
+
+def test_the_grouped_kernel_counts_the_routed_work_in_all_three_products():
+    """theseus's ``grouped`` matmul compiled for a v5e: the forward and the input gradient are
+    XLA's grouped kernel, the weight gradient theseus's (``tgmm_theseus``): 3 x 2 M D F in
+    all, not the masked ``2 E M D F`` of ragged_dot's own weight gradient."""
+    require_aot()
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from theseus.core.chips.devices import compile_only_devices
+    from theseus.models.layers.grouped_matmul import grouped_matmul
+
+    whole = NamedSharding(Mesh(compile_only_devices("v5e-1"), ("x",)), PartitionSpec())
+
+    def loss(x, w, sizes):
+        return jnp.sum(grouped_matmul(x, w, sizes).astype(jnp.float32) ** 2)
+
+    step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    x = jax.ShapeDtypeStruct((M, D), jnp.bfloat16, sharding=whole)
+    w = jax.ShapeDtypeStruct((E, D, F), jnp.bfloat16, sharding=whole)
+    sizes = jax.ShapeDtypeStruct((E,), jnp.int32, sharding=whole)
+    text = compile_for_target(step.lower(x, w, sizes)).as_text()
+    assert "tgmm_theseus" in text
+    stats = analyze(text)
+    assert stats.flops == 3 * (2 * M * D * F)
+    assert stats.opaque_kernels == 0

@@ -136,8 +136,8 @@ def flops(compiled: Any) -> float:
 
 @pytest.mark.parametrize(
     ("grouping", "tokens"),
-    [("tiles", 256), ("tiles", 24), ("ragged_dot", 256)],
-    ids=["tiles", "tiles-of-one-row", "ragged_dot"],
+    [("tiles", 256), ("tiles", 24), ("ragged_dot", 256), ("grouped", 256)],
+    ids=["tiles", "tiles-of-one-row", "ragged_dot", "grouped"],
 )
 def test_routed_dropless_equals_every_expert_on_every_token(grouping, tokens):
     D, F, E, k = 32, 24, 8, 2

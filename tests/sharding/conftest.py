@@ -73,6 +73,7 @@ MOE = [  # data,fsdp,expert,tensor[:option]
     "moe:1,1,4,1:unbalanced",
     "moe:2,2,2,1",
     "moe:2,1,2,2:ragged_dot",
+    "moe:2,2,1,1:grouped",
     "moe:2,1,2,1:capacity=1.0",
     "moe:1,1,4,1:unbalanced+ragged",
     "moe:2,2,2,1:ragged",

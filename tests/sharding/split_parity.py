@@ -212,7 +212,7 @@ def moe_layer(options: list[str], execution: Any = None):
     """The layer, built in ``execution`` (a plan of a mesh; none: one device)."""
     from theseus.models.layers.moe import MoE
 
-    grouping = "ragged_dot" if "ragged_dot" in options else "tiles"
+    grouping = next((g for g in ("ragged_dot", "grouped") if g in options), "tiles")
     factor = option_value(options, "capacity") or 0.0
     moe = MoE(
         16,

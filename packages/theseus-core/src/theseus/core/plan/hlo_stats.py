@@ -17,8 +17,9 @@ many times as it runs:
   2.5 times that -- five matmuls for two -- halved when causal, since the kernel skips the
   masked blocks); grouped-matmul Mosaic kernels from their shapes, each row multiplied with
   one group's matrix: XLA:TPU's for ``jax.lax.ragged_dot`` (``ragged-dot-*``; its weight
-  gradient is a matmul masked per expert, counted as written: every expert) and megablox's
-  ``gmm``/``tgmm`` (MaxText's dropless experts, weight gradient included). Other Pallas and
+  gradient is a matmul masked per expert, counted as written: every expert), megablox's
+  ``gmm``/``tgmm`` (MaxText's dropless experts, weight gradient included) and theseus's
+  grouped weight gradient (``tgmm_theseus``). Other Pallas and
   Mosaic kernels (splash) are opaque: counted as 0 and in ``opaque_kernels``.
 * **bytes**: for every instruction of a non-fused computation, the bytes of its operands and
   results (a fusion reads its inputs and writes its outputs once), bookkeeping (tuples,
@@ -321,8 +322,9 @@ def _matmul_flops(instruction: Instruction, shapes: dict, stats: HloStats) -> fl
 
 
 # grouped-matmul Mosaic kernels: XLA:TPU's for ragged_dot (and the one reading its group
-# sizes), megablox's gmm and its transposed tgmm (MaxText's dropless experts)
-GROUPED = re.compile(r"^(ragged-dot|t?gmm)\b")
+# sizes), megablox's gmm and its transposed tgmm (MaxText's dropless experts), and theseus's
+# weight-gradient kernel (``tgmm_theseus``, named after the JAX call that holds it)
+GROUPED = re.compile(r"^(ragged-dot|t?gmm)\b|^(\w*_)?tgmm_theseus")
 
 
 def _grouped_flops(instruction: Instruction, shapes: dict) -> float:

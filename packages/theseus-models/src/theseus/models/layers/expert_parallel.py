@@ -65,6 +65,7 @@ from theseus.models.layers.expert_rows import (
 )
 from theseus.models.layers.mesh_axes import spec, tensor_axis_for
 from theseus.models.layers.ragged_exchange import arrived_groups, exchange, routes_from_counts
+from theseus.models.layers.row_permutes import collect_rows, dispatch_rows, owners
 
 
 class Plan(NamedTuple):
@@ -136,15 +137,14 @@ def _local(plan: Plan, route, x_bxtxD, valid_bxt, w_gate, w_up, w_down):
     local_experts = plan.n_experts // P
     x_nxD = x_bxtxD.reshape(n, D).astype(w_gate.dtype)  # the layer's compute dtype
     expert_M = top_e_bxtxk.reshape(n, k).T.reshape(n * k)  # k-major, as the layer orders them
-    token_M = jnp.tile(jnp.arange(n, dtype=jnp.int32), k)
     weights = (w_gate, w_up, w_down)
     counts_drops = plan.capacity_factor > 0 or plan.dispatch != "slabs"
     if plan.dispatch != "slabs" and P > 1:
-        y_MxD, kept, asked = _ragged(plan, x_nxD, expert_M, token_M, valid_bxt, weights)
+        y_MxD, kept, asked = _ragged(plan, x_nxD, expert_M, valid_bxt, weights)
     elif plan.capacity_factor > 0:
-        y_MxD, kept, asked = _with_capacity(plan, x_nxD, expert_M, token_M, valid_bxt, weights)
+        y_MxD, kept, asked = _with_capacity(plan, x_nxD, expert_M, valid_bxt, weights)
     else:
-        y_MxD = _dropless(plan, x_nxD, expert_M, token_M, local_experts, weights)
+        y_MxD = _dropless(plan, x_nxD, expert_M, local_experts, weights)
         kept = asked = jnp.zeros((), jnp.float32)
     y_nxD = combine(y_MxD, top_w_bxtxk.reshape(n, k).astype(y_MxD.dtype))
     if plan.tensor is not None:  # each device multiplied with its slice of the hidden width
@@ -159,7 +159,7 @@ def _local(plan: Plan, route, x_bxtxD, valid_bxt, w_gate, w_up, w_down):
     return y_nxD.reshape(b, t, D), stats
 
 
-def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights):
+def _dropless(plan: Plan, x_nxD, expert_M, local_experts: int, weights):
     """Slabs of n k rows (room for every assignment); the receiver groups what arrives by its
     local expert and runs the dropless layout over it."""
     M, P = expert_M.shape[0], plan.devices
@@ -167,7 +167,6 @@ def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights)
     if P == 1:  # the experts are all here: the layer's own computation on these tokens
         return routed_rows(
             x_nxD,
-            token_M,
             expert_M,
             every,
             weights,
@@ -178,15 +177,13 @@ def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights)
     peer_M = expert_M // local_experts
     # row of each assignment in the send buffer: slab of its peer, in assignment order
     send_M, _, _, _ = assign_rows(peer_M, every, P, M, M)
-    token_S = jnp.full((P * M,), x_nxD.shape[0], jnp.int32).at[send_M].set(token_M)
-    x_SxD = jnp.take(x_nxD, token_S, axis=0, mode="fill", fill_value=0)
+    assignment_S = owners(send_M, P * M)
+    x_SxD = dispatch_rows(x_nxD, send_M, assignment_S)
     expert_S = jnp.full((P * M,), -1, jnp.int32).at[send_M].set(expert_M % local_experts)
     x_RxD, expert_R = _exchange(plan, x_SxD), _exchange(plan, expert_S)  # R = P M rows arrived
     arrived_R = expert_R >= 0
-    rows = jnp.arange(P * M, dtype=jnp.int32)
     y_RxD, _ = routed_rows(
         x_RxD,
-        rows,
         jnp.maximum(expert_R, 0),
         arrived_R,
         weights,
@@ -195,11 +192,10 @@ def _dropless(plan: Plan, x_nxD, expert_M, token_M, local_experts: int, weights)
         interpret=plan.interpret,
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
     )
-    y_SxD = _exchange(plan, y_RxD)
-    return jnp.take(y_SxD, send_M, axis=0)
+    return collect_rows(_exchange(plan, y_RxD), send_M, assignment_S)
 
 
-def _with_capacity(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
+def _with_capacity(plan: Plan, x_nxD, expert_M, valid_bxt, weights):
     """The layer's capacity rule on this device's tokens: expert e's C rows are buffer rows
     [e C, (e + 1) C), so slab p holds exactly device p's experts' rows."""
     M, E, P = expert_M.shape[0], plan.n_experts, plan.devices
@@ -207,10 +203,8 @@ def _with_capacity(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
     capacity = expert_capacity(plan.capacity_factor, M, E)
     keep_M = jnp.tile(valid_bxt.reshape(-1), plan.k)  # padding tokens claim no row
     row_M, kept_M, _, _ = assign_rows(expert_M, keep_M, E, capacity, capacity)
-    token_S = (
-        jnp.full((E * capacity,), x_nxD.shape[0], jnp.int32).at[row_M].set(token_M, mode="drop")
-    )
-    x_SxD = jnp.take(x_nxD, token_S, axis=0, mode="fill", fill_value=0)
+    assignment_S = owners(row_M, E * capacity)
+    x_SxD = dispatch_rows(x_nxD, row_M, assignment_S)
     D = x_SxD.shape[-1]
     x_R = _exchange(plan, x_SxD).reshape(P, local_experts, capacity, D)  # [source, expert, row]
     x_ExRxD = x_R.transpose(1, 0, 2, 3).reshape(local_experts, P * capacity, D)
@@ -218,7 +212,7 @@ def _with_capacity(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
     y_ExRxD = swiglu_experts(x_ExRxD, weights, matmul)
     y_R = y_ExRxD.reshape(local_experts, P, capacity, D).transpose(1, 0, 2, 3)
     y_SxD = _exchange(plan, y_R.reshape(P * local_experts * capacity, D))
-    y_MxD = jnp.take(y_SxD, row_M, axis=0, mode="fill", fill_value=0)
+    y_MxD = collect_rows(y_SxD, row_M, assignment_S)
     return y_MxD, jnp.sum(kept_M).astype(jnp.float32), jnp.sum(keep_M).astype(jnp.float32)
 
 
@@ -233,7 +227,7 @@ def ragged_room(capacity_factor: float, assignments: int, local_experts: int, de
     return local_experts * capacity, capacity
 
 
-def _ragged(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
+def _ragged(plan: Plan, x_nxD, expert_M, valid_bxt, weights):
     """Each device sends exactly its assignments, ordered by expert (in assignment order
     within one: first choices first), with ``ragged_all_to_all``; the receiver tells each
     row's local expert from every sender's counts (one all-gather of E integers, which
@@ -256,11 +250,11 @@ def _ragged(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
     mine = jax.lax.axis_index(EXPERT_AXIS) * local_experts
     counts_PxL = jax.lax.dynamic_slice_in_dim(counts_PxE, mine, local_experts, axis=1)
     expert_R = arrived_groups(routes, counts_PxL, room)
-    x_SxD = jnp.take(x_nxD, token_M[order_M], axis=0)
+    position_M = jnp.zeros((M,), jnp.int32).at[order_M].set(jnp.arange(M, dtype=jnp.int32))
+    x_SxD = dispatch_rows(x_nxD, position_M, order_M)  # the send buffer, by expert
     x_RxD = exchange(x_SxD, routes, room, EXPERT_AXIS, native)
     y_RxD, kept_R = routed_rows(
         x_RxD,
-        jnp.arange(room, dtype=jnp.int32),
         jnp.maximum(expert_R, 0),
         expert_R >= 0,  # rows that arrived
         weights,
@@ -270,8 +264,7 @@ def _ragged(plan: Plan, x_nxD, expert_M, token_M, valid_bxt, weights):
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
     )
     y_SxD = exchange(y_RxD, routes.back(), M, EXPERT_AXIS, native)  # zeros: not sent
-    position_M = jnp.zeros((M,), jnp.int32).at[order_M].set(jnp.arange(M, dtype=jnp.int32))
-    y_MxD = jnp.take(y_SxD, position_M, axis=0)  # back in assignment order
+    y_MxD = collect_rows(y_SxD, position_M, order_M)  # back in assignment order
     # kept as a receiver, asked as a sender: both summed over every device by the caller
     kept = jnp.sum(kept_R).astype(jnp.float32)
     return y_MxD, kept, jnp.sum(keep_M).astype(jnp.float32)

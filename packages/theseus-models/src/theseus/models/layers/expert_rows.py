@@ -15,6 +15,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from theseus.models.layers.grouped_matmul import grouped_matmul
+from theseus.models.layers.row_permutes import collect_rows, dispatch_rows, owners
 
 MAX_TILE = 512  # rows per tile in the dropless layout, at most
 PAD_SHARE = 8  # the tiles' padding adds at most 1 / PAD_SHARE of the routed rows
@@ -107,7 +108,6 @@ def swiglu_experts(
 
 def routed_rows(
     x_NxD: jax.Array,
-    token_M: jax.Array,
     expert_M: jax.Array,
     keep_M: jax.Array,
     weights: tuple[jax.Array, jax.Array, jax.Array],
@@ -119,8 +119,8 @@ def routed_rows(
 ) -> tuple[jax.Array, jax.Array]:
     """Each assignment's expert output, MxD (zeros where it got no row), and ``kept_M``.
 
-    Assignment m sends row ``x_NxD[token_M[m]]`` to expert ``expert_M[m]`` of the E whose
-    stacked weights are ``weights``; ``keep_M`` False asks for no row. The buffer layout is
+    The M = k N assignments are k-major: assignment m sends row ``x_NxD[m mod N]`` to expert
+    ``expert_M[m]`` of the E whose stacked weights are ``weights``; ``keep_M`` False asks for no row. The buffer layout is
     the module docstring's: with ``capacity`` (rows per expert) the capacity layout, else the
     dropless one (``tile``: rows per tile, by default ``dropless_tile``; ``ragged_dot`` and
     ``grouped``: none, the rows sorted by expert; ``interpret``: the ``grouped`` kernel in
@@ -135,9 +135,11 @@ def routed_rows(
     elif tile is None:
         tile = dropless_tile(M, E)
     row_M, kept_M, tile_expert_G, sizes_E = assign_rows(expert_M, keep_M, E, tile, capacity)
+    if M % x_NxD.shape[0]:
+        raise ValueError(f"{M} assignments are no whole number of choices of {x_NxD.shape[0]} rows")
     G = tile_expert_G.shape[0]
-    token_P = jnp.full((G * tile,), x_NxD.shape[0], jnp.int32).at[row_M].set(token_M, mode="drop")
-    x_PxD = jnp.take(x_NxD, token_P, axis=0, mode="fill", fill_value=0)
+    assignment_P = owners(row_M, G * tile)
+    x_PxD = dispatch_rows(x_NxD, row_M, assignment_P)
     if capacity is not None:  # expert e's C rows are tile e
         matmul: Matmul = partial(jnp.einsum, "eci,eio->eco")
         y_PxD = swiglu_experts(x_PxD.reshape(E, tile, D), weights, matmul).reshape(-1, D)
@@ -149,7 +151,7 @@ def routed_rows(
     else:
         matmul = partial(tile_matmul, tile_expert_G=tile_expert_G)
         y_PxD = swiglu_experts(x_PxD.reshape(G, tile, D), weights, matmul).reshape(-1, D)
-    return jnp.take(y_PxD, row_M, axis=0, mode="fill", fill_value=0), kept_M
+    return collect_rows(y_PxD, row_M, assignment_P), kept_M
 
 
 def _grouped(sizes_E: jax.Array, interpret: bool, x: jax.Array, w: jax.Array) -> jax.Array:

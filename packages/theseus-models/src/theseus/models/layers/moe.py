@@ -178,13 +178,11 @@ class MoE(nnx.Module):
         # Assignments in k-major order (all first choices, then all second, ...): with a
         # capacity, the order in which they claim their expert's rows.
         expert_M = top_e_Nxk.T.reshape(N * k)
-        token_M = jnp.tile(jnp.arange(N, dtype=jnp.int32), k)
         # dropless: every assignment gets a row, padding tokens' too; with a capacity,
         # padding tokens claim none
         keep_M = jnp.ones((N * k,), bool) if capacity is None else jnp.tile(valid_N, k)
         y_MxD, kept_M = routed_rows(
             x_NxD.astype(self.dtype),
-            token_M,
             expert_M,
             keep_M,
             self.expert_weights(),
