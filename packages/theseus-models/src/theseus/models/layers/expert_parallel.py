@@ -76,7 +76,7 @@ class Plan(NamedTuple):
     k: int
     capacity_factor: float
     grouping: str
-    interpret: bool  # the grouped kernel in Pallas' interpreter (off TPU)
+    weight_gradient: str  # how the grouped grouping computes it (grouped_matmul)
     dispatch: str  # slabs | ragged | ragged_gathered (ExecutionPlan.expert_dispatch)
     tensor: str | None  # the mesh axis splitting the experts' hidden width, if any
     token_axes: tuple[str, ...]  # the mesh axes splitting the tokens
@@ -111,7 +111,7 @@ def expert_parallel(
     # the layer's own capacity, else the one the execution plan sized the dispatch by
     capacity = float(moe.capacity_factor) or float(moe.dispatch_capacity)
     plan = Plan(
-        devices, E, moe.k, capacity, moe.grouping, moe.interpret, moe.dispatch, tensor, tokens
+        devices, E, moe.k, capacity, moe.grouping, moe.weight_gradient, moe.dispatch, tensor, tokens
     )
     tokens3, tokens2 = spec(rows, sequence, None), spec(rows, sequence)
     w_in, w_out = spec(EXPERT_AXIS, None, tensor), spec(EXPERT_AXIS, tensor, None)
@@ -172,7 +172,7 @@ def _dropless(plan: Plan, x_nxD, expert_M, local_experts: int, weights):
             weights,
             capacity=None,
             grouping=plan.grouping,
-            interpret=plan.interpret,
+            weight_gradient=plan.weight_gradient,
         )[0]
     peer_M = expert_M // local_experts
     # row of each assignment in the send buffer: slab of its peer, in assignment order
@@ -189,7 +189,7 @@ def _dropless(plan: Plan, x_nxD, expert_M, local_experts: int, weights):
         weights,
         capacity=None,
         grouping=plan.grouping,
-        interpret=plan.interpret,
+        weight_gradient=plan.weight_gradient,
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
     )
     return collect_rows(_exchange(plan, y_RxD), send_M, assignment_S)
@@ -260,7 +260,7 @@ def _ragged(plan: Plan, x_nxD, expert_M, valid_bxt, weights):
         weights,
         capacity=capacity,
         grouping=plan.grouping,
-        interpret=plan.interpret,
+        weight_gradient=plan.weight_gradient,
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
     )
     y_SxD = exchange(y_RxD, routes.back(), M, EXPERT_AXIS, native)  # zeros: not sent

@@ -115,7 +115,7 @@ def routed_rows(
     capacity: int | None,
     grouping: str = "tiles",
     tile: int | None = None,
-    interpret: bool = False,
+    weight_gradient: str = "kernel",
 ) -> tuple[jax.Array, jax.Array]:
     """Each assignment's expert output, MxD (zeros where it got no row), and ``kept_M``.
 
@@ -123,8 +123,8 @@ def routed_rows(
     ``expert_M[m]`` of the E whose stacked weights are ``weights``; ``keep_M`` False asks for no row. The buffer layout is
     the module docstring's: with ``capacity`` (rows per expert) the capacity layout, else the
     dropless one (``tile``: rows per tile, by default ``dropless_tile``; ``ragged_dot`` and
-    ``grouped``: none, the rows sorted by expert; ``interpret``: the ``grouped`` kernel in
-    Pallas' interpreter, off TPU). Expert parallelism runs this unchanged on each device, over
+    ``grouped``: none, the rows sorted by expert; ``weight_gradient``: how ``grouped`` computes
+    it, ``grouped_matmul.WEIGHT_GRADIENTS``). Expert parallelism runs this unchanged on each device, over
     the rows the others sent it.
     """
     E, M, D = weights[0].shape[0], expert_M.shape[0], x_NxD.shape[-1]
@@ -147,15 +147,15 @@ def routed_rows(
         matmul = partial(jax.lax.ragged_dot, group_sizes=sizes_E)
         y_PxD = swiglu_experts(x_PxD, weights, matmul)
     elif grouping == "grouped":  # the same, with theseus's weight-gradient kernel
-        y_PxD = swiglu_experts(x_PxD, weights, partial(_grouped, sizes_E, interpret))
+        y_PxD = swiglu_experts(x_PxD, weights, partial(_grouped, sizes_E, weight_gradient))
     else:
         matmul = partial(tile_matmul, tile_expert_G=tile_expert_G)
         y_PxD = swiglu_experts(x_PxD.reshape(G, tile, D), weights, matmul).reshape(-1, D)
     return collect_rows(y_PxD, row_M, assignment_P), kept_M
 
 
-def _grouped(sizes_E: jax.Array, interpret: bool, x: jax.Array, w: jax.Array) -> jax.Array:
-    return grouped_matmul(x, w, sizes_E, interpret)
+def _grouped(sizes_E: jax.Array, weight_gradient: str, x: jax.Array, w: jax.Array) -> jax.Array:
+    return grouped_matmul(x, w, sizes_E, weight_gradient)
 
 
 def combine(y_MxD: jax.Array, top_w_Nxk: jax.Array) -> jax.Array:

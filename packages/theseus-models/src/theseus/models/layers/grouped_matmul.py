@@ -127,7 +127,10 @@ def grouped_weight_gradient(
 
     return pl.pallas_call(
         functools.partial(_kernel, tile=tile),
-        out_shape=jax.ShapeDtypeStruct((E, K, N), x_MxK.dtype),
+        # varying over the manual mesh axes the rows vary over (inside a shard_map)
+        out_shape=jax.ShapeDtypeStruct(
+            (E, K, N), x_MxK.dtype, manual_axis_type=jax.typeof(x_MxK).mat
+        ),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=len(schedule),
             grid=(K // bk, N // bn, visits),
@@ -144,26 +147,52 @@ def grouped_weight_gradient(
     )(*schedule, x_MxK, dy_MxN)
 
 
+# how ``grouped_matmul`` computes its weight gradient: the kernel (TPU), the kernel in Pallas'
+# interpreter (any backend, outside a shard_map: the interpreter's slicing is refused under
+# shard_map's varying-axes check), or ragged_dot's own
+WEIGHT_GRADIENTS = ("kernel", "interpret", "xla")
+
+
+def weight_gradient_for(platform: str) -> str:
+    """The kernel on TPU; elsewhere ragged_dot's own weight gradient (the kernel is TPU's)."""
+    return "kernel" if platform == "tpu" else "xla"
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def grouped_matmul(
-    x_MxK: jax.Array, w_ExKxN: jax.Array, sizes_E: jax.Array, interpret: bool = False
+    x_MxK: jax.Array, w_ExKxN: jax.Array, sizes_E: jax.Array, weight_gradient: str = "kernel"
 ) -> jax.Array:
     """``ragged_dot(x, w, sizes)``: row block e of x (``sizes_E[e]`` rows, in order) times
-    ``w[e]``, with the weight gradient of :func:`grouped_weight_gradient`."""
+    ``w[e]``, with the weight gradient of :func:`grouped_weight_gradient` (one of
+    ``WEIGHT_GRADIENTS``)."""
+    if weight_gradient not in WEIGHT_GRADIENTS:
+        raise ValueError(f"weight_gradient={weight_gradient!r}: one of {WEIGHT_GRADIENTS}")
     return jax.lax.ragged_dot(x_MxK, w_ExKxN, sizes_E)
 
 
-def _forward(x_MxK, w_ExKxN, sizes_E, interpret):
-    return grouped_matmul(x_MxK, w_ExKxN, sizes_E, interpret), (x_MxK, w_ExKxN, sizes_E)
+def _forward(x_MxK, w_ExKxN, sizes_E, weight_gradient):
+    y = grouped_matmul(x_MxK, w_ExKxN, sizes_E, weight_gradient)
+    return y, (x_MxK, w_ExKxN, sizes_E)
 
 
-def _backward(interpret, saved, dy_MxN):
+def _backward(weight_gradient, saved, dy_MxN):
     x_MxK, w_ExKxN, sizes_E = saved
     dy_MxN = dy_MxN.astype(x_MxK.dtype)
     dx_MxK = jax.lax.ragged_dot(dy_MxN, jnp.swapaxes(w_ExKxN, 1, 2), sizes_E)
-    dw_ExKxN = grouped_weight_gradient(x_MxK, dy_MxN, sizes_E, interpret=interpret)
+    if weight_gradient == "xla":
+        dw_ExKxN = jax.vjp(lambda w: jax.lax.ragged_dot(x_MxK, w, sizes_E), w_ExKxN)[1](dy_MxN)[0]
+    else:
+        interpret = weight_gradient == "interpret"
+        dw_ExKxN = grouped_weight_gradient(x_MxK, dy_MxN, sizes_E, interpret=interpret)
     sizes_zero = jnp.zeros(sizes_E.shape, jax.dtypes.float0)
-    return dx_MxK, dw_ExKxN.astype(w_ExKxN.dtype), sizes_zero
+    return dx_MxK, _summed_like(dw_ExKxN, w_ExKxN).astype(w_ExKxN.dtype), sizes_zero
+
+
+def _summed_like(gradient: jax.Array, primal: jax.Array) -> jax.Array:
+    """Inside a ``shard_map``: ``gradient`` summed over the manual mesh axes it varies over
+    and ``primal`` does not (what JAX's own transpose of the implicit broadcast does)."""
+    extra = jax.typeof(gradient).mat.varying - jax.typeof(primal).mat.varying
+    return jax.lax.psum(gradient, tuple(sorted(extra))) if extra else gradient
 
 
 grouped_matmul.defvjp(_forward, _backward)

@@ -25,7 +25,7 @@ each token gathers its k outputs back and sums them weighted by its router weigh
   every expert, E / k times the routed FLOPs.
 * dropless, ``grouping="grouped"``: ``ragged_dot`` forward, with theseus's own weight
   gradient, a Pallas kernel that does the routed work (``layers/grouped_matmul.py``; a TPU
-  kernel, run in Pallas' interpreter elsewhere). ``model.moe_grouping=auto`` (the default)
+  kernel: elsewhere the weight gradient is ragged_dot's own). ``model.moe_grouping=auto`` (the default)
   takes the one measured fastest on the chip (``theseus.core.chips.moe_grouping``): the
   execution plan says which.
 * with a capacity (``capacity_factor > 0``): every expert owns ``capacity`` rows, claimed by
@@ -64,6 +64,7 @@ from theseus.models.layers.expert_rows import (
     swiglu_experts,
     tile_matmul,
 )
+from theseus.models.layers.grouped_matmul import weight_gradient_for
 from theseus.models.layers.linear import Linear, param
 from theseus.models.layers.mlp import SwiGLU
 
@@ -188,7 +189,7 @@ class MoE(nnx.Module):
             self.expert_weights(),
             capacity=capacity,
             grouping=self.grouping,
-            interpret=self.interpret,
+            weight_gradient=self.weight_gradient,
         )
         y_NxD = combine(y_MxD, top_w_Nxk.astype(self.dtype))
         if capacity is None:
@@ -214,8 +215,8 @@ class MoE(nnx.Module):
         self.dispatch_capacity = float(execution.expert_capacity)
         self.dispatch = execution.expert_dispatch
         self.mesh_sizes = execution.mesh_axes  # (axis, size) pairs: hashable, in the graph
-        # the grouped kernel is a TPU kernel: elsewhere it runs in Pallas' interpreter
-        self.interpret = (execution.platform or jax.default_backend()) != "tpu"
+        # the grouped weight-gradient kernel is TPU's: elsewhere ragged_dot's own runs
+        self.weight_gradient = weight_gradient_for(execution.platform or jax.default_backend())
 
     def routes_per_device(self) -> bool:
         """Whether each device routes its own tokens (``layers/expert_parallel.py``), as the
