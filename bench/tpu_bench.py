@@ -44,6 +44,19 @@ MIXTRAL = [
     "model.sliding_window=0",
     "model.vocab_size=32000",
 ]
+# fine-grained experts as Qwen3-30B-A3B has them (128 of them, top-8), two layers of them on
+# one chip: the moe_grouping table's row for many experts
+MOE128 = [
+    "model.n_layers=2",
+    "model.d_model=1024",
+    "model.n_heads=16",
+    "model.n_kv_heads=8",
+    "model.head_dim=64",
+    "model.n_experts=128",
+    "model.n_experts_per_token=8",
+    "model.moe_d_ff=384",
+    "model.vocab_size=32000",
+]
 # name -> (job family, overrides, seq_len, rows); MaxText's knobs for the same work in
 # tpu_device.sh (its GPT-124M class is its Llama block with MLP 2048: the same FLOPs)
 SHAPES: dict[str, tuple[str, list[str], int, int]] = {
@@ -55,9 +68,10 @@ SHAPES: dict[str, tuple[str, list[str], int, int]] = {
     # the issue's mixture: Mixtral's block, 12 x 1024, 16 heads of 64 (8 kv), 8 experts of
     # 1024, top-2, dropless (MaxText e591f30's Mixtral block with megablox, same shape)
     "mixtral_t2048": ("mixtral", MIXTRAL, 2048, 8),
+    "moe128_t2048": ("qwen3_moe", MOE128, 2048, 8),
     "tiny": ("llama", ["model.preset=tiny", "model.vocab_size=256"], 256, 2),  # CPU smoke
 }
-DEFAULT_SHAPES = [name for name in SHAPES if name != "tiny"]
+DEFAULT_SHAPES = [name for name in SHAPES if name not in ("tiny", "moe128_t2048")]
 STEPS = int(os.environ.get("BENCH_STEPS", "8"))
 WARMUP = 2
 PEAK = 197e12  # TPU v5e bf16, the chip's table (theseus.core.chips.specs)
