@@ -11,6 +11,7 @@ from theseus.core.chips.moe_grouping import (
     Measured,
     choose_grouping,
     nearest,
+    speaks_for,
 )
 
 # the shape measured on the v5e (issue 46): d_model 1024, 8 experts of 1024, top-2
@@ -24,25 +25,25 @@ def test_the_table_is_read_from_the_one_file_and_holds_the_v5e_measurement():
         {g: float(v) for g, v in r["tokens_per_s"].items()} for r in rows
     ]
     (row,) = MEASURED["TPU v5 lite"]
-    assert row.tokens_per_s == {"tiles": 47333.0, "ragged_dot": 53183.0}
-    assert row.fastest() == "ragged_dot"
+    assert row.tokens_per_s == {"tiles": 47333.0, "ragged_dot": 53210.0, "grouped": 53765.0}
+    assert row.fastest() == "grouped"
 
 
 @pytest.mark.parametrize(
     "platform, kind, shape, grouping, rule",
     [
-        # the chip measured: the faster grouping there, with the figures that chose it
-        ("tpu", "TPU v5 lite", MIXTRAL_SMALL, "ragged_dot",
-         "auto: the faster measured on TPU v5 lite at d_model 1024, 8 experts of 1024, top-2, "
-         "T=2048 x 8 rows: ragged_dot 53,183, tiles 47,333 tokens/s"),
+        # the chip measured: the fastest grouping there, with the figures that chose it
+        ("tpu", "TPU v5 lite", MIXTRAL_SMALL, "grouped",
+         "auto: the fastest measured on TPU v5 lite at d_model 1024, 8 experts of 1024, top-2, "
+         "T=2048 x 8 rows: grouped 53,765, ragged_dot 53,210, tiles 47,333 tokens/s"),
         # a TPU never measured takes the measured TPU's rows, and says so
-        ("tpu", "TPU v5", MIXTRAL_SMALL, "ragged_dot", "measured on TPU v5 lite, taken for TPU v5"),
-        # 128 experts: no row within reach (ragged_dot's weight gradient grows with the experts)
-        ("tpu", "TPU v5", QWEN3_30B, "tiles",
-         "auto: tiles, no grouping measured on TPU v5 lite, taken for TPU v5 near 128 experts "
-         "(measured at 8)"),
-        ("tpu", "TPU v5 lite", ExpertShape(4096, 14336, 16, 2), "ragged_dot", "measured on TPU v5 lite at"),
-        ("tpu", "TPU v5 lite", ExpertShape(4096, 14336, 32, 2), "tiles", "near 32 experts"),
+        ("tpu", "TPU v5", MIXTRAL_SMALL, "grouped", "measured on TPU v5 lite, taken for TPU v5"),
+        # 128 experts: the row won by grouped speaks for every larger expert count
+        ("tpu", "TPU v5", QWEN3_30B, "grouped",
+         "auto: the fastest measured on TPU v5 lite, taken for TPU v5 at d_model 1024, 8 experts"),
+        ("tpu", "TPU v5 lite", ExpertShape(4096, 14336, 16, 2), "grouped", "measured on TPU v5 lite at"),
+        # fewer experts than a factor 2 below the row: no row speaks for them
+        ("tpu", "TPU v5 lite", ExpertShape(1024, 1024, 2, 1), "tiles", "near 2 experts"),
         # nothing measured off TPU: today's tiles (ragged_dot there computes every expert)
         ("cpu", "cpu", MIXTRAL_SMALL, "tiles", "auto on cpu: no grouping measured there"),
         ("gpu", "NVIDIA H100 80GB HBM3", MIXTRAL_SMALL, "tiles", "auto on gpu: no grouping"),
@@ -57,7 +58,7 @@ def test_auto_takes_the_faster_grouping_measured_for_the_chip(
 
 
 def test_a_grouping_asked_for_by_name_is_kept_on_every_chip():
-    for asked in ("tiles", "ragged_dot"):
+    for asked in ("tiles", "ragged_dot", "grouped"):
         for platform, kind in (("tpu", "TPU v5 lite"), ("cpu", "cpu")):
             chosen, why = choose_grouping(asked, platform, kind, MIXTRAL_SMALL)
             assert (chosen, why) == (asked, f"model.moe_grouping={asked}")
@@ -78,3 +79,17 @@ def test_the_nearest_row_decides_where_two_shapes_disagree():
     assert nearest([small, wide], MIXTRAL_SMALL) is small
     assert nearest([small, wide], QWEN3_30B) is wide
     assert nearest([small, wide], QWEN3_30B).fastest() == "tiles"
+
+
+def test_only_a_row_won_by_the_routed_grouping_speaks_for_many_more_experts():
+    """A row won by ``ragged_dot`` (whose weight gradient is written as E times the routed
+    work) or ``tiles`` (a weight copy per tile) reaches 2x its expert count; one won by
+    ``grouped`` every larger count, never a count 2x below its own."""
+    shape = {"d_model": 1024, "moe_d_ff": 1024, "n_experts": 8, "k": 2, "seq_len": 2048, "rows": 8}
+    for winner, reaches_128 in (("ragged_dot", False), ("tiles", False), ("grouped", True)):
+        row = Measured(
+            shape, {g: float(g == winner) for g in ("tiles", "ragged_dot", "grouped")}, "x"
+        )
+        assert speaks_for(row, QWEN3_30B) is reaches_128
+        assert speaks_for(row, ExpertShape(1024, 1024, 16, 2))
+        assert not speaks_for(row, ExpertShape(1024, 1024, 2, 1))

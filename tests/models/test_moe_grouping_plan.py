@@ -35,10 +35,10 @@ def plan(grouping: str, platform: str, kind: str, capacity: float = 0.0) -> Exec
 @pytest.mark.parametrize(
     "grouping, platform, kind, chosen, line",
     [
-        ("auto", "tpu", "TPU v5 lite", "ragged_dot",
-         "expert matmuls: ragged_dot (auto: the faster measured on TPU v5 lite at d_model "
+        ("auto", "tpu", "TPU v5 lite", "grouped",
+         "expert matmuls: grouped (auto: the fastest measured on TPU v5 lite at d_model "
          "1024, 8 experts of 1024, top-2"),
-        ("auto", "tpu", "TPU v5", "ragged_dot", "taken for TPU v5"),
+        ("auto", "tpu", "TPU v5", "grouped", "taken for TPU v5"),
         ("auto", "cpu", "cpu", "tiles", "expert matmuls: tiles (auto on cpu: no grouping"),
         ("tiles", "tpu", "TPU v5 lite", "tiles", "expert matmuls: tiles (model.moe_grouping=tiles)"),
         ("ragged_dot", "cpu", "cpu", "ragged_dot", "ragged_dot (model.moe_grouping=ragged_dot)"),

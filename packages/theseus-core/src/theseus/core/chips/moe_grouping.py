@@ -1,22 +1,24 @@
 """How a dropless mixture multiplies its rows with their experts, chosen by measurement (no JAX).
 
-Two groupings (``layers/expert_rows.py``): ``tiles``, each expert's rows padded to whole tiles
-and one batched matmul over the tiles (the routed FLOPs on every backend), and ``ragged_dot``
-(``jax.lax.ragged_dot``: on TPU a Mosaic grouped-matmul kernel for the forward pass and the
-input gradient, the weight gradient a matmul masked per expert; elsewhere a matmul with every
-expert, E / k times the routed FLOPs). ``model.moe_grouping=auto`` takes, on a chip with a
-row in ``measured.json``'s ``moe_grouping`` table, the faster grouping of the row nearest the
-model's shape among those within reach; a TPU never measured takes the measured TPU's rows;
-CPUs and GPUs, measured on none, keep ``tiles``, and so does a shape no row reaches. A
-grouping asked for by name is kept.
+Three groupings (``layers/expert_rows.py``): ``tiles``, each expert's rows padded to whole tiles
+and one batched matmul over the tiles with a copy of an expert's weights per tile (the routed
+FLOPs on every backend); ``ragged_dot`` (``jax.lax.ragged_dot``: on TPU a Mosaic
+grouped-matmul kernel for the forward pass and the input gradient, the weight gradient written
+as a matmul masked per expert; elsewhere a matmul with every expert, E / k times the routed
+FLOPs); and ``grouped`` (``ragged_dot``'s forward with theseus's weight-gradient kernel, the
+routed work in all three products; TPU only). ``model.moe_grouping=auto`` takes, on a chip
+with a row in ``measured.json``'s ``moe_grouping`` table, the fastest grouping of the row
+nearest the model's shape among the rows that speak for it; a TPU never measured takes the
+measured TPU's rows; CPUs and GPUs, measured on none, keep ``tiles``, and so does a shape no
+row speaks for. A grouping asked for by name is kept.
 
-Reach: a row speaks for shapes whose expert count is within a factor ``REACH`` of its own.
-On TPU ``ragged_dot``'s weight gradient multiplies every row with every expert (E times the
-routed work), while ``tiles`` stays at the routed work: which grouping wins moves with E.
-Qwen3-30B-A3B (128 experts of 768, top-8) on v5p-64 under fsdp 32, compiled: ragged_dot's
-three weight gradients, 57 ms each per layer at the roofline, make an estimated step of
-9.8 s, against 6.1 s with tiles (MaxText's megablox step: 1.68 s); the v5e row (8 experts)
-cannot speak for it.
+Which rows speak for a shape: those whose expert count is within a factor ``REACH`` of its
+own, since which grouping wins moves with E: ``tiles`` pads each of E groups and copies a
+weight per tile, ``ragged_dot``'s weight gradient is written as E times the routed work. A row
+won by ``grouped`` speaks for every larger expert count too: its work stays the routed work
+at any E while the others' extra costs grow with it. Qwen3-30B-A3B (128 experts of 768,
+top-8) on v5p-64 under fsdp 32, compiled: estimated steps of 1.62 s with ``grouped``, 6.1 s
+with ``tiles`` and 9.8 s with ``ragged_dot`` (MaxText's megablox step: 1.68 s).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ CHOICES = ("auto", *GROUPINGS)
 DEFAULT = "tiles"  # off the chips measured
 SHAPE_KEYS = ("d_model", "moe_d_ff", "n_experts", "k")  # what ``nearest`` compares
 REACH = 2.0  # a row speaks for expert counts within this factor of its own
+# groupings whose work is the routed work at any expert count: a row they win speaks for
+# every larger count as well
+ROUTED_AT_ANY_COUNT = ("grouped",)
 
 
 @dataclass(frozen=True)
@@ -106,10 +111,18 @@ def nearest(rows: list[Measured], shape: ExpertShape) -> Measured:
     )
 
 
+def speaks_for(row: Measured, shape: ExpertShape) -> bool:
+    """Whether ``row`` decides for ``shape``: an expert count within a factor ``REACH`` of its
+    own, or any larger one when ``row`` was won by a grouping in ``ROUTED_AT_ANY_COUNT``."""
+    ratio = shape.n_experts / row.shape["n_experts"]
+    if abs(math.log(ratio)) <= math.log(REACH):
+        return True
+    return ratio > 1 and row.fastest() in ROUTED_AT_ANY_COUNT
+
+
 def within_reach(rows: list[Measured], shape: ExpertShape) -> list[Measured]:
-    """The rows whose expert count is within a factor ``REACH`` of the shape's."""
-    experts = shape.n_experts
-    return [r for r in rows if abs(math.log(r.shape["n_experts"] / experts)) <= math.log(REACH)]
+    """The rows that speak for ``shape`` (``speaks_for``)."""
+    return [row for row in rows if speaks_for(row, shape)]
 
 
 def measured_rows(platform: str, device_kind: str) -> tuple[list[Measured], str]:
@@ -144,4 +157,4 @@ def choose_grouping(
             f"(measured at {', '.join(map(str, counts))})"
         )
     row = nearest(near, shape)
-    return row.fastest(), f"auto: the faster {source} at {row.label()}"
+    return row.fastest(), f"auto: the fastest {source} at {row.label()}"
