@@ -25,6 +25,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from theseus.models.layers.varying import summed_like, varying_alike
 
 KERNEL_NAME = "tgmm_theseus"  # the HLO's custom call: the step estimate counts its FLOPs
 ROW_TILE = 512  # rows per visit at most
@@ -108,6 +109,7 @@ def grouped_weight_gradient(
     M, K = x_MxK.shape
     N = dy_MxN.shape[1]
     E = sizes_E.shape[0]
+    x_MxK, dy_MxN = varying_alike(x_MxK, dy_MxN)  # the result varies as both (in a shard_map)
     tile = row_tile(M)
     padded = -(-M // tile) * tile
     if padded != M:  # whole tiles; the rows added belong to no group
@@ -129,7 +131,6 @@ def grouped_weight_gradient(
 
     return pl.pallas_call(
         functools.partial(_kernel, tile=tile),
-        # varying over the manual mesh axes the rows vary over (inside a shard_map)
         out_shape=jax.ShapeDtypeStruct(
             (E, K, N), x_MxK.dtype, manual_axis_type=jax.typeof(x_MxK).mat
         ),
@@ -187,14 +188,8 @@ def _backward(weight_gradient, saved, dy_MxN):
         interpret = weight_gradient == "interpret"
         dw_ExKxN = grouped_weight_gradient(x_MxK, dy_MxN, sizes_E, interpret=interpret)
     sizes_zero = jnp.zeros(sizes_E.shape, jax.dtypes.float0)
-    return dx_MxK, _summed_like(dw_ExKxN, w_ExKxN).astype(w_ExKxN.dtype), sizes_zero
-
-
-def _summed_like(gradient: jax.Array, primal: jax.Array) -> jax.Array:
-    """Inside a ``shard_map``: ``gradient`` summed over the manual mesh axes it varies over
-    and ``primal`` does not (what JAX's own transpose of the implicit broadcast does)."""
-    extra = jax.typeof(gradient).mat.varying - jax.typeof(primal).mat.varying
-    return jax.lax.psum(gradient, tuple(sorted(extra))) if extra else gradient
+    dx_MxK = summed_like(dx_MxK, x_MxK)
+    return dx_MxK, summed_like(dw_ExKxN, w_ExKxN).astype(w_ExKxN.dtype), sizes_zero
 
 
 grouped_matmul.defvjp(_forward, _backward)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from theseus.models.layers.varying import summed_like
 
 
 def owners(row_M: jax.Array, rows: int) -> jax.Array:
@@ -46,15 +47,17 @@ def dispatch_rows(x_NxD: jax.Array, row_M: jax.Array, assignment_P: jax.Array) -
 
 
 def _dispatch_forward(x_NxD, row_M, assignment_P):
-    return dispatch_rows(x_NxD, row_M, assignment_P), (x_NxD.shape[0], row_M, assignment_P)
+    # an empty view of x keeps its row count and its type, no bytes
+    return dispatch_rows(x_NxD, row_M, assignment_P), (x_NxD[:, :0], row_M, assignment_P)
 
 
 def _dispatch_backward(saved, dy_PxD):
-    N, row_M, assignment_P = saved
+    x_NxD, row_M, assignment_P = saved
+    N = x_NxD.shape[0]
     k = row_M.shape[0] // N
     dy_kxNxD = _take(dy_PxD, row_M).reshape(k, N, -1)
     dx_NxD = jnp.sum(dy_kxNxD.astype(jnp.float32), axis=0).astype(dy_PxD.dtype)
-    return dx_NxD, _no_gradient(row_M), _no_gradient(assignment_P)
+    return summed_like(dx_NxD, x_NxD), _no_gradient(row_M), _no_gradient(assignment_P)
 
 
 dispatch_rows.defvjp(_dispatch_forward, _dispatch_backward)
@@ -67,12 +70,13 @@ def collect_rows(y_PxD: jax.Array, row_M: jax.Array, assignment_P: jax.Array) ->
 
 
 def _collect_forward(y_PxD, row_M, assignment_P):
-    return collect_rows(y_PxD, row_M, assignment_P), (row_M, assignment_P)
+    return collect_rows(y_PxD, row_M, assignment_P), (y_PxD[:0], row_M, assignment_P)
 
 
 def _collect_backward(saved, dy_MxD):
-    row_M, assignment_P = saved
-    return _take(dy_MxD, assignment_P), _no_gradient(row_M), _no_gradient(assignment_P)
+    y_PxD, row_M, assignment_P = saved
+    dy_PxD = summed_like(_take(dy_MxD, assignment_P), y_PxD)
+    return dy_PxD, _no_gradient(row_M), _no_gradient(assignment_P)
 
 
 collect_rows.defvjp(_collect_forward, _collect_backward)
