@@ -6,7 +6,9 @@ either gathers the table again or, worse, computes partial logits over its slice
 and sums them over the devices (a reduce-scatter of rows x vocab per piece). Qwen3-30B-A3B on
 v5p-64 (32 pieces of T=4096, vocab 151,936) moved 75 GiB of collective-permutes and 18.6 GiB
 of all-gathers per chip per step that way. Gathered once here (a bf16 copy: the table's bytes
-per pass), the pieces multiply locally, and the gradient is reduce-scattered once.
+per pass), the pieces multiply locally, and the gradient is summed once, with an all-reduce
+(constrained to the table's split instead, it is reduce-scattered piece by piece inside the
+scan: ``core.sharding.gathered``).
 
 The cast to the compute dtype is held on each device's shard (an optimization barrier).
 Without it XLA:TPU may move the cast after the gather and gather float32, twice the bytes;

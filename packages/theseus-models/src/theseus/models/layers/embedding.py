@@ -8,11 +8,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import PartitionSpec
+from theseus.core.sharding.gathered import traced_param_spec
 from theseus.core.sharding.placement import logical_axes
 from theseus.core.sharding.rules import CONTEXT_AXIS
 from theseus.models.layers.kernel_sharding import batch_axes
 from theseus.models.layers.linear import param
-from theseus.models.layers.mesh_axes import axis_size, current_mesh, param_spec
+from theseus.models.layers.mesh_axes import axis_size, current_mesh
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -83,7 +84,7 @@ lookup.defvjp(_lookup_forward, _lookup_backward)
 
 def width_axes(table_VxD: jax.Array, axes: tuple[str | None, ...]) -> tuple[str, ...]:
     """The mesh axes the layout in context splits the table's width (only) over."""
-    spec = param_spec(table_VxD.shape, axes)
+    spec = traced_param_spec(table_VxD.shape, axes)
     if spec is None or len(spec) < 2 or spec[0] is not None or spec[1] is None:
         return ()
     return (spec[1],) if isinstance(spec[1], str) else tuple(spec[1])

@@ -38,8 +38,9 @@ With ``expert`` of size 1 (a dropless layer whose tokens the mesh splits) there 
 exchange: each device runs the layer's own computation on its own tokens, which spares the
 whole-batch sort a single routing over a split batch would need.
 
-Expert weights sharded over ``fsdp`` too are gathered before the exchange (the compiler does
-it at the ``shard_map`` boundary, and reduce-scatters their gradients); an expert hidden
+Expert weights sharded over ``fsdp`` too enter the ``shard_map`` as their shards and are
+all-gathered inside it, so that their gradients leave reduce-scattered (gathered at the
+boundary instead, each device all-reduced every weight's whole gradient); an expert hidden
 width split over ``tensor`` stays split, each device computing a partial output summed over
 ``tensor``.
 """
@@ -52,6 +53,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
+from theseus.core.sharding.gathered import traced_param_spec
 from theseus.core.sharding.rules import BATCH_AXES, CONTEXT_AXIS, EXPERT_AXIS
 from theseus.models.errors import ModelError
 from theseus.models.layers.expert_rows import (
@@ -80,6 +82,9 @@ class Plan(NamedTuple):
     dispatch: str  # slabs | ragged | ragged_gathered (ExecutionPlan.expert_dispatch)
     tensor: str | None  # the mesh axis splitting the experts' hidden width, if any
     token_axes: tuple[str, ...]  # the mesh axes splitting the tokens
+    # the batch axes splitting the embed dimension of (w_gate and w_up, w_down), gathered
+    # inside the shard_map so that their gradients are reduce-scattered
+    gathers: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
 
 def expert_parallel(
@@ -110,16 +115,47 @@ def expert_parallel(
     tokens = (*rows, sequence) if sequence else rows
     # the layer's own capacity, else the one the execution plan sized the dispatch by
     capacity = float(moe.capacity_factor) or float(moe.dispatch_capacity)
+    # the batch axes splitting each weight's embed dimension (fsdp): gathered inside
+    gathers = (
+        _embed_split(w_gate.shape, ("experts", "embed", "mlp"), 1),
+        _embed_split(w_down.shape, ("experts", "mlp", "embed"), 2),
+    )
     plan = Plan(
-        devices, E, moe.k, capacity, moe.grouping, moe.weight_gradient, moe.dispatch, tensor, tokens
+        devices,
+        E,
+        moe.k,
+        capacity,
+        moe.grouping,
+        moe.weight_gradient,
+        moe.dispatch,
+        tensor,
+        tokens,
+        gathers,
     )
     tokens3, tokens2 = spec(rows, sequence, None), spec(rows, sequence)
-    w_in, w_out = spec(EXPERT_AXIS, None, tensor), spec(EXPERT_AXIS, tensor, None)
+    w_in = spec(EXPERT_AXIS, gathers[0] or None, tensor)
+    w_out = spec(EXPERT_AXIS, tensor, gathers[1] or None)
     return jax.shard_map(
         partial(_local, plan, moe.route),
         in_specs=(tokens3, tokens2, w_in, w_in, w_out),
         out_specs=(tokens3, PartitionSpec()),
     )(x_BxTxD, valid_BxT, w_gate, w_up, w_down)
+
+
+def _embed_split(shape: tuple[int, ...], logical: tuple[str, ...], dim: int) -> tuple[str, ...]:
+    """The batch axes (fsdp's) the traced layout splits dimension ``dim`` of an expert weight
+    over; none outside a step."""
+    split = traced_param_spec(shape, logical)
+    if split is None or split[dim] is None:
+        return ()
+    axes = split[dim] if isinstance(split[dim], tuple) else (split[dim],)
+    return tuple(a for a in axes if a in BATCH_AXES)
+
+
+def _gathered(w: jax.Array, axes: tuple[str, ...], dim: int) -> jax.Array:
+    """``w`` whole along ``dim`` (an all-gather over ``axes``, whose gradient is a
+    reduce-scatter: each device receives its shard's sum, not the whole sum)."""
+    return jax.lax.all_gather(w, axes, axis=dim, tiled=True) if axes else w
 
 
 def _exchange(plan: Plan, x: jax.Array) -> jax.Array:
@@ -131,6 +167,8 @@ def _exchange(plan: Plan, x: jax.Array) -> jax.Array:
 
 
 def _local(plan: Plan, route, x_bxtxD, valid_bxt, w_gate, w_up, w_down):
+    w_gate, w_up = (_gathered(w, plan.gathers[0], 1) for w in (w_gate, w_up))
+    w_down = _gathered(w_down, plan.gathers[1], 2)
     b, t, D = x_bxtxD.shape
     probs_bxtxE, top_e_bxtxk, top_w_bxtxk = route(x_bxtxD)
     n, k, P = b * t, plan.k, plan.devices

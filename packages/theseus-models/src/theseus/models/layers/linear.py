@@ -7,6 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from theseus.core.sharding.gathered import gathered, traced_param_spec
 from theseus.core.sharding.placement import logical_axes
 from theseus.core.sharding.rules import CONTEXT_AXIS
 from theseus.models.layers.mesh_axes import axis_size, gathered_spec
@@ -77,9 +78,10 @@ class Linear(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.kernel[...].astype(self.dtype)
-        whole = gathered_spec(kernel.shape, logical_axes(self.kernel)) if self.gather else None
+        logical = logical_axes(self.kernel)
+        whole = gathered_spec(kernel.shape, logical) if self.gather else None
         if whole is not None:
-            kernel = jax.lax.with_sharding_constraint(kernel, whole)
+            kernel = gathered(kernel, whole, traced_param_spec(kernel.shape, logical or ()))
         y = contract(x.astype(self.dtype), kernel, self.n_in)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)

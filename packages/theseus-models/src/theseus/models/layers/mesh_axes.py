@@ -5,8 +5,8 @@ context).
 
 The placement of parameters is the exception: the layout a step is traced under
 (``theseus.core.sharding.placement.Layout``) puts its mesh and parameter rules in context, and
-``param_spec`` / ``gathered_spec`` (and ``axis_size``, for the operands of a projection)
-read them there to annotate where the values lie. Outside a step (evaluations, generation,
+``core.sharding.gathered.traced_param_spec`` / ``gathered_spec`` (and ``axis_size``, for the
+operands of a projection) read them there to annotate where the values lie. Outside a step (evaluations, generation,
 tests of one layer) there is no mesh: every axis has size 1.
 """
 
@@ -16,9 +16,8 @@ from collections.abc import Mapping
 
 import jax
 from jax.sharding import PartitionSpec
-from theseus.core.sharding.placement import spec_for
+from theseus.core.sharding.gathered import traced_param_spec
 from theseus.core.sharding.rules import BATCH_AXES, TENSOR_AXIS
-from theseus.core.sharding.traced_rules import param_rules
 
 
 def current_mesh() -> jax.sharding.AbstractMesh | None:
@@ -50,21 +49,12 @@ def spec(*parts: str | tuple[str, ...] | None) -> PartitionSpec:
     return PartitionSpec(*parts)
 
 
-def param_spec(shape: tuple[int, ...], logical: tuple[str | None, ...]) -> PartitionSpec | None:
-    """How the layout a step is traced under splits a parameter of this shape and these
-    logical axes; None outside a traced step (no mesh or no rules in context)."""
-    mesh, rules = current_mesh(), param_rules()
-    if mesh is None or rules is None:
-        return None
-    return spec_for("a parameter", shape, logical, rules, dict(mesh.shape))
-
-
 def gathered_spec(
     shape: tuple[int, ...], logical: tuple[str | None, ...] | None
 ) -> PartitionSpec | None:
     """The layout of a parameter gathered over the batch axes (fsdp's split undone, a tensor
     split kept), where the step's layout splits it over any of them; else None."""
-    split = None if logical is None else param_spec(shape, logical)
+    split = None if logical is None else traced_param_spec(shape, logical)
     if split is None:
         return None
     kept = []
