@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from theseus.models.layers.expert_rows import routed_rows
 from theseus.models.layers.grouped_matmul import (
     grouped_matmul,
     grouped_weight_gradient,
@@ -119,38 +118,3 @@ def test_its_gradients_are_ragged_dots():
         assert np.all(np.abs(dx - want_dx) <= (N + 3) * U * bound_dx)
         assert np.all(np.abs(dw - want_dw) <= (sizes.max() + 3) * U * bound_dw)
         assert not np.any(dx[sizes.sum() :]) and not np.any(dw[1])
-
-
-def test_the_experts_rows_through_the_kernel_equal_the_tiles_layout():
-    """A mixture's routed rows (8 experts, top-2, 64 tokens) through ``grouped`` with the
-    kernel's weight gradient: output and gradients equal the tiles layout's (the same sums in
-    another order: 2 u (N k + D + F) of the largest, as in test_moe_routed)."""
-    N, D, F, E, k = 64, 32, 24, 8, 2
-    keys = jax.random.split(jax.random.key(3), 6)
-    x = jax.random.normal(keys[0], (N, D))
-    weights = tuple(
-        0.3 * jax.random.normal(key, shape)
-        for key, shape in zip(keys[1:4], [(E, D, F), (E, D, F), (E, F, D)], strict=True)
-    )
-    expert_M = jax.random.randint(keys[4], (N * k,), 0, E)
-    cot = jax.random.normal(keys[5], (N * k, D))
-
-    def loss(grouping: str, x, weights):
-        y, _ = routed_rows(
-            x,
-            expert_M,
-            jnp.ones((N * k,), bool),
-            weights,
-            capacity=None,
-            grouping=grouping,
-            weight_gradient="interpret",
-        )
-        return jnp.sum(y * cot)
-
-    grads = {g: jax.grad(loss, argnums=(1, 2))(g, x, weights) for g in ("grouped", "tiles")}
-    for a, b in zip(
-        jax.tree.leaves(grads["grouped"]), jax.tree.leaves(grads["tiles"]), strict=True
-    ):
-        scale = float(jnp.max(jnp.abs(b)))
-        assert scale > 0.1
-        assert float(jnp.max(jnp.abs(a - b))) <= 2 * U * (N * k + D + F) * scale

@@ -215,8 +215,9 @@ class MoE(nnx.Module):
         self.dispatch_capacity = float(execution.expert_capacity)
         self.dispatch = execution.expert_dispatch
         self.mesh_sizes = execution.mesh_axes  # (axis, size) pairs: hashable, in the graph
-        # the grouped weight-gradient kernel is TPU's: elsewhere ragged_dot's own runs
-        self.weight_gradient = weight_gradient_for(execution.platform or jax.default_backend())
+        # the grouped weight-gradient kernel is TPU's: elsewhere (and for a layer built
+        # without a platform in its plan) ragged_dot's own runs
+        self.weight_gradient = weight_gradient_for(execution.platform)
 
     def routes_per_device(self) -> bool:
         """Whether each device routes its own tokens (``layers/expert_parallel.py``), as the
