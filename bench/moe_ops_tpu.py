@@ -4,7 +4,7 @@ At the Mixtral-style bench shape (8 x 2048 tokens, d_model 1024, 8 experts of 10
 a dense matmul of the routed rows (the rate to beat), ``ragged_dot`` forward and each of its
 two gradients, the tiles' batched matmul, the gather that builds the routed rows and its
 gradient (a scatter-add unless told otherwise), the sort, and the whole layer's forward and
-backward per grouping. Each figure is the median of ``REPEATS`` calls of a jitted function.
+backward per grouping. Each figure is the median of repeated calls of a jitted function.
 
     python bench/moe_ops_tpu.py OUT.json          # on the TPU (bench/tpu_device.sh moe)
     MOE_OPS_SMALL=1 python bench/moe_ops_tpu.py x.json   # a CPU smoke run
@@ -14,29 +14,24 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-REPEATS = 20
+sys.path.insert(0, str(Path(__file__).parent))
+from tpu_attention_sweep import timed as sweep_timed  # noqa: E402
+
 SMALL = bool(os.environ.get("MOE_OPS_SMALL"))
 N, D, F, E, K = (512, 128, 128, 8, 2) if SMALL else (16384, 1024, 1024, 8, 2)
 M = N * K
 
 
 def timed(fn: Callable, *args) -> float:
-    compiled = jax.jit(fn).lower(*args).compile()
-    jax.block_until_ready(compiled(*args))
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """The median of the sweep's repeats of ``fn`` compiled once (``tpu_attention_sweep``)."""
+    return sweep_timed(jax.jit(fn).lower(*args).compile(), *args)
 
 
 def routing(key: jax.Array) -> tuple[jax.Array, jax.Array]:

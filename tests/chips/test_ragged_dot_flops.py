@@ -27,6 +27,25 @@ ENTRY %main (x: bf16[{M},{D}], w: bf16[{E},{D},{F}], g: s32[{E}]) -> bf16[{M},{F
 """
 
 
+def compiled_gradients(matmul) -> str:
+    """The optimized HLO of both gradients of ``sum(matmul(x, w, sizes) ** 2)``, compiled
+    for a v5e at the shape above (bf16 rows and groups)."""
+    require_aot()
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from theseus.core.chips.devices import compile_only_devices
+
+    whole = NamedSharding(Mesh(compile_only_devices("v5e-1"), ("x",)), PartitionSpec())
+
+    def loss(x, w, sizes):
+        return jnp.sum(matmul(x, w, sizes).astype(jnp.float32) ** 2)
+
+    step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    x = jax.ShapeDtypeStruct((M, D), jnp.bfloat16, sharding=whole)
+    w = jax.ShapeDtypeStruct((E, D, F), jnp.bfloat16, sharding=whole)
+    sizes = jax.ShapeDtypeStruct((E,), jnp.int32, sharding=whole)
+    return compile_for_target(step.lower(x, w, sizes)).as_text()
+
+
 def test_a_ragged_dot_kernel_counts_each_row_through_one_group():
     stats = analyze(KERNEL)
     assert stats.flops == 2 * M * D * F  # not E times it, and not 0
@@ -57,20 +76,7 @@ def test_a_compiled_ragged_dot_forward_and_backward_count_what_the_chip_computes
     """Compiled for a v5e: the forward and the input gradient are the grouped kernel (each
     2 M D F); the weight gradient a matmul masked per group, every row against all E groups
     (2 E M D F, counted as written)."""
-    require_aot()
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-    from theseus.core.chips.devices import compile_only_devices
-
-    whole = NamedSharding(Mesh(compile_only_devices("v5e-1"), ("x",)), PartitionSpec())
-
-    def loss(x, w, sizes):
-        return jnp.sum(jax.lax.ragged_dot(x, w, sizes).astype(jnp.float32) ** 2)
-
-    step = jax.jit(jax.grad(loss, argnums=(0, 1)))
-    x = jax.ShapeDtypeStruct((M, D), jnp.bfloat16, sharding=whole)
-    w = jax.ShapeDtypeStruct((E, D, F), jnp.bfloat16, sharding=whole)
-    sizes = jax.ShapeDtypeStruct((E,), jnp.int32, sharding=whole)
-    text = compile_for_target(step.lower(x, w, sizes)).as_text()
+    text = compiled_gradients(jax.lax.ragged_dot)
     assert "%ragged-dot" in text
     stats = analyze(text)
     assert stats.flops == 2 * (2 * M * D * F) + 2 * E * M * D * F
@@ -81,21 +87,9 @@ def test_the_grouped_kernel_counts_the_routed_work_in_all_three_products():
     """theseus's ``grouped`` matmul compiled for a v5e: the forward and the input gradient are
     XLA's grouped kernel, the weight gradient theseus's (``tgmm_theseus``): 3 x 2 M D F in
     all, not the masked ``2 E M D F`` of ragged_dot's own weight gradient."""
-    require_aot()
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-    from theseus.core.chips.devices import compile_only_devices
     from theseus.models.layers.grouped_matmul import grouped_matmul
 
-    whole = NamedSharding(Mesh(compile_only_devices("v5e-1"), ("x",)), PartitionSpec())
-
-    def loss(x, w, sizes):
-        return jnp.sum(grouped_matmul(x, w, sizes).astype(jnp.float32) ** 2)
-
-    step = jax.jit(jax.grad(loss, argnums=(0, 1)))
-    x = jax.ShapeDtypeStruct((M, D), jnp.bfloat16, sharding=whole)
-    w = jax.ShapeDtypeStruct((E, D, F), jnp.bfloat16, sharding=whole)
-    sizes = jax.ShapeDtypeStruct((E,), jnp.int32, sharding=whole)
-    text = compile_for_target(step.lower(x, w, sizes)).as_text()
+    text = compiled_gradients(grouped_matmul)
     assert "tgmm_theseus" in text
     stats = analyze(text)
     assert stats.flops == 3 * (2 * M * D * F)
