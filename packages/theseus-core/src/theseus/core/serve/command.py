@@ -84,13 +84,22 @@ def serve(
     # the pages show damaged runs as damaged; a warning per poll would flood the terminal
     logging.getLogger("theseus.core.inspect.runs").setLevel(logging.ERROR)
     sock = _bind(host, port)
+
+    class AnnouncedServer(uvicorn.Server):
+        """Prints the URL once serving: by then uvicorn holds SIGTERM and SIGINT, so a
+        signal sent on seeing the URL stops it cleanly (before, it could land between
+        the event loop's start and uvicorn's handlers)."""
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            typer.echo(f"theseus serve: {root_path.resolve()} at {url_of(sock, host, token)}")
+            typer.echo("(read-only; Ctrl-C stops it)")
+
     try:
-        typer.echo(f"theseus serve: {root_path.resolve()} at {url_of(sock, host, token)}")
-        typer.echo("(read-only; Ctrl-C stops it)")
         config = uvicorn.Config(
             create_app(root_path, token), log_level="warning", access_log=False, lifespan="off"
         )
-        uvicorn.Server(config).run(sockets=[sock])
+        AnnouncedServer(config).run(sockets=[sock])
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (uvicorn stops, then passes it on)
         from theseus.core import stop
 
