@@ -1,5 +1,6 @@
 """Suite-wide settings: a persistent JAX compilation cache, CPU-only JAX, and the order in
-which ``pytest -n 2 --dist loadfile`` hands out test files (the longest first)."""
+which ``pytest -n 2 --dist loadfile`` hands out test files (the longest first, as measured:
+tests/durations.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from tests.durations import measured, rank
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".jax_cache"
@@ -40,53 +43,14 @@ def runtime_env(**extra: str) -> dict[str, str]:
     return env
 
 
-# The files that take longest, longest first: seconds summed over their tests (setup, call,
-# teardown) with --durations=0 in a fresh-clone .ci/run on two cores shared with other work
-# (so slower than CI's), main 8ae52fb+. xdist gives a worker one file at a time in
-# collection order (pyproject's addopts turn off its own reordering, which put files with the
-# most tests first and so the one-test README tour last: the run's last 10 minutes had one
-# worker busy). The rest follow in the usual order.
-LONGEST_FIRST = [
-    "tests/core/test_readme_tour.py",  # 631 s
-    "tests/sharding/test_parity.py",  # 318 s
-    "tests/train/test_grpo.py",  # 265 s
-    "tests/faults/test_inspect_faults.py",  # 241 s
-    "tests/train/test_training.py",  # 186 s
-    "tests/dispatch/test_dispatch_ssh.py",  # 186 s
-    "tests/chips/test_compile_matrix.py",  # 160 s
-    "tests/evaluate/test_lm_eval.py",  # 160 s
-    "tests/train/test_lora.py",  # 129 s
-    "tests/models/test_models_families.py",  # 115 s
-    "tests/docs/test_train_on_chips.py",  # 103 s
-    "tests/chips/test_grpo_plan.py",  # 96 s
-    "tests/train/test_determinism.py",  # 89 s
-    "tests/sharding/test_family_parity.py",  # 87 s
-    "tests/chips/test_v5e_step.py",  # 80 s
-    "tests/sharding/test_split_resume.py",  # 78 s
-    "tests/train/test_dpo.py",  # 74 s
-    "tests/dispatch/test_dispatch_slurm.py",  # 67 s
-    "tests/faults/test_data_faults.py",  # 64 s
-    "tests/faults/test_resume_faults.py",  # 63 s
-    "tests/sharding/test_reshard.py",  # 62 s
-    "tests/train/test_sft.py",  # 61 s
-    "tests/train/test_optimizers.py",  # 59 s
-    "tests/sharding/test_context_parallel.py",  # 59 s
-    "tests/sharding/test_expert_parallel.py",  # 58 s
-    "tests/sharding/test_dry_run.py",  # 54 s
-    "tests/train/test_base_tokenizer.py",  # 53 s
-    "tests/models/test_lora_export.py",  # 51 s
-    "tests/faults/test_environment_faults.py",  # 49 s
-    "tests/sharding/test_multihost.py",  # 49 s
-]
-
-
 def longest_first(items: list[pytest.Item]) -> None:
-    rank = {path: place for place, path in enumerate(LONGEST_FIRST)}
+    """Files in the order of their measured seconds, longest first (tests/durations.py)."""
+    table = measured()
 
-    def place(item: pytest.Item) -> int:
-        return rank.get(Path(item.path).relative_to(REPO).as_posix(), len(rank))
+    def place(item: pytest.Item) -> float:
+        return rank(Path(item.path).relative_to(REPO).as_posix(), table)
 
-    items.sort(key=place)  # stable: within a file, and for the rest, the collection order
+    items.sort(key=place)  # stable: within a file, the collection order
 
 
 def pytest_collection_modifyitems(config, items):

@@ -28,19 +28,24 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
     assert 'eval "$README_TEST_COMMAND"' in ci
 
 
-def test_the_longest_test_files_exist_and_are_handed_out_first():
-    """tests/conftest.py's LONGEST_FIRST names files that exist, and collection puts them
-    first (the README tour before everything)."""
-    from tests.conftest import LONGEST_FIRST
+def test_the_measured_test_files_exist_and_are_handed_out_longest_first():
+    """tests/durations.json names every test file and no other, and collection orders
+    files by it (the README tour before everything), whatever order they are given in."""
+    from tests.durations import measured, test_files
 
-    assert all((REPO / path).is_file() for path in LONGEST_FIRST)
+    table = measured()
+    assert sorted(table) == test_files(), "regenerate tests/durations.json (tests/durations.py)"
+    given = ["tests/core/test_readme.py", "tests/sharding/test_parity.py"]
+    given.append("tests/core/test_readme_tour.py")
     listed = subprocess.run(
-        [os.sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/core", "tests/sharding"],
+        [os.sys.executable, "-m", "pytest", "--collect-only", "-q", *given],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=300,
     )
-    files = [line.split("::")[0] for line in listed.stdout.splitlines() if "::" in line]
-    assert files[0] == "tests/core/test_readme_tour.py", files[:3]
-    assert files.index("tests/sharding/test_parity.py") < files.index("tests/core/test_readme.py")
+    files = list(
+        dict.fromkeys(line.split("::")[0] for line in listed.stdout.splitlines() if "::" in line)
+    )
+    assert files == sorted(given, key=lambda path: -table[path]), files
+    assert files[0] == "tests/core/test_readme_tour.py", files
