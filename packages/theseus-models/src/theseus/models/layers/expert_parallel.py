@@ -211,6 +211,7 @@ def _dropless(plan: Plan, x_nxD, expert_M, local_experts: int, weights):
             capacity=None,
             grouping=plan.grouping,
             weight_gradient=plan.weight_gradient,
+            unkept_read=False,  # every assignment has a row
         )[0]
     peer_M = expert_M // local_experts
     # row of each assignment in the send buffer: slab of its peer, in assignment order
@@ -229,6 +230,7 @@ def _dropless(plan: Plan, x_nxD, expert_M, local_experts: int, weights):
         grouping=plan.grouping,
         weight_gradient=plan.weight_gradient,
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
+        unkept_read=False,  # the rows where nothing arrived go back but are not collected
     )
     return collect_rows(_exchange(plan, y_RxD), send_M, assignment_S)
 
@@ -289,7 +291,8 @@ def _ragged(plan: Plan, x_nxD, expert_M, valid_bxt, weights):
     counts_PxL = jax.lax.dynamic_slice_in_dim(counts_PxE, mine, local_experts, axis=1)
     expert_R = arrived_groups(routes, counts_PxL, room)
     position_M = jnp.zeros((M,), jnp.int32).at[order_M].set(jnp.arange(M, dtype=jnp.int32))
-    x_SxD = dispatch_rows(x_nxD, position_M, order_M)  # the send buffer, by expert
+    # the send buffer, by expert: a permutation of the assignments (no index falls outside)
+    x_SxD = dispatch_rows(x_nxD, position_M, order_M, zeros=False)
     x_RxD = exchange(x_SxD, routes, room, EXPERT_AXIS, native)
     y_RxD, kept_R = routed_rows(
         x_RxD,
@@ -300,9 +303,12 @@ def _ragged(plan: Plan, x_nxD, expert_M, valid_bxt, weights):
         grouping=plan.grouping,
         weight_gradient=plan.weight_gradient,
         tile=dropless_tile(M, local_experts),  # sized for the rows expected, not the room
+        # dropless, every row that arrived is kept and the others are not sent back; with a
+        # capacity, the rows past it go back and must be zeros
+        unkept_read=capacity is not None,
     )
     y_SxD = exchange(y_RxD, routes.back(), M, EXPERT_AXIS, native)  # zeros: not sent
-    y_MxD = collect_rows(y_SxD, position_M, order_M)  # back in assignment order
+    y_MxD = collect_rows(y_SxD, position_M, order_M, zeros=False)  # back in assignment order
     # kept as a receiver, asked as a sender: both summed over every device by the caller
     kept = jnp.sum(kept_R).astype(jnp.float32)
     return y_MxD, kept, jnp.sum(keep_M).astype(jnp.float32)

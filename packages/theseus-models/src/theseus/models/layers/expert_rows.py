@@ -116,6 +116,7 @@ def routed_rows(
     grouping: str = "tiles",
     tile: int | None = None,
     weight_gradient: str = "kernel",
+    unkept_read: bool = True,
 ) -> tuple[jax.Array, jax.Array]:
     """Each assignment's expert output, MxD (zeros where it got no row), and ``kept_M``.
 
@@ -126,6 +127,11 @@ def routed_rows(
     ``grouped``: none, the rows sorted by expert; ``weight_gradient``: how ``grouped`` computes
     it, ``grouped_matmul.WEIGHT_GRADIENTS``). Expert parallelism runs this unchanged on each device, over
     the rows the others sent it.
+
+    ``unkept_read=False``: the caller never reads the output of an assignment without a row
+    (or every assignment has one), so with rows sorted by expert the moves skip their zeros
+    (``row_permutes``); the tiles and capacity layouts compute every row of a tile and keep
+    them.
     """
     E, M, D = weights[0].shape[0], expert_M.shape[0], x_NxD.shape[-1]
     if capacity is not None:
@@ -139,7 +145,8 @@ def routed_rows(
         raise ValueError(f"{M} assignments are no whole number of choices of {x_NxD.shape[0]} rows")
     G = tile_expert_G.shape[0]
     assignment_P = owners(row_M, G * tile)
-    x_PxD = dispatch_rows(x_NxD, row_M, assignment_P)
+    zeros = unkept_read or capacity is not None or grouping not in SORTED_ROWS
+    x_PxD = dispatch_rows(x_NxD, row_M, assignment_P, zeros)
     if capacity is not None:  # expert e's C rows are tile e
         matmul: Matmul = partial(jnp.einsum, "eci,eio->eco")
         y_PxD = swiglu_experts(x_PxD.reshape(E, tile, D), weights, matmul).reshape(-1, D)
@@ -151,7 +158,7 @@ def routed_rows(
     else:
         matmul = partial(tile_matmul, tile_expert_G=tile_expert_G)
         y_PxD = swiglu_experts(x_PxD.reshape(G, tile, D), weights, matmul).reshape(-1, D)
-    return collect_rows(y_PxD, row_M, assignment_P), kept_M
+    return collect_rows(y_PxD, row_M, assignment_P, zeros), kept_M
 
 
 def _grouped(sizes_E: jax.Array, weight_gradient: str, x: jax.Array, w: jax.Array) -> jax.Array:

@@ -190,6 +190,7 @@ class MoE(nnx.Module):
             capacity=capacity,
             grouping=self.grouping,
             weight_gradient=self.weight_gradient,
+            unkept_read=capacity is not None,  # dropless: every assignment has a row
         )
         y_NxD = combine(y_MxD, top_w_Nxk.astype(self.dtype))
         if capacity is None:
