@@ -8,6 +8,7 @@ estimated step seconds, how it was estimated, the remat level and kernel chosen,
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ def main() -> None:
 
     out = HERE / "results" / "tpu_v5e_predicted.json"
     found = json.loads(out.read_text()) if out.exists() else {}
+    head = ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"]
+    commit = subprocess.run(head, capture_output=True, text=True).stdout.strip()
     for shape in sys.argv[1:] or DEFAULT_SHAPES:
         started = time.perf_counter()
         cfg, _ = config(shape, [])
@@ -35,6 +38,7 @@ def main() -> None:
             "peak_bytes": result.get("peak_bytes"),
             "fits": result.get("fits"),
             "plan_seconds": time.perf_counter() - started,
+            "main": commit,  # the checkout the prediction was made at
         }
         print(shape, json.dumps(found[shape]), flush=True)
         out.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
