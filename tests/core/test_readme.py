@@ -29,12 +29,14 @@ def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_test_one():
 
 
 def test_the_measured_test_files_exist_and_are_handed_out_longest_first():
-    """tests/durations.json names every test file and no other, and collection orders
-    files by it (the README tour before everything), whatever order they are given in."""
+    """tests/durations.json names test files that exist (a file added since it was measured
+    is ranked as unknown), and collection orders files by it (the README tour before
+    everything), whatever order they are given in."""
     from tests.durations import measured, test_files
 
     table = measured()
-    assert sorted(table) == test_files(), "regenerate tests/durations.json (tests/durations.py)"
+    stale = sorted(set(table) - set(test_files()))
+    assert not stale, f"regenerate tests/durations.json (tests/durations.py): {stale}"
     given = ["tests/core/test_readme.py", "tests/sharding/test_parity.py"]
     given.append("tests/core/test_readme_tour.py")
     listed = subprocess.run(
