@@ -46,10 +46,11 @@ def from_report(text: str, files: list[str]) -> dict[str, float]:
     return {path: round(total, 1) for path, total in sorted(seconds.items(), key=lambda kv: -kv[1])}
 
 
-def test_files() -> list[str]:
+def every_test_file() -> list[str]:
+    """Every test file of the suite, relative to the repository."""
     repo = TABLE.parents[1]
     return sorted(p.relative_to(repo).as_posix() for p in TABLE.parent.rglob("test_*.py"))
 
 
 if __name__ == "__main__":
-    print(json.dumps(from_report(Path(sys.argv[1]).read_text(), test_files()), indent=1))
+    print(json.dumps(from_report(Path(sys.argv[1]).read_text(), every_test_file()), indent=1))

@@ -32,13 +32,16 @@ def test_the_measured_test_files_exist_and_are_handed_out_longest_first():
     """tests/durations.json names test files that exist (a file added since it was measured
     is ranked as unknown), and collection orders files by it (the README tour before
     everything), whatever order they are given in."""
-    from tests.durations import measured, test_files
+    from tests.durations import every_test_file, measured
 
     table = measured()
-    stale = sorted(set(table) - set(test_files()))
+    stale = sorted(set(table) - set(every_test_file()))
     assert not stale, f"regenerate tests/durations.json (tests/durations.py): {stale}"
-    given = ["tests/core/test_readme.py", "tests/sharding/test_parity.py"]
-    given.append("tests/core/test_readme_tour.py")
+    given = [
+        "tests/core/test_readme.py",
+        "tests/sharding/test_parity.py",
+        "tests/core/test_readme_tour.py",
+    ]
     listed = subprocess.run(
         [os.sys.executable, "-m", "pytest", "--collect-only", "-q", *given],
         capture_output=True,
