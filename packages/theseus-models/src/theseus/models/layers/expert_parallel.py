@@ -63,11 +63,12 @@ from theseus.models.layers.expert_rows import (
     expert_capacity,
     routed_rows,
     routing_stats,
+    sort_by_key,
     swiglu_experts,
 )
 from theseus.models.layers.mesh_axes import spec, tensor_axis_for
 from theseus.models.layers.ragged_exchange import arrived_groups, exchange, routes_from_counts
-from theseus.models.layers.row_permutes import collect_rows, dispatch_rows, owners
+from theseus.models.layers.row_permutes import collect_rows, dispatch_rows
 
 
 class Plan(NamedTuple):
@@ -215,10 +216,11 @@ def _dropless(plan: Plan, x_nxD, expert_M, local_experts: int, weights):
         )[0]
     peer_M = expert_M // local_experts
     # row of each assignment in the send buffer: slab of its peer, in assignment order
-    send_M, _, _, _ = assign_rows(peer_M, every, P, M, M)
-    assignment_S = owners(send_M, P * M)
+    send = assign_rows(peer_M, every, P, M, M)
+    send_M, assignment_S = send.row_M, send.assignment_P
     x_SxD = dispatch_rows(x_nxD, send_M, assignment_S)
-    expert_S = jnp.full((P * M,), -1, jnp.int32).at[send_M].set(expert_M % local_experts)
+    sent_S = assignment_S < M
+    expert_S = jnp.where(sent_S, expert_M[jnp.minimum(assignment_S, M - 1)] % local_experts, -1)
     x_RxD, expert_R = _exchange(plan, x_SxD), _exchange(plan, expert_S)  # R = P M rows arrived
     arrived_R = expert_R >= 0
     y_RxD, _ = routed_rows(
@@ -242,8 +244,8 @@ def _with_capacity(plan: Plan, x_nxD, expert_M, valid_bxt, weights):
     local_experts = E // P
     capacity = expert_capacity(plan.capacity_factor, M, E)
     keep_M = jnp.tile(valid_bxt.reshape(-1), plan.k)  # padding tokens claim no row
-    row_M, kept_M, _, _ = assign_rows(expert_M, keep_M, E, capacity, capacity)
-    assignment_S = owners(row_M, E * capacity)
+    rows = assign_rows(expert_M, keep_M, E, capacity, capacity)
+    row_M, kept_M, assignment_S = rows.row_M, rows.kept_M, rows.assignment_P
     x_SxD = dispatch_rows(x_nxD, row_M, assignment_S)
     D = x_SxD.shape[-1]
     x_R = _exchange(plan, x_SxD).reshape(P, local_experts, capacity, D)  # [source, expert, row]
@@ -281,8 +283,9 @@ def _ragged(plan: Plan, x_nxD, expert_M, valid_bxt, weights):
     native = plan.dispatch == "ragged"
     keep_M = jnp.tile(valid_bxt.reshape(-1), plan.k)  # padding tokens send nothing
     key_M = jnp.where(keep_M, expert_M, E).astype(jnp.int32)  # E: not sent, sorted last
-    order_M = jnp.argsort(key_M, stable=True)  # send-buffer row -> assignment
-    counts_E = jnp.zeros((E,), jnp.int32).at[key_M].add(1, mode="drop")
+    # order_M: send-buffer row -> assignment; position_M: its inverse
+    order_M, position_M, starts_E1 = sort_by_key(key_M, E)
+    counts_E = jnp.diff(starts_E1)
     room, capacity = ragged_room(plan.capacity_factor, M, local_experts, P)
     counts_PxE = jax.lax.all_gather(counts_E, EXPERT_AXIS)  # [sender, expert]: one gather
     counts_PxP = counts_PxE.reshape(P, P, local_experts).sum(axis=2)  # [sender, receiver]
@@ -290,7 +293,6 @@ def _ragged(plan: Plan, x_nxD, expert_M, valid_bxt, weights):
     mine = jax.lax.axis_index(EXPERT_AXIS) * local_experts
     counts_PxL = jax.lax.dynamic_slice_in_dim(counts_PxE, mine, local_experts, axis=1)
     expert_R = arrived_groups(routes, counts_PxL, room)
-    position_M = jnp.zeros((M,), jnp.int32).at[order_M].set(jnp.arange(M, dtype=jnp.int32))
     # the send buffer, by expert: a permutation of the assignments (no index falls outside)
     x_SxD = dispatch_rows(x_nxD, position_M, order_M, zeros=False)
     x_RxD = exchange(x_SxD, routes, room, EXPERT_AXIS, native)

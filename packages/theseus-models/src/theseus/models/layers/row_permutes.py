@@ -32,14 +32,6 @@ import jax.numpy as jnp
 from theseus.models.layers.varying import summed_like
 
 
-def owners(row_M: jax.Array, rows: int) -> jax.Array:
-    """``assignment_P``: the assignment owning each of ``rows`` buffer rows (M: none)."""
-    M = row_M.shape[0]
-    return (
-        jnp.full((rows,), M, jnp.int32).at[row_M].set(jnp.arange(M, dtype=jnp.int32), mode="drop")
-    )
-
-
 def _take(x: jax.Array, index: jax.Array, zeros: bool) -> jax.Array:
     if zeros:
         return jnp.take(x, index, axis=0, mode="fill", fill_value=0)
