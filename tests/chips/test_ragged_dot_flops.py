@@ -5,6 +5,8 @@ work, not as opaque calls."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 from theseus.core.plan.hlo_stats import analyze
@@ -91,6 +93,20 @@ def test_the_grouped_kernel_counts_the_routed_work_in_all_three_products():
 
     text = compiled_gradients(grouped_matmul)
     assert "tgmm_theseus" in text
+    stats = analyze(text)
+    assert stats.flops == 3 * (2 * M * D * F)
+    assert stats.opaque_kernels == 0
+
+
+def test_the_pallas_kernels_count_the_routed_work_in_all_three_products():
+    """theseus's ``pallas`` grouping compiled for a v5e: the forward and the input gradient
+    are theseus's row kernel (``gmm_theseus``), the weight gradient its weight-gradient kernel;
+    no ragged_dot is left, and 3 x 2 M D F are counted."""
+    from theseus.models.layers.grouped_matmul import grouped_matmul
+
+    text = compiled_gradients(lambda x, w, sizes: grouped_matmul(x, w, sizes, "kernel", "kernel"))
+    rows_kernels = re.findall(r"(?<![t\w])gmm_theseus", text)
+    assert rows_kernels and "tgmm_theseus" in text and "ragged-dot" not in text
     stats = analyze(text)
     assert stats.flops == 3 * (2 * M * D * F)
     assert stats.opaque_kernels == 0

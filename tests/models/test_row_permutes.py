@@ -35,7 +35,13 @@ def received() -> tuple[jax.Array, jax.Array, jax.Array]:
 
 @pytest.mark.parametrize(
     ("grouping", "weight_gradient"),
-    [("ragged_dot", "xla"), ("grouped", "xla"), ("grouped", "interpret"), ("tiles", "xla")],
+    [
+        ("ragged_dot", "xla"),
+        ("grouped", "xla"),
+        ("grouped", "interpret"),
+        ("pallas", "interpret"),
+        ("tiles", "xla"),
+    ],
 )
 def test_unread_unkept_rows_change_nothing_read(grouping, weight_gradient):
     x, expert, kept = received()

@@ -28,7 +28,9 @@ class ExpertFields:
         "dropless expert matmuls: auto (the faster one measured on the chip for the nearest "
         "shape: chips/measured.json; tiles where none is measured) | tiles (batched over "
         "per-expert tiles, routed FLOPs on every backend) | ragged_dot (jax.lax.ragged_dot: "
-        "grouped on TPU, every expert elsewhere)",
+        "grouped on TPU, every expert elsewhere) | grouped (ragged_dot with theseus's "
+        "weight-gradient kernel) | pallas (theseus's kernels for all three products); the "
+        "last two are TPU kernels (elsewhere ragged_dot's products)",
         resume_safe=True,
         choices=CHOICES,
     )

@@ -6,7 +6,8 @@ FLOPs on every backend); ``ragged_dot`` (``jax.lax.ragged_dot``: on TPU a Mosaic
 grouped-matmul kernel for the forward pass and the input gradient, the weight gradient written
 as a matmul masked per expert; elsewhere a matmul with every expert, E / k times the routed
 FLOPs); and ``grouped`` (``ragged_dot``'s forward with theseus's weight-gradient kernel, the
-routed work in all three products; TPU only). ``model.moe_grouping=auto`` takes, on a chip
+routed work in all three products; TPU only); and ``pallas`` (theseus's Pallas kernels for all
+three products, TPU only). ``model.moe_grouping=auto`` takes, on a chip
 with a row in ``measured.json``'s ``moe_grouping`` table, the fastest grouping of the row
 nearest the model's shape among the rows that speak for it; a TPU never measured takes the
 measured TPU's rows; CPUs and GPUs, measured on none, keep ``tiles``, and so does a shape no
@@ -34,6 +35,7 @@ GROUPINGS = (
     "tiles",
     "ragged_dot",
     "grouped",
+    "pallas",
 )  # how the dropless layout multiplies with its experts
 CHOICES = ("auto", *GROUPINGS)
 DEFAULT = "tiles"  # off the chips measured
@@ -41,7 +43,7 @@ SHAPE_KEYS = ("d_model", "moe_d_ff", "n_experts", "k")  # what ``nearest`` compa
 REACH = 2.0  # a row speaks for expert counts within this factor of its own
 # groupings whose work is the routed work at any expert count: a row they win speaks for
 # every larger count as well
-ROUTED_AT_ANY_COUNT = ("grouped",)
+ROUTED_AT_ANY_COUNT = ("grouped", "pallas")
 
 
 @dataclass(frozen=True)

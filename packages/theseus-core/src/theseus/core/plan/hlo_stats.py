@@ -323,8 +323,8 @@ def _matmul_flops(instruction: Instruction, shapes: dict, stats: HloStats) -> fl
 
 # grouped-matmul Mosaic kernels: XLA:TPU's for ragged_dot (and the one reading its group
 # sizes), megablox's gmm and its transposed tgmm (MaxText's dropless experts), and theseus's
-# weight-gradient kernel (``tgmm_theseus``, named after the JAX call that holds it)
-GROUPED = re.compile(r"^(ragged-dot|t?gmm)\b|^(\w*_)?tgmm_theseus")
+# kernels (``gmm_theseus``, ``tgmm_theseus``, named after the JAX call that holds them)
+GROUPED = re.compile(r"^(ragged-dot|t?gmm)\b|^(\w*_)?t?gmm_theseus")
 
 
 def _grouped_flops(instruction: Instruction, shapes: dict) -> float:

@@ -21,7 +21,7 @@ from theseus.models.layers.row_permutes import collect_rows, dispatch_rows
 MAX_TILE = 512  # rows per tile in the dropless layout, at most
 PAD_SHARE = 8  # the tiles' padding adds at most 1 / PAD_SHARE of the routed rows
 
-SORTED_ROWS = ("ragged_dot", "grouped")  # the groupings of unpadded rows sorted by expert
+SORTED_ROWS = ("ragged_dot", "grouped", "pallas")  # unpadded rows sorted by expert
 Matmul = Callable[[jax.Array, jax.Array], jax.Array]  # (rows, w_ExIxO) -> rows x O
 
 
@@ -158,8 +158,8 @@ def routed_rows(
     ``expert_M[m]`` of the E whose stacked weights are ``weights``; ``keep_M`` False asks for no row. The buffer layout is
     the module docstring's: with ``capacity`` (rows per expert) the capacity layout, else the
     dropless one (``tile``: rows per tile, by default ``dropless_tile``; ``ragged_dot`` and
-    ``grouped``: none, the rows sorted by expert; ``weight_gradient``: how ``grouped`` computes
-    it, ``grouped_matmul.WEIGHT_GRADIENTS``). Expert parallelism runs this unchanged on each device, over
+    ``grouped``, ``pallas``: none, the rows sorted by expert; ``weight_gradient``: how
+    ``grouped`` and ``pallas`` run theseus's kernels, ``grouped_matmul.WEIGHT_GRADIENTS``). Expert parallelism runs this unchanged on each device, over
     the rows the others sent it.
 
     ``unkept_read=False``: the caller never reads the output of an assignment without a row
@@ -188,15 +188,21 @@ def routed_rows(
         matmul = partial(jax.lax.ragged_dot, group_sizes=sizes_E)
         y_PxD = swiglu_experts(x_PxD, weights, matmul)
     elif grouping == "grouped":  # the same, with theseus's weight-gradient kernel
-        y_PxD = swiglu_experts(x_PxD, weights, partial(_grouped, sizes_E, weight_gradient))
+        matmul = partial(_grouped, sizes_E, weight_gradient, "xla")
+        y_PxD = swiglu_experts(x_PxD, weights, matmul)
+    elif grouping == "pallas":  # theseus's kernels for all three products
+        matmul = partial(_grouped, sizes_E, weight_gradient, weight_gradient)
+        y_PxD = swiglu_experts(x_PxD, weights, matmul)
     else:
         matmul = partial(tile_matmul, tile_expert_G=rows.tile_expert_G)
         y_PxD = swiglu_experts(x_PxD.reshape(G, tile, D), weights, matmul).reshape(-1, D)
     return collect_rows(y_PxD, row_M, assignment_P, zeros), kept_M
 
 
-def _grouped(sizes_E: jax.Array, weight_gradient: str, x: jax.Array, w: jax.Array) -> jax.Array:
-    return grouped_matmul(x, w, sizes_E, weight_gradient)
+def _grouped(
+    sizes_E: jax.Array, weight_gradient: str, row_products: str, x: jax.Array, w: jax.Array
+) -> jax.Array:
+    return grouped_matmul(x, w, sizes_E, weight_gradient, row_products)
 
 
 def combine(y_MxD: jax.Array, top_w_Nxk: jax.Array) -> jax.Array:

@@ -25,9 +25,12 @@ each token gathers its k outputs back and sums them weighted by its router weigh
   every expert, E / k times the routed FLOPs.
 * dropless, ``grouping="grouped"``: ``ragged_dot`` forward, with theseus's own weight
   gradient, a Pallas kernel that does the routed work (``layers/grouped_matmul.py``; a TPU
-  kernel: elsewhere the weight gradient is ragged_dot's own). ``model.moe_grouping=auto`` (the default)
-  takes the one measured fastest on the chip (``theseus.core.chips.moe_grouping``): the
-  execution plan says which.
+  kernel: elsewhere the weight gradient is ragged_dot's own).
+* dropless, ``grouping="pallas"``: theseus's Pallas kernels for all three products, the
+  forward and input-gradient ones too (TPU kernels: elsewhere all three are ragged_dot's).
+
+``model.moe_grouping=auto`` (the default) takes the grouping measured fastest on the chip
+(``theseus.core.chips.moe_grouping``): the execution plan says which.
 * with a capacity (``capacity_factor > 0``): every expert owns ``capacity`` rows, claimed by
   first choices first, then in token order; assignments past it are dropped (their output
   is zero) and the fraction reported. Padding tokens claim no row.
