@@ -73,7 +73,9 @@ def visit_schedule(
     count_E = last_E - first_E + 1
     visit_ends_E = jnp.cumsum(count_E)
     v_V = jnp.arange(V, dtype=jnp.int32)
-    group_V = jnp.minimum(jnp.searchsorted(visit_ends_E, v_V, side="right"), E - 1)
+    # searchsorted by comparing with every group's end: its binary search is a loop of
+    # gathers, which TPUs run one index at a time
+    group_V = jnp.minimum(jnp.sum(visit_ends_E <= v_V[:, None], axis=1, dtype=jnp.int32), E - 1)
     offset_V = v_V - (visit_ends_E - count_E)[group_V]
     tile_V = jnp.minimum(first_E[group_V] + offset_V, last_E[group_V])
     live_V = (v_V < visit_ends_E[-1]).astype(jnp.int32)
