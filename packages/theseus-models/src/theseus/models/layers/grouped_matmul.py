@@ -49,6 +49,13 @@ def row_tile(rows: int) -> int:
     return min(ROW_TILE, max(8, -(-rows // 8) * 8))
 
 
+def count_at_most(ends_E: jax.Array, at_X: jax.Array) -> jax.Array:
+    """How many of the sorted ``ends_E`` are <= each of ``at_X`` (``searchsorted`` on the
+    right, by comparing with all of them: its binary search is a loop of gathers, which TPUs
+    run one index at a time; a v5e spent 16 ms a layer on it over 131,072 queries)."""
+    return jnp.sum(ends_E <= at_X[..., None], axis=-1, dtype=jnp.int32)
+
+
 def visit_schedule(
     sizes_E: jax.Array, tiles: int, tile: int, *, every_tile: bool = False
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -73,9 +80,7 @@ def visit_schedule(
     count_E = last_E - first_E + 1
     visit_ends_E = jnp.cumsum(count_E)
     v_V = jnp.arange(V, dtype=jnp.int32)
-    # searchsorted by comparing with every group's end: its binary search is a loop of
-    # gathers, which TPUs run one index at a time
-    group_V = jnp.minimum(jnp.sum(visit_ends_E <= v_V[:, None], axis=1, dtype=jnp.int32), E - 1)
+    group_V = jnp.minimum(count_at_most(visit_ends_E, v_V), E - 1)
     offset_V = v_V - (visit_ends_E - count_E)[group_V]
     tile_V = jnp.minimum(first_E[group_V] + offset_V, last_E[group_V])
     live_V = (v_V < visit_ends_E[-1]).astype(jnp.int32)

@@ -28,12 +28,12 @@ each token gathers its k outputs back and sums them weighted by its router weigh
   kernel: elsewhere the weight gradient is ragged_dot's own).
 * dropless, ``grouping="pallas"``: theseus's Pallas kernels for all three products, the
   forward and input-gradient ones too (TPU kernels: elsewhere all three are ragged_dot's).
-
-``model.moe_grouping=auto`` (the default) takes the grouping measured fastest on the chip
-(``theseus.core.chips.moe_grouping``): the execution plan says which.
 * with a capacity (``capacity_factor > 0``): every expert owns ``capacity`` rows, claimed by
   first choices first, then in token order; assignments past it are dropped (their output
   is zero) and the fraction reported. Padding tokens claim no row.
+
+``model.moe_grouping=auto`` (the default) takes the grouping measured fastest on the chip
+(``theseus.core.chips.moe_grouping``): the execution plan says which.
 
 On a mesh (inside a training step) the tokens are routed as the model's execution plan, which
 the layer is built with, says:
