@@ -33,6 +33,7 @@ BASE = ["run", "gpt/train/pretrain", *TINY]
             "optimizer.learning_rate=nan: must be a finite number 0 or more",
         ),
         ("data.validation_fraction=-0.5", "data.validation_fraction=-0.5: must be in [0, 1)"),
+        ("training.loss_chunks=3", "training.loss_chunks=3 does not divide training.seq_len=32"),
         (
             "init.checkpoint=trunk@abc",
             "init.checkpoint='trunk@abc': 'abc' is not a step number (use RUN@STEP)",

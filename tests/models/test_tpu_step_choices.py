@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from jax.ad_checkpoint import print_saved_residuals
+from theseus.core.errors import ConfigError
 from theseus.core.execution import AttentionKernel, ExecutionPlan, RematChoice
 from theseus.core.sharding import remat
 from theseus.core.train import remat_choice
@@ -160,6 +161,10 @@ def test_loss_chunks_keep_a_piece_under_the_limit():
     for rows, length, vocab in [(8, 2048, 32000), (1, 32768, 151936), (32, 1024, 8192)]:
         chunks = loss_chunks(rows, length, vocab)
         assert length % chunks == 0 and rows * length // chunks * vocab * 4 <= CHUNK_BYTES
+    assert loss_chunks(8, 2048, 32000, given=2) == 2  # training.loss_chunks: as given
+    assert loss_chunks(8, 2048, 32000, context=2, given=1) == 1
+    with pytest.raises(ConfigError, match=r"training.loss_chunks=4 with the sequence split"):
+        loss_chunks(8, 2048, 32000, context=2, given=4)
 
 
 def test_auto_remat_keeps_the_most_that_fits():

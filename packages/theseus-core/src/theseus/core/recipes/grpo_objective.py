@@ -70,7 +70,9 @@ def old_logps_step(setup: Any, config: GRPOConfig) -> Any:
     (π_old of the ``grpo.iterations`` updates that reuse them)."""
     adapted = setup.adapted
 
-    forward = model_fn(setup.graphdef, setup.rest, setup.layout.batch_shards)
+    forward = model_fn(
+        setup.graphdef, setup.rest, setup.layout.batch_shards, setup.config.training.loss_chunks
+    )
 
     def run(state: Any, batch: dict) -> jax.Array:
         frozen = state.frozen if adapted else None

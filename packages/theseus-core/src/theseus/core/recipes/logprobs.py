@@ -61,12 +61,13 @@ def token_stats(
     """(log π(target), entropy of π, aux) per position, π the softmax of logits /
     ``temperature``: the output head taken a few positions at a time
     (``train/chunked_logps.py``; as many pieces as keep one piece's float32 logits on a
-    device within ``chunked_loss.CHUNK_BYTES``), so the ``[B, T, V]`` logits never exist."""
+    device within ``chunked_loss.CHUNK_BYTES``, or ``training.loss_chunks``), so the
+    ``[B, T, V]`` logits never exist."""
     hidden, head, aux = model_fn.hidden(params, frozen, batch, key)
     B, T = batch["targets"].shape
     vocab = jax.eval_shape(head, hidden[:1, :1]).shape[-1]
     rows = max(B // max(model_fn.batch_shards, 1), 1)
-    chunks = loss_chunks(rows, T, vocab)
+    chunks = loss_chunks(rows, T, vocab, given=model_fn.loss_chunks)
     logp, entropy = chunked_token_stats(head, hidden, batch["targets"], temperature, chunks)
     return logp, entropy, aux
 

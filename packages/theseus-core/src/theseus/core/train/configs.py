@@ -45,6 +45,13 @@ class TrainingConfig:
         resume_safe=True,
         choices=SCHEDULE_ON_RESUME,
     )
+    loss_chunks: int = option(
+        0,
+        "pieces of the sequence the output head and loss take one at a time, a divisor of "
+        "seq_len (0: auto, the fewest that keep one piece's float32 logits under 256 MiB "
+        "per device)",
+        ge=0,
+    )
     skip_nonfinite: bool = option(
         False, "skip steps whose loss is not finite instead of stopping", resume_safe=True
     )
@@ -54,6 +61,13 @@ class TrainingConfig:
         resume_safe=True,
         ge=0,
     )
+
+    def __post_init__(self) -> None:
+        if self.loss_chunks > 0 and self.seq_len > 0 and self.seq_len % self.loss_chunks:
+            raise ConfigError(
+                f"training.loss_chunks={self.loss_chunks} does not divide "
+                f"training.seq_len={self.seq_len}"
+            )
 
     def steps(self) -> int:
         """The optimizer steps a run trains for: ``total_steps``, or the steps that reach

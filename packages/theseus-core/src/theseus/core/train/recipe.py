@@ -36,6 +36,11 @@ class ModelFn(Protocol):
         """The ways a batch's rows are split over the devices."""
         ...
 
+    @property
+    def loss_chunks(self) -> int:
+        """``training.loss_chunks``: the pieces an objective takes the head in (0: auto)."""
+        ...
+
     def __call__(
         self, params: Any, frozen: Any, batch: Mapping[str, Any], key: Any
     ) -> tuple[Any, dict]:

@@ -188,14 +188,16 @@ def objectives(
     rest: Any,
     chunks: int,
     batch_shards: int = 1,
+    given_chunks: int = 0,
 ) -> tuple[Objective, Objective | None]:
     """The step's objective and the validation's: the recipe's own for both, else
     next-token cross entropy (in ``chunks`` pieces for the step, whole for validation);
     ``batch_shards``: the ways the batch is split (a recipe's objective sizes its pieces by
-    the rows of one device)."""
+    the rows of one device, unless ``given_chunks``, ``training.loss_chunks``, says)."""
     if recipe.objective is None:
         return cross_entropy(graphdef, rest, chunks), None
-    made = recipe.objective(model_fn(graphdef, rest, batch_shards), model.adapted)
+    forward = model_fn(graphdef, rest, batch_shards, given_chunks)
+    made = recipe.objective(forward, model.adapted)
     return made, made
 
 
@@ -284,12 +286,14 @@ class TrainSetup:
         abstract = jax.eval_shape(make_state)
         shardings = abstract.shardings(layout)  # refuses shapes the mesh cannot divide
         seq_len, vocab = config.training.seq_len, configured.vocab_size
-        chunks = loss_chunks(batch.per_device, seq_len, vocab, layout.context)
+        chunks = loss_chunks(
+            batch.per_device, seq_len, vocab, layout.context, config.training.loss_chunks
+        )
         state = abstract.abstract(shardings)
         execution = with_remat(execution, config, layout, state, model, rest, chunks, recipe, batch)
         graphdef = model.graphdef(execution)
         objective, eval_objective = objectives(
-            recipe, model, graphdef, rest, chunks, layout.batch_shards
+            recipe, model, graphdef, rest, chunks, layout.batch_shards, config.training.loss_chunks
         )
         return cls(
             config=config,
@@ -452,6 +456,6 @@ def abstract_batch(
     }
 
 
-def model_fn(graphdef: Any, rest: Any, batch_shards: int = 1) -> ModelFn:
+def model_fn(graphdef: Any, rest: Any, batch_shards: int = 1, loss_chunks: int = 0) -> ModelFn:
     """The step's forward pass over ``graphdef`` (:class:`Forward`)."""
-    return Forward(graphdef, rest, batch_shards)
+    return Forward(graphdef, rest, batch_shards, loss_chunks)

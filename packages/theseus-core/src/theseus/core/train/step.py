@@ -51,6 +51,7 @@ class Forward:
     graphdef: Any
     rest: Any
     batch_shards: int = 1
+    loss_chunks: int = 0  # training.loss_chunks (0: auto)
 
     def __call__(self, params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[Any, dict]:
         """``(logits_BxTxV, aux)`` of the model made of ``params`` and ``frozen``."""
