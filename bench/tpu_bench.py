@@ -6,7 +6,7 @@ tokens/s, MFU against the chip's 197 TFLOP/s, the device's peak memory, what ``a
 chose, and the step time that ``--dry-run --target v5e-1`` predicted on a CPU machine
 before the run (``bench/results/tpu_v5e_predicted.json``, from ``bench/tpu_predict.py``).
 ``BENCH_VARIANTS="name:key=value,key=value;..."`` times variants of every shape too (other
-remat levels, kernels); ``BENCH_PROFILE=1`` traces 3 steps of each default (``all``: of
+remat levels, kernels; ``shape/name:...`` of that shape only); ``BENCH_PROFILE=1`` traces 3 steps of each default (``all``: of
 every variant too) and sums the chip's op time by kind (``tpu_profile.py``).
 
     python bench/tpu_bench.py OUT.json [SHAPE ...]        # on the TPU: bench/tpu_device.sh
@@ -151,11 +151,15 @@ def measure(shape: str, extra: list[str]) -> dict:
     return result
 
 
-def variants() -> list[tuple[str, list[str]]]:
+def variants(shape: str) -> list[tuple[str, list[str]]]:
+    """The default, then ``BENCH_VARIANTS``' items; one named ``SHAPE/NAME`` runs on that
+    shape only."""
     found = [("default", [])]
     for item in filter(None, os.environ.get("BENCH_VARIANTS", "").split(";")):
         name, _, overrides = item.partition(":")
-        found.append((name, [o for o in overrides.split(",") if o]))
+        only, _, name = name.rpartition("/")
+        if only in ("", shape):
+            found.append((name, [o for o in overrides.split(",") if o]))
     return found
 
 
@@ -179,7 +183,7 @@ def main() -> None:
         print(f"bf16 matmul: {report['matmul_bf16_flops'] / 1e12:.1f} TFLOP/s", flush=True)
     for shape in shapes:
         case: dict = {"shape": shape, "predicted_step_s": predicted.get(shape, {}).get("step_s")}
-        for name, extra in variants():
+        for name, extra in variants(shape):
             try:
                 result = measure(shape, extra)
             except Exception as error:  # out of memory, a refused kernel: recorded, not fatal
