@@ -50,3 +50,23 @@ def test_the_v5e_plan_prices_splash_and_says_why_it_chose_its_remat(tmp_path):
     )
     assert result["estimate_by_kind"]["attention kernel"] > 0
     assert 0 < result["predicted_mfu"] < 1
+
+
+@pytest.mark.parametrize(
+    "extra, chunks, level",
+    [
+        ((), 1, "none"),  # 524 MB of logits fit whole at none: one piece
+        (("training.loss_chunks=4",), 4, "none"),  # as given
+        (("sharding.remat=none",), 2, "none"),  # a level given: the automatic pieces
+    ],
+)
+def test_the_loss_is_taken_whole_where_its_logits_fit_at_a_cheap_level(extra, chunks, level):
+    """2 rows x 2048 tokens x 32,000 float32 logits are 524 MB, over the 256 MiB a piece may
+    hold: two pieces by size; on a v5e the plan takes the loss whole when that fits at
+    ``none`` or ``mlp`` (the pieces cost more than recomputing the MLPs' hidden projections:
+    bench/results/tpu_v5e_call16)."""
+    require_aot()
+    overrides = tiny("llama", "model.head_dim=64", *extra, seq_len=2048, batch=2, vocab=32000)
+    setup = target_setup("llama", "v5e-1", overrides)
+    assert (setup.loss_chunks, setup.remat.level) == (chunks, level), setup.remat.reason
+    assert ("taken whole" in setup.remat.reason) == (not extra), setup.remat.reason
