@@ -4,7 +4,8 @@
 
 ``THESEUS.json`` from ``tpu_bench.py``, ``MAXTEXT.json`` from ``tpu_device.sh maxtext`` (the
 same chip, one call after the other), ``BEFORE.json`` an earlier ``tpu_bench.py`` run shown
-as ``theseus_before``. A MaxText run cut by its time limit is read from the step lines it
+as ``theseus_before``; the variants a run timed (``BENCH_VARIANTS``) are kept under
+``variants``. A MaxText run cut by its time limit is read from the step lines it
 logged (``maxtext_<shape>_steps.log`` beside MAXTEXT.json: the median of its steps from 3 on).
 """
 
@@ -79,6 +80,13 @@ def main() -> None:
         row["predicted_step_s"] = case.get("predicted_step_s")
         if shape in before:
             row["theseus_before"] = theseus_case(before[shape])
+        variants = {
+            name: {"overrides": run.get("overrides", []), **theseus_case(run)}
+            for name, run in case.items()
+            if isinstance(run, dict) and "overrides" in run and name != "theseus"
+        }
+        if variants:  # BENCH_VARIANTS of the same call
+            row["variants"] = variants
         if "tokens_per_s" in theirs and "tokens_per_s" in ours:
             row["ratio_tokens_per_s"] = ours["tokens_per_s"] / theirs["tokens_per_s"]
         if row["predicted_step_s"] and "step_s" in ours:
