@@ -1,7 +1,9 @@
 """A mixture's expert weights are not all-reduced whole: the train step of a tiny Qwen3-MoE
-compiled for v5p-64 (32 chips) without the chip, under the default ``sharding.expert=0``
-and under the fsdp-only mesh (``sharding.expert=1``) it replaces. Under the default, the
-tokens travel to their experts by ``ragged-all-to-all`` (the plan's dispatch on TPU)."""
+compiled for v5p-64 (32 chips) without the chip, under the automatic expert axis of a run
+with a capacity (``sharding.expert=0``, ``sharding.expert_capacity=1.25``) and under the
+fsdp-only mesh (``sharding.expert=1``, what a dropless run gets by default). With the expert
+axis, the tokens travel to their experts by ``ragged-all-to-all`` (the plan's dispatch on
+TPU)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ def all_reduce_bytes(expert: str) -> tuple[float, float, dict[str, int], dict[st
     from theseus.core.plan.hlo_stats import analyze
 
     extra = ("sharding.strategy=fsdp", f"sharding.expert={expert}", f"model.moe_d_ff={F}")
+    if expert == "0":  # the automatic axis is for runs that may drop tokens
+        extra = (*extra, "sharding.expert_capacity=1.25")
     setup = target_setup("qwen3_moe", "v5p-64", tiny("qwen3_moe", *extra, batch=64))
     assert setup.config.model.n_layers == LAYERS and setup.config.model.n_experts == EXPERTS
     itemsize = np.dtype(setup.execution.compute_dtype).itemsize  # gradients in compute dtype
@@ -34,7 +38,8 @@ def test_expert_weights_are_not_all_reduced_whole(expert):
     """The bound is W, the bytes of every expert weight whole (2 layers x gate, up, down of
     4 x 64 x 128, in bf16: 393,216). Under fsdp only (32 x 1) each chip runs every expert
     on its own tokens and all-reduces each expert weight's gradient whole: at least W
-    (measured 399,232). The default mesh (fsdp 8 x expert 4) gives each chip one expert,
+    (measured 399,232). The automatic mesh with a capacity (fsdp 8 x expert 4) gives each
+    chip one expert,
     whose gradient is summed over fsdp only (W / 4) beside the small norm, router and
     statistics terms (measured 104,332 with the 1.25 capacity slabs): under W."""
     require_aot()

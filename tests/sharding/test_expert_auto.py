@@ -1,5 +1,6 @@
-"""``sharding.expert=0`` (the default): a mixture's experts go over the ``expert`` axis, as many
-ways as its expert count and the devices allow; a dense model keeps that axis at 1."""
+"""``sharding.expert=0`` (the default): a mixture that may drop tokens has its experts over the
+``expert`` axis, as many ways as its expert count and the devices allow; a dropless mixture and
+a dense model keep that axis at 1."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ def test_auto_experts_take_the_largest_divisor_the_devices_allow(
     assert {axis: sizes[axis] for axis in expected} == expected
 
 
-def test_a_jobs_layout_reads_its_models_expert_count():
-    """The mesh is decided from the whole config: ``job_layout`` hands the sharding group
-    the model's ``n_experts``; the sharding config itself carries no copy of it."""
+def test_a_jobs_layout_gives_an_expert_axis_only_to_a_mixture_that_may_drop_tokens():
+    """The mesh is decided from the whole config: ``job_layout`` hands the sharding group the
+    model's ``n_experts`` when the run has a capacity (the model's or the exchange's), none
+    when it is dropless (the default: its experts stay on fsdp, as MaxText's do) or dense;
+    the sharding config itself carries no copy of it."""
     import jax
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
@@ -39,13 +42,20 @@ def test_a_jobs_layout_reads_its_models_expert_count():
 
     regs = registries()
     devices = jax.devices()[:1]
-    for family, experts in (("qwen3_moe", 4), ("llama", 0)):
-        tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, ["model.preset=tiny"])
+    cases = [
+        ("qwen3_moe", [], 0),  # dropless: no expert axis
+        ("qwen3_moe", ["sharding.expert_capacity=1.25"], 4),
+        ("qwen3_moe", ["model.capacity_factor=1.5"], 4),
+        ("llama", ["sharding.expert_capacity=1.25"], 0),  # dense
+    ]
+    for family, extra, experts in cases:
+        overrides = ["model.preset=tiny", *extra]
+        tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, overrides)
         config = tree.to_object(TrainJobConfig)
-        assert config.model.n_experts if experts else not hasattr(config.model, "n_experts")
         assert not hasattr(config.sharding, "model_experts")
-        assert mesh_shape(config.sharding, 8, experts)["expert"] == (experts or 1)
-        assert job_layout(config, devices).experts == experts
+        layout = job_layout(config, devices)
+        assert layout.experts == experts, (family, extra)
+        assert mesh_shape(config.sharding, 8, layout.experts)["expert"] == (experts or 1)
 
 
 def test_fsdp_splits_dense_parameters_over_the_expert_axis_and_experts_once():

@@ -1,5 +1,17 @@
 """A training job's mesh, decided from its whole config: the sharding group sizes the axes,
-and the model says how many routed experts a ``sharding.expert=0`` (auto) axis may split."""
+and the model says how many routed experts a ``sharding.expert=0`` (auto) axis may split.
+
+Only a run that may drop tokens gives its experts an axis by default. A dropless exchange
+over an expert axis of P devices must give each device room for every assignment its P
+devices could send it (P times its own), and its grouped matmuls and activations grow with
+it: Qwen3-30B-A3B on v5p-64, 2 x 4,096 tokens a chip, dropless, remat full, compiled here:
+expert 32 estimated 14.6 s a step at a 57.7 GiB peak, expert 8 4.44 s at 32.1 GiB, pure fsdp
+1.65 s at 25.7 GiB (MaxText's default, the same work: 1.68 s at 27.1 GiB;
+bench/results/scale_vs_maxtext.json). A dropless mixture thus stays on ``fsdp`` (or
+``data``) unless ``sharding.expert`` says otherwise; with a capacity
+(``model.capacity_factor`` or ``sharding.expert_capacity`` above 0) every device's room is
+bounded, and auto takes the largest expert axis the devices allow.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +27,21 @@ def model_experts(model: Any) -> int:
     return int(getattr(model, "n_experts", 0) or 0)
 
 
+def drops_tokens(config: TrainJobConfig) -> bool:
+    """Whether a run's experts take at most a capacity of assignments: the model's own
+    ``capacity_factor``, or ``sharding.expert_capacity`` for an exchange over experts."""
+    model_capacity = float(getattr(config.model, "capacity_factor", 0.0) or 0.0)
+    return model_capacity > 0 or config.sharding.expert_capacity > 0
+
+
+def auto_axis_experts(config: TrainJobConfig) -> int:
+    """The experts an auto ``expert`` axis may split: the model's, for a run that may drop
+    tokens; none (the axis stays 1) for a dense model or a dropless run."""
+    return model_experts(config.model) if drops_tokens(config) else 0
+
+
 def job_layout(config: TrainJobConfig, devices: Sequence[Any] | None = None) -> Layout:
     """The job's :class:`Layout` over ``devices`` (every device of every process by default):
-    a mixture's experts go over the ``expert`` axis unless ``sharding.expert`` says otherwise."""
-    return Layout(config.sharding, devices, experts=model_experts(config.model))
+    a mixture that may drop tokens has its experts over the ``expert`` axis unless
+    ``sharding.expert`` says otherwise."""
+    return Layout(config.sharding, devices, experts=auto_axis_experts(config))
