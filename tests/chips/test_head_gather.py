@@ -21,7 +21,9 @@ def test_the_head_table_moves_once_not_once_per_loss_piece():
     require_aot()
     from theseus.core.plan.hlo_stats import analyze
 
-    values = [v for v in tiny("llama", "sharding.strategy=fsdp", seq_len=512) if "vocab" not in v]
+    # 4 pieces asked for: the plan would take this small step's loss whole
+    extra = ("sharding.strategy=fsdp", "training.loss_chunks=4")
+    values = [v for v in tiny("llama", *extra, seq_len=512) if "vocab" not in v]
     setup = target_setup("llama", "v5p-8", [*values, f"model.vocab_size={VOCAB}"])
     assert setup.loss_chunks == 4 and setup.layout.sizes["fsdp"] == 4
     table = setup.config.model.d_model * VOCAB * 2
