@@ -55,8 +55,8 @@ def is_mixture(family: str) -> bool:
 
 @pytest.mark.parametrize("family", families())
 def test_every_family_compiles_for_v5p_8_under_fsdp_tp(family):
-    # a mixture's experts take the devices tensor leaves: dropless, it asks for the axis
-    # (the automatic one is for runs with a capacity), so the dropless exchange compiles too
+    # a mixture's experts take the devices tensor leaves: dropless on a TPU it asks for the
+    # axis (the automatic one stays 1 there), so the dropless exchange compiles too
     mixture = is_mixture(family)
     experts = ["sharding.expert=2"] if mixture else []
     setup = target_setup(family, "v5p-8", tiny(family, *FSDP_TP, *experts))

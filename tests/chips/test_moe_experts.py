@@ -1,7 +1,7 @@
 """A mixture's expert weights are not all-reduced whole: the train step of a tiny Qwen3-MoE
 compiled for v5p-64 (32 chips) without the chip, under the automatic expert axis of a run
 with a capacity (``sharding.expert=0``, ``sharding.expert_capacity=1.25``) and under the
-fsdp-only mesh (``sharding.expert=1``, what a dropless run gets by default). With the expert
+fsdp-only mesh (``sharding.expert=1``, what a dropless run gets by default on TPUs). With the expert
 axis, the tokens travel to their experts by ``ragged-all-to-all`` (the plan's dispatch on
 TPU)."""
 
@@ -21,7 +21,7 @@ def all_reduce_bytes(expert: str) -> tuple[float, float, dict[str, int], dict[st
     from theseus.core.plan.hlo_stats import analyze
 
     extra = ("sharding.strategy=fsdp", f"sharding.expert={expert}", f"model.moe_d_ff={F}")
-    if expert == "0":  # the automatic axis is for runs that may drop tokens
+    if expert == "0":  # on TPUs the automatic axis is for runs that may drop tokens
         extra = (*extra, "sharding.expert_capacity=1.25")
     setup = target_setup("qwen3_moe", "v5p-64", tiny("qwen3_moe", *extra, batch=64))
     assert setup.config.model.n_layers == LAYERS and setup.config.model.n_experts == EXPERTS

@@ -1,6 +1,6 @@
-"""``sharding.expert=0`` (the default): a mixture that may drop tokens has its experts over the
-``expert`` axis, as many ways as its expert count and the devices allow; a dropless mixture and
-a dense model keep that axis at 1."""
+"""``sharding.expert=0`` (the default): a mixture's experts go over the ``expert`` axis, as many
+ways as its expert count and the devices allow, but for a dropless mixture on TPUs; a dense
+model keeps that axis at 1."""
 
 from __future__ import annotations
 
@@ -29,32 +29,34 @@ def test_auto_experts_take_the_largest_divisor_the_devices_allow(
     assert {axis: sizes[axis] for axis in expected} == expected
 
 
-def test_a_jobs_layout_gives_an_expert_axis_only_to_a_mixture_that_may_drop_tokens():
+def test_a_jobs_layout_keeps_a_dropless_mixture_on_fsdp_on_tpus():
     """The mesh is decided from the whole config: ``job_layout`` hands the sharding group the
-    model's ``n_experts`` when the run has a capacity (the model's or the exchange's), none
-    when it is dropless (the default: its experts stay on fsdp, as MaxText's do) or dense;
+    model's ``n_experts``, but none for a dense model or for a dropless mixture on TPUs (its
+    experts stay on fsdp, as MaxText's do: a dropless exchange's room grows with the axis);
     the sharding config itself carries no copy of it."""
     import jax
+    from theseus.core.chips.devices import compile_only_devices
     from theseus.core.plugins import registries
     from theseus.core.runner import config_for, job_spec
     from theseus.core.train.configs import TrainJobConfig
     from theseus.core.train.job_layout import job_layout
 
     regs = registries()
-    devices = jax.devices()[:1]
+    cpu = jax.devices()[:1]
     cases = [
-        ("qwen3_moe", [], 0),  # dropless: no expert axis
-        ("qwen3_moe", ["sharding.expert_capacity=1.25"], 4),
-        ("qwen3_moe", ["model.capacity_factor=1.5"], 4),
-        ("llama", ["sharding.expert_capacity=1.25"], 0),  # dense
+        ("qwen3_moe", [], None, 0),  # dropless on a TPU: no expert axis
+        ("qwen3_moe", ["sharding.expert_capacity=1.25"], None, 4),
+        ("qwen3_moe", ["model.capacity_factor=1.5"], None, 4),
+        ("qwen3_moe", [], cpu, 4),  # elsewhere the axis stays
+        ("llama", ["sharding.expert_capacity=1.25"], None, 0),  # dense
     ]
-    for family, extra, experts in cases:
+    for family, extra, devices, experts in cases:
         overrides = ["model.preset=tiny", *extra]
         tree = config_for(job_spec(f"{family}/train/pretrain", regs), regs, overrides)
         config = tree.to_object(TrainJobConfig)
         assert not hasattr(config.sharding, "model_experts")
-        layout = job_layout(config, devices)
-        assert layout.experts == experts, (family, extra)
+        layout = job_layout(config, devices or compile_only_devices("v5p-8"))
+        assert layout.experts == experts, (family, extra, devices)
         assert mesh_shape(config.sharding, 8, layout.experts)["expert"] == (experts or 1)
 
 

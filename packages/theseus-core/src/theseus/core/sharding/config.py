@@ -50,9 +50,9 @@ class ShardingConfig:
     expert: int = option(
         0,
         "expert mesh axis size: MoE experts split over it, tokens sent to them by all-to-all "
-        "(it splits the batch too); -1: the rest; 0: auto (a mixture that may drop tokens, "
-        "model.capacity_factor or expert_capacity above 0: the largest divisor of its expert "
-        "count that the devices allow; a dropless mixture or a dense model: 1)",
+        "(it splits the batch too); -1: the rest; 0: auto (a mixture: the largest divisor of "
+        "its expert count that the devices allow, but 1 for a dropless mixture on TPUs; a "
+        "dense model: 1)",
         resume_safe=True,
         ge=-1,
     )
