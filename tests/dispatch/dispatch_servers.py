@@ -47,7 +47,23 @@ def kill_pidfile(path: Path) -> None:
     kill_pid(read_pid(path))
 
 
+def exited(pid: int) -> bool:
+    """Whether ``pid`` has ended: gone, or a zombie. The daemons detach, so their parent is
+    init, which here reaps an exited one only ~2 s later; until then ``kill(pid, 0)`` still
+    succeeds, but the process holds no port, file or lock any more."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # reaped meanwhile
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]  # the state follows "(comm)"
+
+
 def kill_pid(pid: int | None) -> None:
+    """SIGTERM ``pid`` and wait (at most 2.5 s) until it has exited."""
     if pid is None:
         return
     try:
@@ -55,9 +71,7 @@ def kill_pid(pid: int | None) -> None:
     except ProcessLookupError:
         return
     for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if exited(pid):
             return
         time.sleep(0.05)
 

@@ -23,7 +23,10 @@ class FakeHTTP:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # stop() waits for the loop to see its request: up to one poll interval (0.5 s by
+        # default, at every test's teardown)
+        serve = {"poll_interval": 0.05}
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs=serve, daemon=True)
 
     def start(self) -> FakeHTTP:
         self.thread.start()

@@ -27,8 +27,10 @@ FAMILIES = ["mistral", "mixtral", "gemma3", "deepseek_v3"]
 STRATEGIES = {"fsdp": (1, 8, 1), "tp": (4, 1, 2)}  # (data, fsdp, tensor)
 
 
-def gradients(family: str, layout: Layout) -> dict[str, Any]:
-    """Loss and gradients (per token) of one batch, and the parameters' partition specs."""
+def gradients(family: str, layout: Layout, initial: Any = None) -> dict[str, Any]:
+    """Loss and gradients (per token) of one batch, and the parameters' partition specs;
+    ``initial``: the starting state as host arrays (``parity.placed``), else made here (its
+    host copy is the result's ``initial``)."""
     model = tiny(family, vocab_size=parity.VOCAB)
     graphdef, _, rest = nnx.split(model, nnx.Param, ...)
     objective = cross_entropy(graphdef, rest)
@@ -37,13 +39,14 @@ def gradients(family: str, layout: Layout) -> dict[str, Any]:
         _, params, _ = nnx.split(tiny(family, vocab_size=parity.VOCAB), nnx.Param, ...)
         return TrainState.fresh(params, optax.identity())
 
-    state, _, grad_fn = parity.placed(layout, fresh, objective)
+    state, _, grad_fn = parity.placed(layout, fresh, objective, initial)
     grads, (ce, count, _) = grad_fn(
         state.params, state.frozen, layout.place_batch(parity.batch_of(0))
     )
     return {
-        "loss": float(ce / count),
-        "grads": parity.to_flat(jax.tree.map(lambda g: g / count, grads)),
+        "initial": jax.device_get(state) if initial is None else initial,
+        "loss": float(parity.per_token(ce, count)),
+        "grads": {k: parity.per_token(g, count) for k, g in parity.to_flat(grads).items()},
         "specs": parity.specs_of(state.params),
     }
 
@@ -53,7 +56,8 @@ def main(families: list[str]) -> None:
         reference = gradients(family, Layout(ShardingConfig(), jax.devices()[:1]))
         for strategy, (data, fsdp, tensor) in STRATEGIES.items():
             config = ShardingConfig(strategy=strategy, data=data, fsdp=fsdp, tensor=tensor)
-            got = gradients(family, Layout(config))
+            # from the reference's starting state: only the layout differs
+            got = gradients(family, Layout(config), reference["initial"])
             record = {
                 "family": family,
                 "strategy": strategy,

@@ -42,20 +42,27 @@ def record(root, name):
     return json.loads((root / "runs" / name / "job.json").read_text())
 
 
-def test_tokenizes_first_then_trains_with_falling_loss_and_full_metrics(shared_root):
-    result = run_cli(
-        shared_root,
-        "run",
-        "gpt/train/pretrain",
-        *TINY,
-        "training.total_steps=30",
-        "optimizer.learning_rate=3e-3",
-        "eval.every=10",
-        "checkpoint.every=10",
-        "--name",
-        "learns",
-    )
+LEARNS = [
+    "run",
+    "gpt/train/pretrain",
+    *TINY,
+    "training.total_steps=30",
+    "optimizer.learning_rate=3e-3",
+    "eval.every=10",
+    "checkpoint.every=10",
+]
+
+
+@pytest.fixture(scope="module")
+def learns(shared_root) -> str:
+    """Run ``learns``: 30 steps, evaluated and checkpointed every 10 (the first test reads its
+    learning, the branch test branches from it)."""
+    result = run_cli(shared_root, *LEARNS, "--name", "learns")
     assert result.returncode == 0, result.stderr[-3000:]
+    return "learns"
+
+
+def test_tokenizes_first_then_trains_with_falling_loss_and_full_metrics(shared_root, learns):
     assert (shared_root / "data").is_dir()  # the prerequisite tokenized the corpus
     losses = train_losses(shared_root, "learns")
     assert len(losses) == 30
@@ -132,18 +139,17 @@ def test_torn_latest_checkpoint_falls_back_and_none_readable_is_an_error(shared_
     assert "no checkpoint in" in broken.stderr and "can be restored" in broken.stderr
 
 
-def test_branch_starts_from_a_checkpoint_of_another_run(shared_root):
-    assert run_cli(shared_root, *train(4, "checkpoint.every=2"), "--name", "trunk").returncode == 0
-    branch = run_cli(
-        shared_root, *train(4, "checkpoint.every=2"), "--name", "twig", "--branch", "trunk@2"
-    )
+def test_branch_starts_from_a_checkpoint_of_another_run(shared_root, learns):
+    # the trunk is the first test's run (its config, checkpoints at 10, 20 and 30): a run of
+    # its own would only repeat that one's tokenized data, compile and start-up
+    branch = run_cli(shared_root, *LEARNS, "--name", "twig", "--branch", f"{learns}@20")
     assert branch.returncode == 0, branch.stderr[-3000:]
-    assert record(shared_root, "twig")["parent"] == "trunk@2"
-    assert sorted(train_losses(shared_root, "twig")) == [2, 3]
-    # steps 3 and 4 replay the trunk's exactly: same state, same batches, same schedule
-    trunk = train_losses(shared_root, "trunk")
+    assert record(shared_root, "twig")["parent"] == f"{learns}@20"
+    assert sorted(train_losses(shared_root, "twig")) == list(range(20, 30))
+    # steps 21 to 30 replay the trunk's exactly: same state, same batches, same schedule
+    trunk = train_losses(shared_root, learns)
     twig = train_losses(shared_root, "twig")
-    assert twig[2] == trunk[2] and twig[3] == trunk[3]
+    assert all(twig[step] == trunk[step] for step in range(20, 30)), (twig, trunk)
 
 
 def test_fresh_starts_over(shared_root):
