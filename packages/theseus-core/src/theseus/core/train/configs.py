@@ -20,19 +20,6 @@ from theseus.core.sharding.config import ShardingConfig
 SCHEDULE_ON_RESUME = ("refuse", "continue", "stretch")
 
 
-def checked_chunks(chunks: int, length: int, context: int, length_name: str) -> int:
-    """``training.loss_chunks`` as given, or a one-line error naming it (``length_name``:
-    what ``length`` is)."""
-    if length % chunks:
-        raise ConfigError(f"training.loss_chunks={chunks} does not divide {length_name}={length}")
-    if chunks > 1 and context > 1:
-        raise ConfigError(
-            f"training.loss_chunks={chunks} with the sequence split over {context} devices "
-            "(sharding.context): cutting it again would move it between them; use 1 or 0 (auto)"
-        )
-    return chunks
-
-
 @dataclass
 class TrainingConfig:
     seed: int = option(0, "the one seed; params, data and dropout streams are split from it", ge=0)
@@ -76,8 +63,11 @@ class TrainingConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.loss_chunks > 0 and self.seq_len > 0:  # before any work; the context at setup
-            checked_chunks(self.loss_chunks, self.seq_len, 1, "training.seq_len")
+        if self.loss_chunks > 0 and self.seq_len > 0 and self.seq_len % self.loss_chunks:
+            raise ConfigError(
+                f"training.loss_chunks={self.loss_chunks} does not divide "
+                f"training.seq_len={self.seq_len}"
+            )
 
     def steps(self) -> int:
         """The optimizer steps a run trains for: ``total_steps``, or the steps that reach
