@@ -67,7 +67,9 @@ def token_stats(
     B, T = batch["targets"].shape
     vocab = jax.eval_shape(head, hidden[:1, :1]).shape[-1]
     rows = max(B // max(model_fn.batch_shards, 1), 1)
-    chunks = loss_chunks(rows, T, vocab, given=model_fn.loss_chunks)
+    chunks = loss_chunks(
+        rows, T, vocab, given=model_fn.loss_chunks, length_name="the recipe's batch length"
+    )
     logp, entropy = chunked_token_stats(head, hidden, batch["targets"], temperature, chunks)
     return logp, entropy, aux
 

@@ -22,16 +22,24 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import optax
-from theseus.core.errors import ConfigError
+from theseus.core.train.configs import checked_chunks
 
 CHUNK_BYTES = 256 * 1024**2  # one piece's float32 logits per device
 
 
-def loss_chunks(rows: int, seq_len: int, vocab: int, context: int = 1, given: int = 0) -> int:
+def loss_chunks(
+    rows: int,
+    seq_len: int,
+    vocab: int,
+    context: int = 1,
+    given: int = 0,
+    length_name: str = "training.seq_len",
+) -> int:
     """How many pieces of the sequence the loss takes one at a time (a divisor of
-    ``seq_len``; 1: the whole at once); ``given`` (``training.loss_chunks``) when set, checked."""
+    ``seq_len``; 1: the whole at once); ``given`` (``training.loss_chunks``) when set,
+    checked against ``seq_len`` under the name ``length_name``."""
     if given:
-        return checked_chunks(given, seq_len, context)
+        return checked_chunks(given, seq_len, context, length_name)
     whole = rows * seq_len * vocab * 4
     if context > 1 or whole <= CHUNK_BYTES:
         return 1
@@ -39,20 +47,6 @@ def loss_chunks(rows: int, seq_len: int, vocab: int, context: int = 1, given: in
         if seq_len % chunks == 0 and whole / chunks <= CHUNK_BYTES:
             return chunks
     return seq_len
-
-
-def checked_chunks(chunks: int, seq_len: int, context: int) -> int:
-    """``training.loss_chunks`` as given, or a one-line error naming it."""
-    if seq_len % chunks:
-        raise ConfigError(
-            f"training.loss_chunks={chunks} does not divide training.seq_len={seq_len}"
-        )
-    if chunks > 1 and context > 1:
-        raise ConfigError(
-            f"training.loss_chunks={chunks} with the sequence split over {context} devices "
-            "(sharding.context): cutting it again would move it between them; use 1 or 0 (auto)"
-        )
-    return chunks
 
 
 def chunked_cross_entropy(

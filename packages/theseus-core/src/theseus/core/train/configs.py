@@ -63,11 +63,8 @@ class TrainingConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.loss_chunks > 0 and self.seq_len > 0 and self.seq_len % self.loss_chunks:
-            raise ConfigError(
-                f"training.loss_chunks={self.loss_chunks} does not divide "
-                f"training.seq_len={self.seq_len}"
-            )
+        if self.loss_chunks > 0 and self.seq_len > 0:
+            checked_chunks(self.loss_chunks, self.seq_len)
 
     def steps(self) -> int:
         """The optimizer steps a run trains for: ``total_steps``, or the steps that reach
@@ -261,3 +258,19 @@ class TrainJobConfig:
         every = eval_every(self.eval.every, self.training.steps())
         if every != self.eval.every:
             self.eval = dataclasses.replace(self.eval, every=every)
+
+
+def checked_chunks(
+    chunks: int, length: int, context: int = 1, length_name: str = "training.seq_len"
+) -> int:
+    """``training.loss_chunks`` as given, or a one-line error naming it: it must divide the
+    ``length`` the loss is cut along (``length_name`` says which), and it cuts no sequence
+    that is already split over ``context`` devices."""
+    if length % chunks:
+        raise ConfigError(f"training.loss_chunks={chunks} does not divide {length_name}={length}")
+    if chunks > 1 and context > 1:
+        raise ConfigError(
+            f"training.loss_chunks={chunks} with the sequence split over {context} devices "
+            "(sharding.context): cutting it again would move it between them; use 1 or 0 (auto)"
+        )
+    return chunks

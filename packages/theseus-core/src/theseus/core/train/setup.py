@@ -152,13 +152,14 @@ def with_remat(
     on the job's own step: its objective (DPO's pairs and reference, GRPO's
     log-probabilities) on one micro-step's rows of ``batch`` (the recipe's fields
     included), its frozen weights in ``state``. ``chunks`` stays, unless
-    :func:`whole_loss_fits` takes the loss whole."""
+    :func:`whole_loss_candidate` says to try the loss whole and it fits."""
     rows = batch.per_device * batch.batch_shards
 
     def decide(pieces: int) -> RematChoice:
         def objective_at(level: str) -> Objective:
             graphdef = model.graphdef(at_level(execution, level))
-            return objectives(recipe, model, graphdef, rest, pieces, layout.batch_shards)[0]
+            given = config.training.loss_chunks
+            return objectives(recipe, model, graphdef, rest, pieces, layout.batch_shards, given)[0]
 
         return decide_remat(
             config.sharding.remat,
