@@ -75,8 +75,16 @@ def chunked_cross_entropy(
 
     mask = mask_BxT.astype(jnp.float32)
     inputs = (pieces(hidden_BxTxD), pieces(targets_BxT), pieces(mask))
-    total, _ = jax.lax.scan(add, jnp.zeros((), jnp.float32), inputs)
+    total, _ = jax.lax.scan(add, zero_like(mask), inputs)
     return _loss_first(total)
+
+
+def zero_like(x: jax.Array) -> jax.Array:
+    """A float32 zero varying over the manual mesh axes ``x`` varies over (inside a
+    ``shard_map``: the scan's sum starts as its pieces are)."""
+    zero = jnp.zeros((), jnp.float32)
+    varying = tuple(sorted(jax.typeof(x).mat.varying))
+    return jax.lax.pcast(zero, varying, to="varying") if varying else zero
 
 
 @jax.custom_vjp

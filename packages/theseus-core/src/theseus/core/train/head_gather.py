@@ -8,7 +8,9 @@ v5p-64 (32 pieces of T=4096, vocab 151,936) moved 75 GiB of collective-permutes 
 of all-gathers per chip per step that way. Gathered once here (a bf16 copy: the table's bytes
 per pass), the pieces multiply locally, and the gradient is summed once, with an all-reduce
 (constrained to the table's split instead, it is reduce-scattered piece by piece inside the
-scan: ``core.sharding.gathered``).
+scan: ``core.sharding.gathered``). A step traced with its layout takes ``sharded_loss``'s way
+instead, which sums that gradient in a ring of permutes; this one serves the others (a
+recipe's log-probabilities, a step traced without its layout's rules).
 
 The cast to the compute dtype is held on each device's shard (an optimization barrier).
 Without it XLA:TPU may move the cast after the gather and gather float32, twice the bytes;

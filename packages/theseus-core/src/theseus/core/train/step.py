@@ -22,6 +22,7 @@ from theseus.core.model import STAT_PREFIX
 from theseus.core.train.chunked_loss import chunked_cross_entropy
 from theseus.core.train.head_gather import gather_head
 from theseus.core.train.recipe import Objective
+from theseus.core.train.sharded_loss import per_shard_cross_entropy
 from theseus.core.train.state import TrainState
 
 Batch = Mapping[str, jax.Array]
@@ -61,14 +62,20 @@ class Forward:
                 batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
             )
 
-    def hidden(self, params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[Any, Any, dict]:
-        """``(hidden_BxTxD, head, aux)``: the final hidden states and the output head, for
-        a loss that takes its logits a few positions at a time."""
+    def final(self, params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[Any, Any, dict]:
+        """``(model, hidden_BxTxD, aux)``: the model and its final hidden states, for a loss
+        that runs its head itself."""
         model = merged_model(self.graphdef, params, self.rest, frozen)
         with dropout_key(key):
             hidden, aux = model.hidden_with_aux(
                 batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"]
             )
+        return model, hidden, aux
+
+    def hidden(self, params: Any, frozen: Any, batch: Batch, key: Any) -> tuple[Any, Any, dict]:
+        """``(hidden_BxTxD, head, aux)``: the final hidden states and the output head, for
+        a loss that takes its logits a few positions at a time."""
+        model, hidden, aux = self.final(params, frozen, batch, key)
         gather_head(model)  # once, not once per piece
         return hidden, model.head, aux
 
@@ -92,8 +99,8 @@ def summed_loss(
     """
     mask = batch["loss_mask"].astype(jnp.float32)
     if chunks > 1:
-        hidden, head, aux = forward.hidden(params, frozen, batch, key)
-        ce_sum = chunked_cross_entropy(head, hidden, batch["targets"], mask, chunks)
+        model, hidden, aux = forward.final(params, frozen, batch, key)
+        ce_sum = pieces_loss(model, hidden, batch["targets"], mask, chunks)
     else:
         logits, aux = forward(params, frozen, batch, key)
         ce_sum = jnp.sum(token_losses(logits, batch["targets"]) * mask)
@@ -102,6 +109,19 @@ def summed_loss(
     aux_total = sum(losses) if losses else jnp.zeros((), jnp.float32)
     model_metrics = {name: jnp.asarray(value, jnp.float32) for name, value in aux.items()}
     return ce_sum + aux_total * count, (ce_sum, count, model_metrics)
+
+
+def pieces_loss(
+    model: Any, hidden_BxTxD: jax.Array, targets_BxT: jax.Array, mask_BxT: jax.Array, chunks: int
+) -> jax.Array:
+    """The cross-entropy sum of ``model``'s head in ``chunks`` pieces: on each device's rows
+    where the layout allows (``sharded_loss``: the head's gradient reduce-scattered once),
+    else with the head gathered whole before the pieces (``head_gather``)."""
+    total = per_shard_cross_entropy(model, hidden_BxTxD, targets_BxT, mask_BxT, chunks)
+    if total is not None:
+        return total
+    gather_head(model)  # once, not once per piece
+    return chunked_cross_entropy(model.head, hidden_BxTxD, targets_BxT, mask_BxT, chunks)
 
 
 # An objective (``train/recipe.py``) returns what a step differentiates (``total``) and
