@@ -62,29 +62,47 @@ def per_shard_cross_entropy(
         return None
     graphdef, tables, others = nnx.split(model, has_vocab_axis, ...)  # type: ignore[misc]
     flat = list(nnx.to_flat_state(tables))
-    found = [table_spec(variable, rules, sizes) for _, variable in flat]
-    specs = [spec for spec in found if spec is not None]
-    if not flat or len(specs) < len(found):
+    read = read_by_head(graphdef, flat, others, hidden_BxTxD)
+    used = [entry for entry, is_read in zip(flat, read, strict=True) if is_read]
+    unused = [entry for entry, is_read in zip(flat, read, strict=True) if not is_read]
+    found = [table_spec(variable, rules, sizes) for _, variable in used]
+    specs = tuple(spec for spec in found if spec is not None)
+    if not used or len(specs) < len(found):
         return None
     dtype = getattr(model, "dtype", None)
     rows = PartitionSpec(batch)
 
     def local(values: list[jax.Array], h: jax.Array, t: jax.Array, m: jax.Array) -> jax.Array:
         parts = [varying(cast(v, dtype), batch) for v in values]
-        whole = [gather(v, spec) for v, spec in zip(parts, specs, strict=True)]
-        gathered = [(path, var.replace(w)) for (path, var), w in zip(flat, whole, strict=True)]
-        # the other parameters stay outside: the head reads only its tables
-        inner = nnx.merge(graphdef, nnx.from_flat_state(gathered), others)
+        whole, h = gathered_before(specs, parts, h)
+        gathered = [(path, var.replace(w)) for (path, var), w in zip(used, whole, strict=True)]
+        # the other parameters stay outside, unread: the head reads only its tables
+        tables = nnx.from_flat_state([*gathered, *unused])
+        inner = nnx.merge(graphdef, tables, others)
         return jax.lax.psum(chunked_cross_entropy(inner.head, h, t, m, chunks), batch)
 
     sharded = jax.shard_map(
         local,
-        in_specs=(specs, rows, rows, rows),
+        in_specs=(list(specs), rows, rows, rows),
         out_specs=PartitionSpec(),
         axis_names=set(batch),
     )
-    values = [variable.get_value() for _, variable in flat]
+    values = [variable.get_value() for _, variable in used]
     return sharded(values, hidden_BxTxD, targets_BxT, mask_BxT)
+
+
+def read_by_head(graphdef: Any, flat: list, others: Any, hidden_BxTxD: jax.Array) -> list[bool]:
+    """Which of the tables in ``flat`` the model's head reads (an untied input embedding has
+    a ``vocab`` axis too): traced on one position, nothing computed."""
+
+    def head(values: list[jax.Array]) -> jax.Array:
+        tables = [(path, var.replace(v)) for (path, var), v in zip(flat, values, strict=True)]
+        return nnx.merge(graphdef, nnx.from_flat_state(tables), others).head(hidden_BxTxD[:1, :1])
+
+    jaxpr = jax.make_jaxpr(head)([variable.get_value() for _, variable in flat]).jaxpr
+    read = {x for eqn in jaxpr.eqns for x in eqn.invars if not hasattr(x, "val")}
+    read.update(x for x in jaxpr.outvars if not hasattr(x, "val"))
+    return [x in read for x in jaxpr.invars]
 
 
 def has_vocab_axis(_path: Any, node: Any) -> bool:
@@ -117,28 +135,49 @@ def varying(value: jax.Array, axes: tuple[str, ...]) -> jax.Array:
 
 
 def gather(value: jax.Array, spec: PartitionSpec) -> jax.Array:
-    """``value``'s shard made whole along every dimension ``spec`` splits (its transpose: a
-    reduce-scatter of the gradient over the same axes)."""
-    for dim, part in enumerate(spec):
-        if part:
-            axes = part if isinstance(part, tuple) else (part,)
-            value = _gathered(value, axes, dim)
+    """``value``'s shard made whole along every dimension ``spec`` splits."""
+    for dim, axes in split_dims(spec):
+        value = jax.lax.all_gather(value, axes, axis=dim, tiled=True)
     return value
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _gathered(value: jax.Array, axes: tuple[str, ...], dim: int) -> jax.Array:
-    return jax.lax.all_gather(value, axes, axis=dim, tiled=True)
+def split_dims(spec: PartitionSpec) -> list[tuple[int, tuple[str, ...]]]:
+    """Each dimension ``spec`` splits, with its mesh axes."""
+    return [
+        (dim, part if isinstance(part, tuple) else (part,)) for dim, part in enumerate(spec) if part
+    ]
 
 
-def _gathered_fwd(value: jax.Array, axes: tuple[str, ...], dim: int) -> tuple[jax.Array, None]:
-    return _gathered(value, axes, dim), None
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def gathered_before(
+    specs: tuple[PartitionSpec, ...], parts: list[jax.Array], h: jax.Array
+) -> tuple[list[jax.Array], jax.Array]:
+    """The tables' shards made whole (``gather``), and ``h`` as it is. In the backward pass
+    the tables' gradients are summed over the devices (``ring_reduce_scatter``) before
+    ``h``'s gradient leaves: the layers' backward loop then starts after the sum, without
+    the whole-table gradients alive beside it (Llama 3.1 70B: 2 GiB each)."""
+    return [gather(p, spec) for p, spec in zip(parts, specs, strict=True)], h
 
 
-def _gathered_bwd(
-    axes: tuple[str, ...], dim: int, _: None, gradient: jax.Array
-) -> tuple[jax.Array]:
-    return (ring_reduce_scatter(gradient, axes, dim),)
+def _gathered_before_fwd(
+    specs: tuple[PartitionSpec, ...], parts: list[jax.Array], h: jax.Array
+) -> tuple[tuple[list[jax.Array], jax.Array], None]:
+    return gathered_before(specs, parts, h), None
+
+
+def _gathered_before_bwd(
+    specs: tuple[PartitionSpec, ...], _: None, cotangents: tuple[list[jax.Array], jax.Array]
+) -> tuple[list[jax.Array], jax.Array]:
+    wholes, dh = cotangents
+    summed = []
+    for gradient, spec in zip(wholes, specs, strict=True):
+        for dim, axes in reversed(split_dims(spec)):
+            gradient = ring_reduce_scatter(gradient, axes, dim)
+        summed.append(gradient)
+    return jax.lax.optimization_barrier((summed, dh))
+
+
+gathered_before.defvjp(_gathered_before_fwd, _gathered_before_bwd)
 
 
 def ring_reduce_scatter(x: jax.Array, axes: tuple[str, ...], dim: int) -> jax.Array:
@@ -157,6 +196,3 @@ def ring_reduce_scatter(x: jax.Array, axes: tuple[str, ...], dim: int) -> jax.Ar
         return jax.lax.ppermute(running, axes, left) + part(me + s + 1)
 
     return jax.lax.fori_loop(1, n, step, part(me + 1))
-
-
-_gathered.defvjp(_gathered_fwd, _gathered_bwd)
