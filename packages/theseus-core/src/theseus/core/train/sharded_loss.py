@@ -116,7 +116,7 @@ def table_spec(
 ) -> PartitionSpec | None:
     """How the layout splits a table; None when over an axis other than the batch axes."""
     spec = spec_for("the head", variable.get_value().shape, logical_axes(variable), rules, sizes)
-    split = {a for part in spec if part for a in (part if isinstance(part, tuple) else (part,))}
+    split = {a for _, axes in split_dims(spec) for a in axes}
     return None if split - set(BATCH_AXES) else spec
 
 
