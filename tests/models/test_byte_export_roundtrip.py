@@ -39,6 +39,7 @@ def test_a_byte_run_exports_imports_back_and_loads_in_transformers(tmp_path: Pat
     for key in before:
         np.testing.assert_array_equal(before[key], after[key], err_msg=key)
 
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(folder)
@@ -60,6 +61,16 @@ def test_a_byte_run_exports_imports_back_and_loads_in_transformers(tmp_path: Pat
         prompt["input_ids"]
         == trained_ids[: trained_ids.index(byte.special_id("<|assistant|>")) + 1]
     )
+    # a chat through transformers ends where the run's chat data ends an answer: at the
+    # template's <|end|>, not only at end-of-document (which the model need not emit after
+    # it). With <|end|> made the greedy choice, generation stops after one token.
+    end = byte.special_id("<|end|>")
+    stops = model.generation_config.eos_token_id
+    assert set(stops if isinstance(stops, list) else [stops]) == {byte.eos_id, end}
+    asking = torch.tensor([prompt["input_ids"]])
+    answer = model.generate(asking, max_new_tokens=4, do_sample=False, sequence_bias={(end,): 1e4})
+    assert answer[0, asking.shape[1] :].tolist() == [end]
+
     # the run imported back renders chats with that template, to the same ids and loss mask
     imported = find_tokenizer(tmp_path / "runs" / "back" / "tokenizer")
     assert imported.chat_template and encode_chats(imported, [CHAT])[0] == (

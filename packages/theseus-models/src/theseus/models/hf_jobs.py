@@ -21,7 +21,9 @@ else is refused, before the run folder is made.
 ``theseus run hf/export hf.run=RUN[@STEP] hf.dir=OUT`` writes config.json, model.safetensors
 (float32) and the run's tokenizer (tokenizer.json, a tokenizer_config.json that
 ``AutoTokenizer`` reads, with the run's ``chat_template``), which
-``AutoModelForCausalLM.from_pretrained(OUT)`` loads.
+``AutoModelForCausalLM.from_pretrained(OUT)`` loads. Its generation_config.json is the
+imported folder's, else one that stops at end-of-document and at the built-in template's
+``<|end|>``, as ``generate.chat=true`` does.
 
 A LoRA run's checkpoints hold its adapters alone, so exporting one says how: ``hf.merge=true``
 writes that same folder with the adapters folded into the weights; ``hf.peft=true`` writes
@@ -272,6 +274,24 @@ def add_chat_template(folder: Path, out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+def write_generation_config(folder: Path, out: Path, specials: dict[str, Any]) -> None:
+    """``generation_config.json`` of an export whose run has none of its own: generation
+    stops at end-of-document and at the end of a chat turn in the run's template (the
+    built-in ``<|end|>``), as ``generate.chat=true`` stops, so that a chat through
+    ``transformers`` ends where the model was trained to end its answer."""
+    eos = specials.get("eos_token_id")
+    loaded = registries().hook.theseus_load_tokenizer(path=str(folder))
+    turn_ends = loaded.chat_stops() if callable(getattr(loaded, "chat_stops", None)) else []
+    stops = list(dict.fromkeys([*([eos] if isinstance(eos, int) else []), *turn_ends]))
+    if not turn_ends:
+        return  # config.json's eos_token_id says it all
+    config: dict[str, Any] = {"eos_token_id": stops}
+    for kind in ("bos", "pad"):
+        if isinstance(specials.get(f"{kind}_token_id"), int):
+            config[f"{kind}_token_id"] = specials[f"{kind}_token_id"]
+    (out / "generation_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
 def tokenizer_json(folder: Path) -> str:
     """The ``tokenizer.json`` text of a run's tokenizer: its file, else what its kind writes
     as one (``hf_json()``: the byte tokenizer); one line when it has neither."""
@@ -411,6 +431,8 @@ class ExportJob(Job):
             shutil.copyfile(source_generation, out / "generation_config.json")
         if self.config.hf.tokenizer:
             self.write_tokenizer(out, opened, specials)
+            if not source_generation.is_file() and opened.tokenizer_dir is not None:
+                write_generation_config(opened.tokenizer_dir, out, specials)
 
     def write_tokenizer(self, out: Path, opened: Any, specials: dict) -> None:
         if opened.tokenizer_dir is None:
