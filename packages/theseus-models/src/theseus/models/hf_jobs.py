@@ -279,12 +279,12 @@ def write_generation_config(folder: Path, out: Path, specials: dict[str, Any]) -
     stops at end-of-document and at the end of a chat turn in the run's template (the
     built-in ``<|end|>``), as ``generate.chat=true`` stops, so that a chat through
     ``transformers`` ends where the model was trained to end its answer."""
-    eos = specials.get("eos_token_id")
     loaded = registries().hook.theseus_load_tokenizer(path=str(folder))
     turn_ends = loaded.chat_stops() if callable(getattr(loaded, "chat_stops", None)) else []
-    stops = list(dict.fromkeys([*([eos] if isinstance(eos, int) else []), *turn_ends]))
     if not turn_ends:
         return  # config.json's eos_token_id says it all
+    eos = specials.get("eos_token_id")
+    stops = list(dict.fromkeys([*([eos] if isinstance(eos, int) else []), *turn_ends]))
     config: dict[str, Any] = {"eos_token_id": stops}
     for kind in ("bos", "pad"):
         if isinstance(specials.get(f"{kind}_token_id"), int):
@@ -431,7 +431,7 @@ class ExportJob(Job):
             shutil.copyfile(source_generation, out / "generation_config.json")
         if self.config.hf.tokenizer:
             self.write_tokenizer(out, opened, specials)
-            if not source_generation.is_file() and opened.tokenizer_dir is not None:
+            if not source_generation.is_file():  # write_tokenizer found the folder
                 write_generation_config(opened.tokenizer_dir, out, specials)
 
     def write_tokenizer(self, out: Path, opened: Any, specials: dict) -> None:
